@@ -1,0 +1,32 @@
+//! `floodgate`: the command-line edge of floodgate. Library crates return typed errors;
+//! this binary turns them into messages with `anyhow`.
+
+mod simulate_cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Rate limiting that names its guarantee at the window boundary.
+#[derive(Parser)]
+#[command(name = "floodgate", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run traffic scenarios on a simulated clock through every algorithm and compare what
+    /// each admits across a window boundary.
+    Simulate(simulate_cmd::SimulateArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate_cmd::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("floodgate: error: {e:#}");
+        std::process::exit(2);
+    }
+}
