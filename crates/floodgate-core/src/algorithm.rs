@@ -46,6 +46,7 @@ pub trait Algorithm: Send + Sync {
     fn full_at(&self, state: &Self::State) -> Nanos;
 
     /// Decide and, when admitted, consume `cost` units.
+    #[inline(always)]
     fn check(&self, state: &mut Self::State, now: Nanos, cost: u64) -> Decision {
         let (decision, pending) = self.decide(state, now, cost);
         if let Some(p) = pending {
@@ -55,6 +56,7 @@ pub trait Algorithm: Send + Sync {
     }
 
     /// What [`check`](Algorithm::check) would answer, consuming nothing.
+    #[inline]
     fn peek(&self, state: &Self::State, now: Nanos, cost: u64) -> Decision {
         self.decide(state, now, cost).0
     }

@@ -233,6 +233,7 @@ impl Algorithm for AnyAlgorithm {
     type State = AnyState;
     type Pending = AnyPending;
 
+    #[inline]
     fn limit(&self) -> u64 {
         match self {
             AnyAlgorithm::FixedWindow(a) => a.limit(),
@@ -244,6 +245,7 @@ impl Algorithm for AnyAlgorithm {
         }
     }
 
+    #[inline]
     fn decide(&self, state: &AnyState, now: Nanos, cost: u64) -> (Decision, Option<AnyPending>) {
         macro_rules! go {
             ($a:ident, $s:ident, $variant:ident) => {{
@@ -264,6 +266,7 @@ impl Algorithm for AnyAlgorithm {
         }
     }
 
+    #[inline]
     fn apply(&self, state: &mut AnyState, pending: AnyPending) {
         if std::mem::discriminant(state) != std::mem::discriminant(&self.fresh()) {
             *state = self.fresh();
@@ -293,6 +296,7 @@ impl Algorithm for AnyAlgorithm {
         }
     }
 
+    #[inline]
     fn full_at(&self, state: &AnyState) -> Nanos {
         dispatch!(self, state, a, s => a.full_at(s), Nanos::ZERO)
     }

@@ -67,6 +67,7 @@ impl std::fmt::Display for Denial {
 
 impl Decision {
     /// An admitted request.
+    #[inline]
     pub fn allow(limit: u64, remaining: u64, reset_after: Duration) -> Decision {
         Decision {
             allowed: true,
@@ -80,6 +81,7 @@ impl Decision {
     }
 
     /// A request denied because the key is over its rate.
+    #[inline]
     pub fn deny(
         limit: u64,
         remaining: u64,
@@ -98,6 +100,7 @@ impl Decision {
     }
 
     /// A request whose cost is above the limit: denied forever, `retry_after` is `None`.
+    #[inline]
     pub fn never(limit: u64, cost: u64, remaining: u64, reset_after: Duration) -> Decision {
         Decision {
             allowed: false,
@@ -111,6 +114,7 @@ impl Decision {
     }
 
     /// The same decision with a forwarding delay.
+    #[inline]
     pub fn with_delay(mut self, delay: Duration) -> Decision {
         self.delay = delay;
         self
@@ -159,6 +163,7 @@ fn clamp_i64(v: u64) -> i64 {
 /// assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
 /// assert_eq!(ceil_secs(Duration::ZERO), 0);
 /// ```
+#[inline]
 pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }

@@ -2,7 +2,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use crate::algorithm::Algorithm;
@@ -26,34 +25,34 @@ use crate::time::Nanos;
 /// # Ok::<(), floodgate_core::ConfigError>(())
 /// ```
 pub struct Limiter<A: Algorithm> {
-    algorithm: ArcSwap<A>,
-    state: Mutex<A::State>,
+    inner: Mutex<(A, A::State)>,
 }
 
 impl<A: Algorithm> Limiter<A> {
     /// A limiter at full capacity.
     pub fn new(algorithm: A) -> Self {
         Limiter {
-            algorithm: ArcSwap::from_pointee(algorithm),
-            state: Mutex::new(A::State::default()),
+            inner: Mutex::new((algorithm, A::State::default())),
         }
     }
 
     /// Decide, consuming `cost` when admitted.
+    #[inline]
     pub fn check(&self, now: Nanos, cost: u64) -> Decision {
-        let alg = self.algorithm.load();
-        alg.check(&mut self.state.lock(), now, cost)
+        let (alg, state) = &mut *self.inner.lock();
+        alg.check(state, now, cost)
     }
 
     /// Decide without consuming.
+    #[inline]
     pub fn peek(&self, now: Nanos, cost: u64) -> Decision {
-        let alg = self.algorithm.load();
-        alg.peek(&self.state.lock(), now, cost)
+        let (alg, state) = &*self.inner.lock();
+        alg.peek(state, now, cost)
     }
 
     /// Replace the algorithm's parameters at run time; the state is kept.
     pub fn set_algorithm(&self, algorithm: A) {
-        self.algorithm.store(std::sync::Arc::new(algorithm));
+        self.inner.lock().0 = algorithm;
     }
 }
 
@@ -86,6 +85,7 @@ impl AtomicGcra {
     }
 
     /// Decide, consuming `cost` when admitted.
+    #[inline]
     pub fn check(&self, now: Nanos, cost: u64) -> Decision {
         let mut current = self.tat.load(Ordering::Acquire);
         loop {
@@ -107,6 +107,7 @@ impl AtomicGcra {
     }
 
     /// Decide without consuming.
+    #[inline]
     pub fn peek(&self, now: Nanos, cost: u64) -> Decision {
         let state = crate::algorithms::GcraState {
             tat: Nanos(self.tat.load(Ordering::Acquire)),

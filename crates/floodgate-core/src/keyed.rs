@@ -11,7 +11,8 @@
 //!
 //! # The cap, and what eviction costs
 //! Each shard holds at most `max_keys / shards` keys, so the whole limiter never holds more
-//! than `max_keys`. When a new key arrives at a full shard:
+//! than `max_keys` (a shard may fill a little before the others: at 1M keys over 64 shards,
+//! about 1%). When a new key arrives at a full shard:
 //!
 //! 1. every key whose state is back at full capacity is dropped (an idle key is
 //!    equivalent to an absent one, so this loses nothing: counted in
@@ -34,9 +35,8 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use arc_swap::ArcSwap;
 use hashbrown::{HashMap, HashTable};
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::RwLock;
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
@@ -46,31 +46,45 @@ use crate::time::Nanos;
 /// Default number of shards.
 pub const DEFAULT_SHARDS: usize = 64;
 
+/// Fewer shards are used when `max_keys` is small, so each holds at least this many keys.
+pub const MIN_KEYS_PER_SHARD: usize = 256;
+
 /// A mutex on its own cache lines, so neighbouring shards do not false-share.
 #[repr(align(128))]
 pub(crate) struct Padded<T>(pub(crate) T);
 
-pub(crate) struct Shard<K, S> {
+pub(crate) struct Shard<K, S, A> {
+    /// The default algorithm, copied into every shard so that reading it costs nothing
+    /// beyond the shard lock already held ([`KeyedLimiter::set_algorithm`] updates all).
+    pub(crate) alg: Arc<A>,
     pub(crate) table: HashTable<(K, S)>,
 }
 
-/// The algorithm that applies to one key.
-pub(crate) enum AlgorithmRef<A> {
-    Default(arc_swap::Guard<Arc<A>>),
-    Own(Arc<A>),
-}
+pub(crate) type PaddedShard<K, S, A> = Padded<ShardLock<Shard<K, S, A>>>;
 
-impl<A> std::ops::Deref for AlgorithmRef<A> {
-    type Target = A;
-    fn deref(&self) -> &A {
-        match self {
-            AlgorithmRef::Default(g) => g,
-            AlgorithmRef::Own(a) => a,
-        }
+/// A shard's lock: a spin lock whose release is a plain store (one atomic instruction per
+/// decision instead of two, the dominant cost of an uncontended check). Critical sections
+/// are a hash probe and a few arithmetic operations; a waiter spins briefly, then yields
+/// its time slice every 64 attempts so a preempted holder is not starved of a core.
+pub(crate) type ShardLock<T> = spin::mutex::SpinMutex<T, SpinThenYield>;
+
+/// Relax strategy of [`ShardLock`]: `spin_loop` hints, and a `yield_now` every 64th.
+pub(crate) struct SpinThenYield;
+
+impl spin::RelaxStrategy for SpinThenYield {
+    fn relax() {
+        thread_local!(static SPINS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
+        SPINS.with(|spins| {
+            let n = spins.get().wrapping_add(1);
+            spins.set(n);
+            if n.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        });
     }
 }
-
-pub(crate) type PaddedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
 
 /// Counters of a [`KeyedLimiter`]; all monotonic since creation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -100,11 +114,10 @@ pub struct Stats {
 /// # Ok::<(), floodgate_core::ConfigError>(())
 /// ```
 pub struct KeyedLimiter<K, A: Algorithm> {
-    pub(crate) shards: Box<[PaddedShard<K, A::State>]>,
+    pub(crate) shards: Box<[PaddedShard<K, A::State, A>]>,
     hasher: foldhash::fast::RandomState,
     shard_shift_mask: usize,
     shard_cap: usize,
-    algorithm: ArcSwap<A>,
     overrides: RwLock<HashMap<K, Arc<A>>>,
     has_overrides: AtomicBool,
     idle_dropped: AtomicU64,
@@ -122,18 +135,22 @@ where
     }
 
     /// As [`new`](Self::new) with a chosen shard count (rounded down to a power of two, and
-    /// lowered so that every shard may hold at least one key).
+    /// lowered so that every shard holds at least [`MIN_KEYS_PER_SHARD`] keys).
     pub fn with_shards(algorithm: A, max_keys: usize, shards: usize) -> Result<Self, ConfigError> {
         if max_keys == 0 {
             return Err(ConfigError::Zero { what: "max_keys" });
         }
-        let shards = shards.clamp(1, max_keys);
+        // Every shard holds at least MIN_KEYS_PER_SHARD keys (or all of them), so that the
+        // uneven spread of keys over shards cannot evict long before `max_keys`.
+        let shards = shards.clamp(1, (max_keys / MIN_KEYS_PER_SHARD).max(1));
         let shards = 1usize << (usize::BITS - 1 - shards.leading_zeros());
         let shard_cap = max_keys / shards;
+        let algorithm = Arc::new(algorithm);
         Ok(KeyedLimiter {
             shards: (0..shards)
                 .map(|_| {
-                    Padded(Mutex::new(Shard {
+                    Padded(ShardLock::new(Shard {
+                        alg: algorithm.clone(),
                         table: HashTable::new(),
                     }))
                 })
@@ -141,7 +158,6 @@ where
             hasher: foldhash::fast::RandomState::default(),
             shard_shift_mask: shards - 1,
             shard_cap,
-            algorithm: ArcSwap::from_pointee(algorithm),
             overrides: RwLock::new(HashMap::new()),
             has_overrides: AtomicBool::new(false),
             idle_dropped: AtomicU64::new(0),
@@ -161,8 +177,10 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let alg = self.algorithm_for(key);
-        let mut shard = self.shard(hash).lock();
+        let own = self.own_algorithm(key);
+        let mut guard = self.shard(hash).lock();
+        let shard = &mut *guard;
+        let alg: &A = own.as_deref().unwrap_or(&shard.alg);
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             return alg.check(state, now, cost);
         }
@@ -170,7 +188,7 @@ where
         let (decision, pending) = alg.decide(&state, now, cost);
         if let Some(p) = pending {
             alg.apply(&mut state, p);
-            self.insert(&mut shard, hash, key.to_owned(), state, now);
+            self.insert(shard, hash, key.to_owned(), state, now);
         }
         decision
     }
@@ -182,8 +200,9 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let alg = self.algorithm_for(key);
+        let own = self.own_algorithm(key);
         let shard = self.shard(hash).lock();
+        let alg: &A = own.as_deref().unwrap_or(&shard.alg);
         match shard.table.find(hash, |(k, _)| k.borrow() == key) {
             Some((_, state)) => alg.peek(state, now, cost),
             None => alg.peek(&A::State::default(), now, cost),
@@ -193,12 +212,15 @@ where
     /// Replace the algorithm (quota) for every key without its own, at run time. Existing
     /// per-key state is kept and read by the new parameters.
     pub fn set_algorithm(&self, algorithm: A) {
-        self.algorithm.store(Arc::new(algorithm));
+        let algorithm = Arc::new(algorithm);
+        for shard in self.shards.iter() {
+            shard.0.lock().alg = algorithm.clone();
+        }
     }
 
     /// The current default algorithm.
     pub fn algorithm(&self) -> Arc<A> {
-        self.algorithm.load_full()
+        self.shards[0].0.lock().alg.clone()
     }
 
     /// Give `key` its own quota (a premium customer, say), at run time.
@@ -258,29 +280,26 @@ where
         (hash >> 40) as usize & self.shard_shift_mask
     }
 
-    fn shard(&self, hash: u64) -> &Mutex<Shard<K, A::State>> {
+    fn shard(&self, hash: u64) -> &ShardLock<Shard<K, A::State, A>> {
         &self.shards[self.shard_index(hash)].0
     }
 
-    /// The algorithm for `key`: its own quota if it has one, else the default. The default
-    /// is read through an `arc-swap` guard, which touches no shared reference count.
-    pub(crate) fn algorithm_for<Q>(&self, key: &Q) -> AlgorithmRef<A>
+    /// `key`'s own quota, if it has one (one relaxed load when no key has one).
+    pub(crate) fn own_algorithm<Q>(&self, key: &Q) -> Option<Arc<A>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.has_overrides.load(Ordering::Acquire)
-            && let Some(a) = self.overrides.read().get(key)
-        {
-            return AlgorithmRef::Own(a.clone());
+        if !self.has_overrides.load(Ordering::Acquire) {
+            return None;
         }
-        AlgorithmRef::Default(self.algorithm.load())
+        self.overrides.read().get(key).cloned()
     }
 
     /// Insert a new key's state into a locked shard, making room first if it is full.
     pub(crate) fn insert(
         &self,
-        shard: &mut MutexGuard<'_, Shard<K, A::State>>,
+        shard: &mut Shard<K, A::State, A>,
         hash: u64,
         key: K,
         state: A::State,
@@ -304,8 +323,8 @@ where
         default.full_at(state)
     }
 
-    fn drop_idle(&self, shard: &mut Shard<K, A::State>, now: Nanos) -> usize {
-        let default = self.algorithm.load_full();
+    fn drop_idle(&self, shard: &mut Shard<K, A::State, A>, now: Nanos) -> usize {
+        let default = shard.alg.clone();
         let before = shard.table.len();
         shard
             .table
@@ -316,7 +335,7 @@ where
         dropped
     }
 
-    fn make_room(&self, shard: &mut Shard<K, A::State>, now: Nanos) {
+    fn make_room(&self, shard: &mut Shard<K, A::State, A>, now: Nanos) {
         self.drop_idle(shard, now);
         let target = (self.shard_cap / 16).max(1);
         let free = self.shard_cap.saturating_sub(shard.table.len());
@@ -327,7 +346,7 @@ where
         if n == 0 {
             return;
         }
-        let default = self.algorithm.load_full();
+        let default = shard.alg.clone();
         let mut times: Vec<Nanos> = shard
             .table
             .iter()
@@ -369,7 +388,7 @@ mod tests {
     #[test]
     fn cap_holds_and_idle_keys_go_first() {
         let l: KeyedLimiter<u64, _> = KeyedLimiter::with_shards(gcra(5), 64, 4).unwrap();
-        assert_eq!(l.max_keys(), 64);
+        assert_eq!(l.max_keys(), 64); // one shard: 64 < 4 x MIN_KEYS_PER_SHARD
         // 64 keys used at t=0 (full again at t=1 s)
         for k in 0..64 {
             assert!(l.check(&k, Nanos::ZERO, 1).allowed);

@@ -129,7 +129,12 @@ where
 
     let algs: Vec<_> = checks
         .iter()
-        .map(|c| c.limiter.algorithm_for(c.key))
+        .zip(&slots)
+        .map(|(c, slot)| {
+            c.limiter
+                .own_algorithm(c.key)
+                .unwrap_or_else(|| guards[slot.lock].alg.clone())
+        })
         .collect();
     let mut decisions = Vec::with_capacity(checks.len());
     let mut pendings = Vec::with_capacity(checks.len());

@@ -99,6 +99,7 @@ impl Rate {
     }
 
     /// Nanoseconds between units at this rate (`period / count`, truncated; at least 1).
+    #[inline]
     pub fn emission_interval_nanos(&self) -> u64 {
         self.period_ns / self.count
     }
@@ -110,6 +111,7 @@ impl Rate {
 
     /// Units that accrue over `elapsed_ns`, scaled by `scale` (e.g. 10^9 for nano-units),
     /// computed exactly in 128-bit and saturating.
+    #[inline]
     pub(crate) fn accrued_scaled(&self, elapsed_ns: u64, scale: u64) -> u128 {
         (elapsed_ns as u128)
             .checked_mul(self.count as u128)
@@ -118,10 +120,14 @@ impl Rate {
     }
 
     /// Nanoseconds needed to accrue `units_scaled` (scaled by `scale`), rounded up.
+    #[inline]
     pub(crate) fn time_for_scaled(&self, units_scaled: u128, scale: u64) -> u64 {
         let denom = self.count as u128 * scale as u128;
-        let ns = (units_scaled * self.period_ns as u128).div_ceil(denom);
-        u64::try_from(ns).unwrap_or(u64::MAX)
+        units_scaled
+            .checked_mul(self.period_ns as u128)
+            .map_or(u64::MAX, |v| {
+                u64::try_from(v.div_ceil(denom)).unwrap_or(u64::MAX)
+            })
     }
 }
 

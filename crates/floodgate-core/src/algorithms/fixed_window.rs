@@ -60,6 +60,7 @@ impl FixedWindow {
 
     /// The counted window (index + 1) and its count as of `now`. A time earlier than the
     /// stored window (a clock step back) is counted in the stored window: never a reset.
+    #[inline]
     fn current(&self, s: &FixedWindowState, now: Nanos) -> (u64, u64) {
         let idx = now.0 / self.window_ns + 1;
         if idx <= s.window {
@@ -69,6 +70,7 @@ impl FixedWindow {
         }
     }
 
+    #[inline]
     fn until_end(&self, window: u64, now: Nanos) -> Duration {
         let end = (window as u128) * (self.window_ns as u128);
         dur(u64::try_from(end.saturating_sub(now.0 as u128)).unwrap_or(u64::MAX))
@@ -79,10 +81,12 @@ impl Algorithm for FixedWindow {
     type State = FixedWindowState;
     type Pending = FixedWindowState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn decide(
         &self,
         s: &FixedWindowState,
@@ -107,10 +111,12 @@ impl Algorithm for FixedWindow {
         )
     }
 
+    #[inline]
     fn apply(&self, s: &mut FixedWindowState, pending: FixedWindowState) {
         *s = pending;
     }
 
+    #[inline]
     fn full_at(&self, s: &FixedWindowState) -> Nanos {
         if s.count == 0 {
             return Nanos::ZERO;

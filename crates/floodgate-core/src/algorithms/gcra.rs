@@ -86,6 +86,7 @@ impl Gcra {
     }
 
     /// Emission interval in nanoseconds.
+    #[inline]
     pub fn emission_interval_nanos(&self) -> u64 {
         self.t_ns
     }
@@ -95,6 +96,7 @@ impl Gcra {
         self.tau_ns
     }
 
+    #[inline]
     fn remaining(&self, ttl: u64) -> u64 {
         if ttl <= self.tau_ns {
             (self.tau_ns - ttl) / self.t_ns
@@ -108,10 +110,12 @@ impl Algorithm for Gcra {
     type State = GcraState;
     type Pending = Nanos;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.capacity
     }
 
+    #[inline(always)]
     fn decide(&self, state: &GcraState, now: Nanos, cost: u64) -> (Decision, Option<Nanos>) {
         let tat = state.tat.max(now).0;
         let increment = (cost as u128) * (self.t_ns as u128);
@@ -150,10 +154,12 @@ impl Algorithm for Gcra {
         )
     }
 
+    #[inline]
     fn apply(&self, state: &mut GcraState, pending: Nanos) {
         state.tat = pending;
     }
 
+    #[inline]
     fn full_at(&self, state: &GcraState) -> Nanos {
         state.tat
     }

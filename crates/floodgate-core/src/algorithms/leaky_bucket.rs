@@ -118,12 +118,26 @@ impl LeakyBucket {
         self.delay
     }
 
+    #[inline]
     fn level_at(&self, s: &LeakyState, now: Nanos) -> u64 {
         let elapsed = now.0.saturating_sub(s.last.0);
         s.level
             .saturating_sub(sat_u64(self.rate.accrued_scaled(elapsed, NANO_UNITS)))
+            .min(self.capacity_n)
     }
 
+    /// Time from `now` until the drain since `s.last` reaches `units_n` nano-units: exact,
+    /// because drain is always measured from `last`.
+    #[inline]
+    fn until_drained(&self, s: &LeakyState, now: Nanos, units_n: u128) -> Duration {
+        let at = s
+            .last
+            .0
+            .saturating_add(self.rate.time_for_scaled(units_n, NANO_UNITS));
+        dur(at.saturating_sub(now.0))
+    }
+
+    #[inline]
     fn time_for(&self, level_n: u64) -> Duration {
         dur(self.rate.time_for_scaled(level_n as u128, NANO_UNITS))
     }
@@ -133,26 +147,29 @@ impl Algorithm for LeakyBucket {
     type State = LeakyState;
     type Pending = LeakyState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.capacity
     }
 
+    #[inline]
     fn decide(&self, s: &LeakyState, now: Nanos, cost: u64) -> (Decision, Option<LeakyState>) {
         let level = self.level_at(s, now);
         let remaining = (self.capacity_n - level) / NANO_UNITS;
+        let reset = if level == 0 {
+            Duration::ZERO
+        } else {
+            self.until_drained(s, now, s.level as u128)
+        };
         if cost > self.capacity {
-            return (
-                Decision::never(self.capacity, cost, remaining, self.time_for(level)),
-                None,
-            );
+            return (Decision::never(self.capacity, cost, remaining, reset), None);
         }
         let new_level = level + cost * NANO_UNITS; // both <= capacity_n, no overflow
         if new_level > self.capacity_n {
-            let retry = self.time_for(new_level - self.capacity_n);
-            return (
-                Decision::deny(self.capacity, remaining, retry, self.time_for(level)),
-                None,
-            );
+            // admitted once the drain since `last` covers stored level + cost - capacity
+            let over = s.level as u128 + (cost * NANO_UNITS) as u128 - self.capacity_n as u128;
+            let retry = self.until_drained(s, now, over);
+            return (Decision::deny(self.capacity, remaining, retry, reset), None);
         }
         let delay = self.time_for(new_level.saturating_sub(self.undelayed_n));
         let decision = Decision::allow(
@@ -168,10 +185,12 @@ impl Algorithm for LeakyBucket {
         (decision, (cost > 0).then_some(next))
     }
 
+    #[inline]
     fn apply(&self, s: &mut LeakyState, pending: LeakyState) {
         *s = pending;
     }
 
+    #[inline]
     fn full_at(&self, s: &LeakyState) -> Nanos {
         if s.level == 0 {
             return Nanos::ZERO;

@@ -62,10 +62,12 @@ pub(crate) fn window_nanos(window: Duration) -> Result<u64, ConfigError> {
     Ok(ns)
 }
 
+#[inline]
 pub(crate) fn dur(ns: u64) -> Duration {
     Duration::from_nanos(ns)
 }
 
+#[inline]
 pub(crate) fn sat_u64(v: u128) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
 }

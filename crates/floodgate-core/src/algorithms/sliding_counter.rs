@@ -39,10 +39,17 @@ pub struct SlidingCounterState {
 impl SlidingCounter {
     /// About `limit` units per rolling window of length `window`.
     pub fn new(limit: u64, window: Duration) -> Result<SlidingCounter, ConfigError> {
-        Ok(SlidingCounter {
-            limit: nonzero(limit, "limit")?,
-            window_ns: window_nanos(window)?,
-        })
+        let limit = nonzero(limit, "limit")?;
+        let window_ns = window_nanos(window)?;
+        if (limit as u128) * (window_ns as u128) >= 1 << 126 {
+            return Err(ConfigError::Overflow {
+                what: "limit",
+                detail: format!(
+                    "limit {limit} x window {window_ns} ns is beyond 2^126 unit-nanoseconds"
+                ),
+            });
+        }
+        Ok(SlidingCounter { limit, window_ns })
     }
 
     /// The window length in nanoseconds.
@@ -51,6 +58,7 @@ impl SlidingCounter {
     }
 
     /// The state rolled forward to `now`, and nanoseconds elapsed in the current window.
+    #[inline]
     fn roll(&self, s: &SlidingCounterState, now: Nanos) -> (SlidingCounterState, u64) {
         let idx = now.0 / self.window_ns + 1;
         let rolled = if idx <= s.window {
@@ -76,13 +84,17 @@ impl SlidingCounter {
     }
 
     /// `limit x W - previous x (W - elapsed) - current x W`, in unit-nanoseconds (may be < 0).
+    #[inline]
     fn headroom(&self, s: &SlidingCounterState, elapsed: u64) -> i128 {
         let w = self.window_ns as i128;
-        self.limit as i128 * w - s.previous as i128 * (w - elapsed as i128) - s.current as i128 * w
+        (self.limit as i128 * w)
+            .saturating_sub((s.previous as i128).saturating_mul(w - elapsed as i128))
+            .saturating_sub((s.current as i128).saturating_mul(w))
     }
 
     /// Nanoseconds from `elapsed` until `weight x (W - e) <= budget_units x W`, with `e`
     /// measured in the same window (may equal `W`: the start of the next window).
+    #[inline]
     fn wait_for(&self, weight: u64, budget_units: u64, elapsed: u64) -> u64 {
         let w = self.window_ns as u128;
         let allowed_overlap = if weight == 0 {
@@ -99,10 +111,12 @@ impl Algorithm for SlidingCounter {
     type State = SlidingCounterState;
     type Pending = SlidingCounterState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn decide(
         &self,
         s: &SlidingCounterState,
@@ -131,7 +145,11 @@ impl Algorithm for SlidingCounter {
         }
         let need = cost as i128 * w as i128;
         if need > headroom {
-            let retry = if rolled.current + cost <= self.limit {
+            let fits_this_window = rolled
+                .current
+                .checked_add(cost)
+                .is_some_and(|n| n <= self.limit);
+            let retry = if fits_this_window {
                 self.wait_for(rolled.previous, self.limit - rolled.current - cost, elapsed)
             } else {
                 // wait for the next window, where `current` becomes the weighted part
@@ -157,10 +175,12 @@ impl Algorithm for SlidingCounter {
         )
     }
 
+    #[inline]
     fn apply(&self, s: &mut SlidingCounterState, pending: SlidingCounterState) {
         *s = pending;
     }
 
+    #[inline]
     fn full_at(&self, s: &SlidingCounterState) -> Nanos {
         let end_of = |k: u64| Nanos(k.saturating_mul(self.window_ns));
         if s.current > 0 {

@@ -61,10 +61,12 @@ impl SlidingLog {
         self.window_ns
     }
 
+    #[inline]
     fn expired(&self, t: Nanos, now: Nanos) -> bool {
         t.0.saturating_add(self.window_ns) <= now.0
     }
 
+    #[inline]
     fn until_expiry(&self, t: Nanos, now: Nanos) -> Duration {
         dur(t.0.saturating_add(self.window_ns).saturating_sub(now.0))
     }
@@ -74,10 +76,12 @@ impl Algorithm for SlidingLog {
     type State = SlidingLogState;
     type Pending = (Nanos, u64);
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn decide(
         &self,
         s: &SlidingLogState,
@@ -91,7 +95,7 @@ impl Algorithm for SlidingLog {
             .take_while(|(t, _)| self.expired(*t, now))
             .map(|(_, c)| c)
             .sum();
-        let used = s.total - expired;
+        let used = s.total.saturating_sub(expired);
         let remaining = self.limit.saturating_sub(used);
         let reset = s
             .entries
@@ -101,11 +105,11 @@ impl Algorithm for SlidingLog {
             return (Decision::never(self.limit, cost, remaining, reset), None);
         }
         if cost > remaining {
-            let need = used + cost - self.limit;
-            let mut freed = 0;
+            let need = used as u128 + cost as u128 - self.limit as u128;
+            let mut freed = 0u128;
             let mut retry = reset;
             for (t, c) in live {
-                freed += c;
+                freed += *c as u128;
                 if freed >= need {
                     retry = self.until_expiry(*t, now);
                     break;
@@ -125,23 +129,25 @@ impl Algorithm for SlidingLog {
         )
     }
 
+    #[inline]
     fn apply(&self, s: &mut SlidingLogState, (now, cost): (Nanos, u64)) {
         while let Some(&(t, c)) = s.entries.front() {
             if !self.expired(t, now) {
                 break;
             }
             s.entries.pop_front();
-            s.total -= c;
+            s.total = s.total.saturating_sub(c);
         }
         // Keep entries ordered even if time stepped back: count the request at the newest
         // instant, which keeps it in the log at least as long as its true instant would.
         match s.entries.back_mut() {
-            Some((t, c)) if *t >= now => *c += cost,
+            Some((t, c)) if *t >= now => *c = c.saturating_add(cost),
             _ => s.entries.push_back((now, cost)),
         }
-        s.total += cost;
+        s.total = s.total.saturating_add(cost);
     }
 
+    #[inline]
     fn full_at(&self, s: &SlidingLogState) -> Nanos {
         s.entries.back().map_or(Nanos::ZERO, |(t, _)| {
             Nanos(t.0.saturating_add(self.window_ns))

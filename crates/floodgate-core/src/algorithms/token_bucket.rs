@@ -1,5 +1,7 @@
 //! Token bucket: capacity and a continuous refill.
 
+use std::time::Duration;
+
 use super::{NANO_UNITS, dur, nano_units, nonzero, sat_u64};
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
@@ -58,10 +60,24 @@ impl TokenBucket {
         self.refill
     }
 
+    /// Nano-tokens missing at `now` (never more than a whole bucket, even after the
+    /// capacity was lowered at run time).
+    #[inline]
     fn deficit_at(&self, s: &TokenBucketState, now: Nanos) -> u64 {
         let elapsed = now.0.saturating_sub(s.last.0);
         let refilled = sat_u64(self.refill.accrued_scaled(elapsed, NANO_UNITS));
-        s.deficit.saturating_sub(refilled)
+        s.deficit.saturating_sub(refilled).min(self.capacity_n)
+    }
+
+    /// Time from `now` until the refill since `s.last` reaches `units_n` nano-tokens:
+    /// exact, because refill is always measured from `last`.
+    #[inline]
+    fn until_refilled(&self, s: &TokenBucketState, now: Nanos, units_n: u128) -> Duration {
+        let at = s
+            .last
+            .0
+            .saturating_add(self.refill.time_for_scaled(units_n, NANO_UNITS));
+        dur(at.saturating_sub(now.0))
     }
 }
 
@@ -69,10 +85,12 @@ impl Algorithm for TokenBucket {
     type State = TokenBucketState;
     type Pending = TokenBucketState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.capacity
     }
 
+    #[inline]
     fn decide(
         &self,
         s: &TokenBucketState,
@@ -82,15 +100,19 @@ impl Algorithm for TokenBucket {
         let deficit = self.deficit_at(s, now);
         let available = self.capacity_n - deficit;
         let remaining = available / NANO_UNITS;
-        let reset = dur(self.refill.time_for_scaled(deficit as u128, NANO_UNITS));
+        let reset = if deficit == 0 {
+            Duration::ZERO
+        } else {
+            self.until_refilled(s, now, s.deficit as u128)
+        };
         if cost > self.capacity {
             return (Decision::never(self.capacity, cost, remaining, reset), None);
         }
         let need = cost * NANO_UNITS; // cost <= capacity, and capacity_n fits
         if need > available {
-            let retry = dur(self
-                .refill
-                .time_for_scaled((need - available) as u128, NANO_UNITS));
+            // admitted once the refill since `last` covers stored deficit + need - capacity
+            let short = s.deficit as u128 + need as u128 - self.capacity_n as u128;
+            let retry = self.until_refilled(s, now, short);
             return (Decision::deny(self.capacity, remaining, retry, reset), None);
         }
         let deficit = deficit + need;
@@ -109,10 +131,12 @@ impl Algorithm for TokenBucket {
         )
     }
 
+    #[inline]
     fn apply(&self, s: &mut TokenBucketState, pending: TokenBucketState) {
         *s = pending;
     }
 
+    #[inline]
     fn full_at(&self, s: &TokenBucketState) -> Nanos {
         if s.deficit == 0 {
             return Nanos::ZERO;
