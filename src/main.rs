@@ -2,6 +2,7 @@
 //! this binary turns them into messages with `anyhow`.
 
 mod simulate_cmd;
+mod throttle_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -18,12 +19,15 @@ enum Command {
     /// Run traffic scenarios on a simulated clock through every algorithm and compare what
     /// each admits across a window boundary.
     Simulate(simulate_cmd::SimulateArgs),
+    /// redis-cell's CL.THROTTLE on any Redis (no module): prints the same five integers.
+    Throttle(throttle_cmd::ThrottleCmdArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate_cmd::run(args),
+        Command::Throttle(args) => throttle_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("floodgate: error: {e:#}");

@@ -1,0 +1,268 @@
+//! The Lua scripts, one per algorithm, and how a core algorithm becomes script arguments.
+//!
+//! # Exactness
+//! Redis runs Lua 5.1, whose numbers are doubles: integers are exact below 2^53 only,
+//! and nanosecond Unix times (about 1.7 x 10^18) are not. The scripts therefore
+//!
+//! * keep instants in two exact parts (seconds, nanoseconds) and store them as decimal
+//!   nanosecond strings;
+//! * compute every duration and amount as an exact integer below 2^52, which holds when
+//!   every configured duration (window, period, `tau`, time to refill a bucket) and every
+//!   nano-unit amount (capacity x 10^9) is below 2^50 (about 13 days, 1.1 million units):
+//!   [`ScriptCall::new`] rejects anything larger with [`Error::Domain`];
+//! * form products of two such values (`elapsed x rate`, `count x window`) exactly in
+//!   base-2^24 limbs and divide with an exact remainder.
+//!
+//! Under those bounds every decision is bit-identical to the core's (the differential
+//! test checks it). In caller-time mode a time may step back by at most 2^50 ns (13 days)
+//! behind the latest time written to a key; further back, the scripts saturate where the
+//! core would not.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use floodgate_core::algorithms::DelayMode;
+use floodgate_core::{Algorithm, AnyAlgorithm, Decision, Denial, Nanos, Rate};
+use redis::Script;
+
+use crate::error::Error;
+
+/// 2^50: the bound on every duration (ns) and nano-unit amount a script computes with.
+pub const EXACT_LIMIT: u64 = 1 << 50;
+/// The shortest window the windowed scripts accept (10 µs), so that window indices of
+/// any time below 2^63 ns stay exact.
+pub const MIN_WINDOW_NS: u64 = 10_000;
+const NANO: u64 = 1_000_000_000;
+
+macro_rules! script {
+    ($($file:literal),+) => {
+        LazyLock::new(|| Script::new(concat!($(include_str!(concat!("../lua/", $file))),+)))
+    };
+}
+
+/// GCRA (CL.THROTTLE).
+pub static GCRA: LazyLock<Script> = script!("time.lua", "gcra.lua");
+/// Fixed window.
+pub static FIXED_WINDOW: LazyLock<Script> = script!("time.lua", "muldiv.lua", "fixed_window.lua");
+/// Sliding log.
+pub static SLIDING_LOG: LazyLock<Script> = script!("time.lua", "sliding_log.lua");
+/// Sliding window counter.
+pub static SLIDING_COUNTER: LazyLock<Script> =
+    script!("time.lua", "muldiv.lua", "sliding_counter.lua");
+/// Token bucket.
+pub static TOKEN_BUCKET: LazyLock<Script> = script!("time.lua", "muldiv.lua", "token_bucket.lua");
+/// Leaky bucket (meter and queue).
+pub static LEAKY_BUCKET: LazyLock<Script> = script!("time.lua", "muldiv.lua", "leaky_bucket.lua");
+/// The seed's fixed-window baseline: `INCR` + `EXPIRE` (used by the benchmark).
+pub static SEED_INCR_EXPIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return c",
+    )
+});
+
+/// Where a script reads `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Now {
+    /// Redis `TIME`, inside the script.
+    Redis,
+    /// The caller's instant, nanoseconds since the Unix epoch (below 2^63).
+    Caller(Nanos),
+}
+
+/// One algorithm's script and its parameter arguments.
+#[derive(Debug, Clone)]
+pub struct ScriptCall {
+    script: &'static Script,
+    kind: &'static str,
+    limit: u64,
+    params: Vec<i64>,
+}
+
+fn domain(what: &'static str, value: u128, unit: &str) -> Result<u64, Error> {
+    if value >= EXACT_LIMIT as u128 {
+        return Err(Error::Domain {
+            what,
+            detail: format!("{value} {unit} is not below 2^50 = {EXACT_LIMIT}"),
+        });
+    }
+    Ok(value as u64)
+}
+
+fn window(ns: u64) -> Result<u64, Error> {
+    if ns < MIN_WINDOW_NS {
+        return Err(Error::Domain {
+            what: "window",
+            detail: format!("{ns} ns is shorter than the minimum of {MIN_WINDOW_NS} ns"),
+        });
+    }
+    domain("window", ns as u128, "ns")
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The rate as a reduced fraction `a / b` nano-units per nanosecond, and a check that a
+/// full bucket of `capacity` refills within the exact range.
+fn rate_fraction(rate: Rate, capacity: u64) -> Result<(u64, u64), Error> {
+    let num = rate.count() as u128 * NANO as u128;
+    let den = rate.period_nanos() as u128;
+    let g = gcd(num, den);
+    let (a, b) = (num / g, den / g);
+    let a = domain("rate numerator (count x 10^9 / gcd)", a, "")?;
+    let b = domain("rate denominator (period / gcd)", b, "")?;
+    let capn = domain(
+        "capacity in nano-units",
+        capacity as u128 * NANO as u128,
+        "nano-units",
+    )?;
+    domain(
+        "time to refill the whole capacity",
+        (capn as u128 * b as u128).div_ceil(a as u128),
+        "ns",
+    )?;
+    Ok((a, b))
+}
+
+impl ScriptCall {
+    /// The script and arguments for `algorithm`, or [`Error::Domain`] when a parameter is
+    /// outside the range the scripts compute exactly.
+    pub fn new(algorithm: &AnyAlgorithm) -> Result<ScriptCall, Error> {
+        let limit = algorithm.limit();
+        let kind = algorithm.kind().name();
+        let (script, params): (_, Vec<u64>) = match algorithm {
+            AnyAlgorithm::Gcra(g) => {
+                domain(
+                    "burst tolerance (emission interval x capacity)",
+                    g.tolerance_nanos() as u128,
+                    "ns",
+                )?;
+                (
+                    &*GCRA,
+                    vec![g.emission_interval_nanos(), g.tolerance_nanos(), limit],
+                )
+            }
+            AnyAlgorithm::FixedWindow(f) => {
+                domain("limit", limit as u128, "units")?;
+                (&*FIXED_WINDOW, vec![limit, window(f.window_nanos())?])
+            }
+            AnyAlgorithm::SlidingLog(f) => {
+                domain("limit", limit as u128, "units")?;
+                (&*SLIDING_LOG, vec![limit, window(f.window_nanos())?])
+            }
+            AnyAlgorithm::SlidingCounter(f) => {
+                domain("limit", limit as u128, "units")?;
+                (&*SLIDING_COUNTER, vec![limit, window(f.window_nanos())?])
+            }
+            AnyAlgorithm::TokenBucket(t) => {
+                let (a, b) = rate_fraction(t.refill(), limit)?;
+                (&*TOKEN_BUCKET, vec![limit, a, b])
+            }
+            AnyAlgorithm::Leaky(l) => {
+                let (a, b) = rate_fraction(l.rate(), limit)?;
+                // the level passed without delay, nano-units; u64::MAX (sent as -1) = nodelay
+                let und = match l.delay_mode() {
+                    DelayMode::NoDelay => u64::MAX,
+                    DelayMode::After(n) => (n + 1) * NANO, // n <= burst: below capacity
+                };
+                (&*LEAKY_BUCKET, vec![limit, a, b, und])
+            }
+        };
+        let params = params
+            .into_iter()
+            .map(|p| i64::try_from(p).unwrap_or(-1))
+            .collect();
+        Ok(ScriptCall {
+            script,
+            kind,
+            limit,
+            params,
+        })
+    }
+
+    /// The algorithm's name, used in key names.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The algorithm's limit.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The script this call runs.
+    pub fn script(&self) -> &'static Script {
+        self.script
+    }
+
+    /// Prepare the invocation for `key` at `now` with `cost`; `pad_ms` is added to every
+    /// expiry. A cost above the limit is sent as `limit + 1` (the answer is the same: never).
+    pub fn invocation(
+        &self,
+        key: &[u8],
+        now: Now,
+        cost: u64,
+        pad_ms: u64,
+    ) -> Result<redis::ScriptInvocation<'static>, Error> {
+        let mut inv = self.script.prepare_invoke();
+        inv.key(key);
+        match now {
+            Now::Redis => {
+                inv.arg("redis").arg("");
+            }
+            Now::Caller(t) => {
+                if t.0 >= 1 << 63 {
+                    return Err(Error::TimeOutOfRange { now_ns: t.0 });
+                }
+                inv.arg(t.0 / NANO).arg(t.0 % NANO);
+            }
+        }
+        inv.arg(cost.min(self.limit.saturating_add(1))).arg(pad_ms);
+        for p in &self.params {
+            inv.arg(*p);
+        }
+        Ok(inv)
+    }
+
+    /// Turn the script's seven integers into the core's [`Decision`].
+    pub fn decision(&self, reply: &[i64], cost: u64) -> Result<Decision, Error> {
+        let bad = |detail: String| Error::BadReply {
+            script: self.kind,
+            detail,
+        };
+        let [allowed, limit, remaining, retry, reset, delay, denial] = reply else {
+            return Err(bad(format!("expected 7 integers, got {reply:?}")));
+        };
+        let nonneg = |v: i64, what: &str| {
+            u64::try_from(v).map_err(|_| bad(format!("negative {what} {v} in {reply:?}")))
+        };
+        let d = Decision {
+            allowed: *allowed == 1,
+            limit: nonneg(*limit, "limit")?,
+            remaining: nonneg(*remaining, "remaining")?,
+            retry_after: if *retry < 0 {
+                None
+            } else {
+                Some(Duration::from_nanos(*retry as u64))
+            },
+            reset_after: Duration::from_nanos(nonneg(*reset, "reset_after")?),
+            delay: Duration::from_nanos(nonneg(*delay, "delay")?),
+            denial: match denial {
+                0 => None,
+                1 => Some(Denial::RateLimited),
+                2 => Some(Denial::CostExceedsLimit {
+                    cost,
+                    limit: self.limit,
+                }),
+                other => return Err(bad(format!("unknown denial code {other}"))),
+            },
+        };
+        if d.limit != self.limit || d.allowed == d.denial.is_some() {
+            return Err(bad(format!("inconsistent reply {reply:?}")));
+        }
+        Ok(d)
+    }
+}

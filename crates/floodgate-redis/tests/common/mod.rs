@@ -1,0 +1,236 @@
+//! Test helpers: our own redis-server processes on free loopback ports, unique prefixes on
+//! the shared Redis (127.0.0.1:6379), and the "every key has a TTL" check.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floodgate_redis::{RedisStore, StoreConfig};
+
+pub const SHARED: &str = "redis://127.0.0.1:6379";
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A prefix no other test run uses.
+pub fn unique_prefix(name: &str) -> String {
+    format!(
+        "fgtest:{name}:{}:{}:",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000
+    )
+}
+
+/// A redis-server of our own: killed on drop.
+pub struct Server {
+    pub port: u16,
+    child: Option<Child>,
+    pub dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Server {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("fg-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut s = Server {
+            port,
+            child: None,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = Command::new("redis-cli")
+                .args(["-p", &self.port.to_string(), "ping"])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).trim() == "PONG" {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {} did not start",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Start again on the same port (after [`kill`](Self::kill)).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub async fn store(url: &str, prefix: &str) -> Arc<RedisStore> {
+    store_with(
+        url,
+        StoreConfig {
+            prefix: prefix.to_string(),
+            timeout: Duration::from_secs(2),
+            ..StoreConfig::default()
+        },
+    )
+    .await
+}
+
+pub async fn store_with(url: &str, config: StoreConfig) -> Arc<RedisStore> {
+    Arc::new(RedisStore::connect(url, config).await.expect("connect"))
+}
+
+/// All keys under `prefix` (SCAN), with their PTTL.
+pub async fn keys_with_pttl(store: &RedisStore, prefix: &str) -> Vec<(Vec<u8>, i64)> {
+    let mut cursor = 0u64;
+    let mut out = Vec::new();
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = store
+            .command(
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("{prefix}*"))
+                    .arg("COUNT")
+                    .arg(1000),
+            )
+            .await
+            .unwrap();
+        for k in keys {
+            let pttl: i64 = store.command(redis::cmd("PTTL").arg(&k)).await.unwrap();
+            out.push((k, pttl));
+        }
+        if next == 0 {
+            return out;
+        }
+        cursor = next;
+    }
+}
+
+/// Every key under `prefix` has a TTL; then delete them all. Returns how many there were.
+pub async fn assert_ttls_and_clean(store: &RedisStore, prefix: &str) -> usize {
+    let keys = keys_with_pttl(store, prefix).await;
+    for (k, pttl) in &keys {
+        assert!(
+            *pttl > 0,
+            "key {:?} has PTTL {pttl}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    for (k, _) in &keys {
+        let _: i64 = store.command(redis::cmd("DEL").arg(k)).await.unwrap();
+    }
+    keys.len()
+}
+
+/// A plain multiplexed connection (for commands the store does not wrap).
+pub async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// `INFO commandstats` of our own server as command -> calls.
+pub fn commandstats(server: &Server) -> std::collections::HashMap<String, u64> {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((name.to_string(), rest.split(',').next()?.parse().ok()?))
+        })
+        .collect()
+}
