@@ -18,21 +18,31 @@ if v then
   ls, ln = tparse(lt)
 end
 local el = tdiff(s, n, ls, ln)
+local sl = level -- as stored at `last`
 if level > 0 and el > 0 then
   local drained = muldivmod(el, a, b)
   if drained == nil or drained >= level then level = 0 else level = level - drained end
 end
+if level > capn then level = capn end
 local function time_for(u)
   if u == 0 then return 0 end
   local q, r = muldivmod(u, b, a)
   if r > 0 then q = q + 1 end
   return q
 end
+-- time from now until the flow since `last` reaches u nano-units (0 if already past)
+local function from_last(u)
+  local d = time_for(u) - el
+  if d < 0 then return 0 end
+  return d
+end
 local remaining = fdiv(capn - level, E9)
-if cost > cap then return { 0, cap, remaining, -1, time_for(level), 0, 2 } end
+local reset0 = 0
+if level > 0 then reset0 = from_last(sl) end
+if cost > cap then return { 0, cap, remaining, -1, reset0, 0, 2 } end
 local nl = level + cost * E9
 if nl > capn then
-  return { 0, cap, remaining, time_for(nl - capn), time_for(level), 0, 1 }
+  return { 0, cap, remaining, from_last(sl + cost * E9 - capn), reset0, 0, 1 }
 end
 local delay = 0
 if und >= 0 and nl > und then delay = time_for(nl - und) end

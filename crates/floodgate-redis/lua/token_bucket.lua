@@ -17,22 +17,32 @@ if v then
   ls, ln = tparse(lt)
 end
 local el = tdiff(s, n, ls, ln)
+local sd = deficit -- as stored at `last`
 if deficit > 0 and el > 0 then
   local refill = muldivmod(el, a, b)
   if refill == nil or refill >= deficit then deficit = 0 else deficit = deficit - refill end
 end
+if deficit > capn then deficit = capn end
 local function time_for(u)
   if u == 0 then return 0 end
   local q, r = muldivmod(u, b, a)
   if r > 0 then q = q + 1 end
   return q
 end
+-- time from now until the flow since `last` reaches u nano-units (0 if already past)
+local function from_last(u)
+  local d = time_for(u) - el
+  if d < 0 then return 0 end
+  return d
+end
 local available = capn - deficit
 local remaining = fdiv(available, E9)
-if cost > cap then return { 0, cap, remaining, -1, time_for(deficit), 0, 2 } end
+local reset0 = 0
+if deficit > 0 then reset0 = from_last(sd) end
+if cost > cap then return { 0, cap, remaining, -1, reset0, 0, 2 } end
 local need = cost * E9
 if need > available then
-  return { 0, cap, remaining, time_for(need - available), time_for(deficit), 0, 1 }
+  return { 0, cap, remaining, from_last(sd + need - capn), reset0, 0, 1 }
 end
 deficit = deficit + need
 local reset = time_for(deficit)
