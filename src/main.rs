@@ -2,6 +2,7 @@
 //! this binary turns them into messages with `anyhow`.
 
 mod simulate_cmd;
+mod simulate_dist;
 mod throttle_cmd;
 
 use clap::{Parser, Subcommand};

@@ -20,7 +20,10 @@ Examples:
   floodgate simulate --arrivals 100@59.9s --arrivals 100@60.1s --rate 100/min
   floodgate simulate --scenario steady --rps 5 --duration 120s --rate 100/min
   floodgate simulate --algorithm fixed-window --algorithm gcra --json
-  floodgate simulate --svg boundary.svg";
+  floodgate simulate --svg boundary.svg
+  floodgate simulate --nodes 3                       distributed strategies, uniform traffic
+  floodgate simulate --nodes 3 --skew spread         one client spreading over all nodes
+  floodgate simulate --nodes 3 --skew hot --fail 1@20s --join 40s --json";
 
 /// Flags of `floodgate simulate`.
 #[derive(Args, Debug)]
@@ -33,14 +36,14 @@ pub struct SimulateArgs {
     /// Limit as COUNT/PERIOD (10/s, 100/min, 100/60s). Default per scenario: boundary
     /// 100/60s, refill 2/s, steady 100/min.
     #[arg(long)]
-    rate: Option<Rate>,
+    pub(crate) rate: Option<Rate>,
     /// Units a key at rest admits at once, for the bucket algorithms (token bucket, leaky,
     /// GCRA). Default: the rate's count (refill: 10).
     #[arg(long, conflicts_with = "burst")]
-    capacity: Option<u64>,
+    pub(crate) capacity: Option<u64>,
     /// nginx/redis-cell style burst: the excess above one request (capacity = burst + 1).
     #[arg(long)]
-    burst: Option<u64>,
+    pub(crate) burst: Option<u64>,
     /// Leaky queue: let the first N excess requests through without delay (nginx delay=N).
     #[arg(long, value_name = "N")]
     delay: Option<u64>,
@@ -50,22 +53,60 @@ pub struct SimulateArgs {
     /// Custom traffic, COUNT@TIME[xCOST], repeatable: --arrivals 100@59.9s --arrivals 100@60.1s
     #[arg(long, value_name = "COUNT@TIME")]
     arrivals: Vec<Burst>,
-    /// Steady scenario: requests per second.
-    #[arg(long, default_value_t = 5)]
-    rps: u64,
-    /// Steady scenario: how long.
-    #[arg(long, default_value = "180s", value_parser = parse_duration)]
-    duration: Duration,
+    /// Steady scenario (default 5) and distributed mode (default 200): requests per second.
+    #[arg(long)]
+    pub(crate) rps: Option<u64>,
+    /// Steady scenario (default 180s) and distributed mode (default 60s): how long.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) duration: Option<Duration>,
+    /// Distributed mode: price the strategies for a fleet of N nodes (see --strategy).
+    #[arg(long, value_name = "N", help_heading = "Distributed mode")]
+    pub(crate) nodes: Option<usize>,
+    /// sticky, local, shared, hybrid or all (repeatable; default all).
+    #[arg(
+        long = "strategy",
+        value_name = "NAME",
+        help_heading = "Distributed mode"
+    )]
+    pub(crate) strategies: Vec<String>,
+    /// Traffic shape: uniform, zipf, hot (one hot key), spread (one client over all nodes).
+    #[arg(long, default_value = "uniform", help_heading = "Distributed mode")]
+    pub(crate) skew: floodgate_dist::Skew,
+    /// Distinct keys (clients).
+    #[arg(long, default_value_t = 100, help_heading = "Distributed mode")]
+    pub(crate) keys: u64,
+    /// Simulated round-trip time to another node or to the shared store.
+    #[arg(long, default_value = "1ms", value_parser = parse_duration, help_heading = "Distributed mode")]
+    pub(crate) rtt: Duration,
+    /// A node fails: NODE@TIME, e.g. 1@20s (repeatable).
+    #[arg(
+        long = "fail",
+        value_name = "NODE@TIME",
+        help_heading = "Distributed mode"
+    )]
+    pub(crate) fails: Vec<String>,
+    /// A node joins at TIME, e.g. 40s (repeatable).
+    #[arg(long = "join", value_name = "TIME", value_parser = parse_duration, help_heading = "Distributed mode")]
+    pub(crate) joins: Vec<Duration>,
+    /// Hybrid: units per lease.
+    #[arg(long, default_value_t = 10, help_heading = "Distributed mode")]
+    pub(crate) lease: u64,
+    /// Hybrid: how long a lease is valid.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, help_heading = "Distributed mode")]
+    pub(crate) lease_ttl: Duration,
+    /// Seed for the simulated traffic.
+    #[arg(long, default_value_t = 1, help_heading = "Distributed mode")]
+    pub(crate) seed: u64,
     /// Only these algorithms (repeatable): fixed-window, sliding-log, sliding-counter,
     /// token-bucket, leaky-meter, leaky-queue, gcra.
     #[arg(long = "algorithm", value_name = "NAME")]
-    algorithms: Vec<Kind>,
+    pub(crate) algorithms: Vec<Kind>,
     /// Print JSON: an array with one object per (scenario, algorithm).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Write an SVG plot of admissions over time, window boundaries marked.
     #[arg(long, value_name = "FILE")]
-    svg: Option<PathBuf>,
+    pub(crate) svg: Option<PathBuf>,
 }
 
 /// One row of output, as JSON.
@@ -93,6 +134,9 @@ pub(crate) struct Run {
 }
 
 pub fn run(args: SimulateArgs) -> Result<()> {
+    if args.nodes.is_some() {
+        return crate::simulate_dist::run(&args);
+    }
     let runs = plan(&args)?
         .into_iter()
         .map(|(scenario, rate, capacity)| execute(&args, scenario, rate, capacity))
@@ -177,7 +221,10 @@ fn plan(args: &SimulateArgs) -> Result<Vec<(Scenario, Rate, u64)>> {
             }
             "steady" => {
                 let rate = rate_or("100/min");
-                let sc = Scenario::steady(args.rps, args.duration)?;
+                let sc = Scenario::steady(
+                    args.rps.unwrap_or(5),
+                    args.duration.unwrap_or(Duration::from_secs(180)),
+                )?;
                 Ok((sc, rate, capacity_for(rate, None)?))
             }
             other => bail!("unknown scenario {other:?}; expected boundary, refill, steady or all"),

@@ -173,3 +173,104 @@ fn bad_input_gets_clear_errors() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn distributed_mode_prices_every_strategy() {
+    let rows = json(&[
+        "simulate",
+        "--nodes",
+        "3",
+        "--skew",
+        "spread",
+        "--duration",
+        "30s",
+        "--json",
+    ]);
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["naive", "sticky", "local", "shared", "hybrid"]);
+    let naive = rows.iter().find(|r| r["strategy"] == "naive").unwrap();
+    let shared = rows.iter().find(|r| r["strategy"] == "shared").unwrap();
+    assert!(naive["admitted"].as_u64().unwrap() > 2 * shared["admitted"].as_u64().unwrap());
+    assert_eq!(shared["over_admitted"].as_u64(), Some(0));
+    for field in [
+        "legit_denied",
+        "round_trips_per_request",
+        "added_latency_ms",
+        "moved_keys",
+        "worst_excess",
+    ] {
+        assert!(shared.get(field).is_some(), "{field}");
+    }
+    let dir = std::env::temp_dir().join(format!("floodgate-dist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("dist.svg");
+    let out = floodgate(&[
+        "simulate",
+        "--nodes",
+        "3",
+        "--skew",
+        "pinned",
+        "--fail",
+        "1@10s",
+        "--join",
+        "20s",
+        "--duration",
+        "30s",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read_to_string(&svg)
+            .unwrap()
+            .contains("legit denied")
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn distributed_mode_bad_input() {
+    for (args, needle) in [
+        (
+            vec!["simulate", "--nodes", "0"],
+            "--nodes must be at least 1",
+        ),
+        (
+            vec!["simulate", "--nodes", "3", "--strategy", "magic"],
+            "unknown strategy \"magic\"",
+        ),
+        (
+            vec!["simulate", "--nodes", "3", "--skew", "weird"],
+            "unknown skew \"weird\"",
+        ),
+        (
+            vec!["simulate", "--nodes", "3", "--fail", "7@1s"],
+            "node 7 does not exist",
+        ),
+        (
+            vec!["simulate", "--nodes", "3", "--fail", "1"],
+            "expected NODE@TIME",
+        ),
+        (
+            vec!["simulate", "--nodes", "3", "--rps", "100000000"],
+            "above the 5000000",
+        ),
+        (
+            vec!["simulate", "--nodes", "3", "--algorithm", "leaky-queue"],
+            "not leaky-queue",
+        ),
+    ] {
+        let out = floodgate(&args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
