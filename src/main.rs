@@ -1,6 +1,7 @@
 //! `floodgate`: the command-line edge of floodgate. Library crates return typed errors;
 //! this binary turns them into messages with `anyhow`.
 
+mod proxy_cmd;
 mod simulate_cmd;
 mod simulate_dist;
 mod throttle_cmd;
@@ -22,6 +23,9 @@ enum Command {
     Simulate(simulate_cmd::SimulateArgs),
     /// redis-cell's CL.THROTTLE on any Redis (no module): prints the same five integers.
     Throttle(throttle_cmd::ThrottleCmdArgs),
+    /// Rate-limiting reverse proxy: `--config floodgate.toml`, or
+    /// `--listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 --rate 10/s --burst 20 [--nodelay | --delay N]`.
+    Proxy(proxy_cmd::ProxyArgs),
 }
 
 fn main() {
@@ -29,6 +33,7 @@ fn main() {
     let result = match cli.command {
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Throttle(args) => throttle_cmd::run(args),
+        Command::Proxy(args) => proxy_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("floodgate: error: {e:#}");

@@ -1,0 +1,794 @@
+//! The TOML configuration of `floodgate proxy` (the same file can build a layer with
+//! [`Config::limiter_builder`]).
+//!
+//! Every table rejects unknown fields, and every error names the file, the line and
+//! column, and the field (`floodgate.toml:7:8: invalid rate "10/q": unknown unit "q"; ...`).
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"            # where clients connect
+//! upstream = "http://127.0.0.1:9000"   # the backend (http only)
+//! admin = "127.0.0.1:9090"             # optional: /metrics and /healthz
+//! store = "memory"                     # or "redis://127.0.0.1:6379/"
+//! max_keys = 1000000                   # per policy, in-process store
+//! upstream_timeout = "30s"             # response head from upstream, else 504
+//! connect_timeout = "5s"               # else 502
+//! shutdown_grace = "30s"               # drain in-flight requests on SIGTERM/Ctrl-C
+//! upstream_http2 = false               # h2c prior knowledge to the upstream
+//!
+//! [client_ip]
+//! trusted_proxies = ["10.0.0.0/8"]     # only these peers' X-Forwarded-For is read
+//! header = "x-forwarded-for"           # or "forwarded" (RFC 7239)
+//! ipv4_prefix = 32                     # 24: one key per /24
+//! ipv6_prefix = 64
+//!
+//! [deny]
+//! status = 429                         # nginx uses 503
+//! retry_after_jitter = "1s"            # Retry-After = ceil(retry + uniform(0, jitter))
+//! missing_key = "deny"                 # or "allow", or "fallback" with fallback_key
+//! missing_key_status = 400
+//! # fallback_key = "anonymous"
+//! store_error = "allow"                # or "deny" (503) when the store fails
+//!
+//! [headers]
+//! ratelimit = true                     # RateLimit-Policy + RateLimit (draft 11)
+//! legacy = "off"                       # or "delta" / "epoch": X-RateLimit-Limit/Remaining/Reset
+//! delay = true                         # X-RateLimit-Delay-Ms on held requests
+//!
+//! [delay]
+//! max_waiting = 10000                  # requests held at once; beyond: rejected
+//!
+//! [allowlist]
+//! ips = ["127.0.0.1", "192.0.2.0/24"]  # bypass every policy
+//! keys = ["deploy-pipeline-token"]     # header-derived keys that bypass
+//!
+//! [[policy]]
+//! name = "per-ip"
+//! algorithm = "leaky-queue"            # fixed-window, sliding-log, sliding-counter,
+//!                                      # token-bucket, leaky-meter, leaky-queue, gcra
+//! rate = "10/s"
+//! burst = 20                           # nginx burst (capacity = burst + 1); or capacity = 21
+//! nodelay = true                       # leaky-queue: or delay = 8; neither = delay all
+//! key = "ip"                           # ip | global | route | "header:x-api-key" | a list
+//! dry_run = false
+//!
+//! [[policy]]
+//! name = "global"
+//! algorithm = "gcra"
+//! rate = "5000/min"
+//! key = "global"
+//!
+//! [[route]]
+//! prefix = "/search"
+//! methods = ["GET"]
+//! policies = ["per-ip", "global"]
+//! cost = 1                             # per request, every policy of the route
+//! costs = { per-ip = 10 }              # per-policy override
+//!
+//! [[route]]
+//! prefix = "/"
+//! policies = ["per-ip", "global"]
+//! ```
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use floodgate_core::algorithms::DelayMode;
+use floodgate_core::{Kind, Rate, Spec};
+use http::{HeaderName, Method, StatusCode, Uri};
+use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
+
+use crate::headers::{HeaderOptions, ResetFormat};
+use crate::key::{ClientIpConfig, ForwardedHeader, KeyPart, KeySource};
+use crate::limiter::{MissingKey, RateLimiterBuilder, StoreFailure};
+use crate::policy::{Policy, Route};
+
+/// A config error located in its file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is invalid at a place.
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+}
+
+fn locate(src: &str, span: Option<Range<usize>>) -> (usize, usize) {
+    let Some(span) = span else { return (1, 1) };
+    let at = span.start.min(src.len());
+    let before = &src[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rfind('\n').map_or(at, |i| at - i - 1) + 1;
+    (line, column)
+}
+
+fn parse_with<T, E: fmt::Display>(
+    what: &str,
+    s: &str,
+    f: impl FnOnce(&str) -> Result<T, E>,
+) -> Result<T, String> {
+    f(s).map_err(|e| format!("{what}: {e}"))
+}
+
+macro_rules! de_str {
+    ($name:ident, $t:ty, $what:literal, $f:expr) => {
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$t, D::Error> {
+            let s = String::deserialize(d)?;
+            parse_with::<$t, _>($what, &s, $f).map_err(serde::de::Error::custom)
+        }
+    };
+}
+
+de_str!(de_rate, Rate, "rate", |s: &str| s.parse::<Rate>());
+de_str!(de_duration, Duration, "duration", |s: &str| {
+    floodgate_core::rate::parse_duration(s)
+});
+de_str!(de_kind, Kind, "algorithm", |s: &str| s.parse::<Kind>());
+de_str!(de_upstream, Uri, "upstream", parse_upstream);
+de_str!(de_store, StoreSpec, "store", |s: &str| s
+    .parse::<StoreSpec>());
+
+fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
+fn de_opt_upstream<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uri>, D::Error> {
+    de_upstream(d).map(Some)
+}
+
+fn de_status<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
+    let n = u16::deserialize(d)?;
+    StatusCode::from_u16(n)
+        .ok()
+        .filter(|s| s.is_client_error() || s.is_server_error())
+        .ok_or_else(|| serde::de::Error::custom(format!("status {n} is not a 4xx or 5xx code")))
+}
+
+fn de_nets<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| parse_net(s).map_err(serde::de::Error::custom))
+        .collect()
+}
+
+fn de_methods<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Method>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| {
+            Method::from_bytes(s.to_ascii_uppercase().as_bytes())
+                .map_err(|_| serde::de::Error::custom(format!("invalid HTTP method {s:?}")))
+        })
+        .collect()
+}
+
+fn parse_net(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("{s:?} is not an IP address or CIDR (e.g. 10.0.0.0/8, 2001:db8::/32)"))
+}
+
+/// An `http://host:port` upstream, without path or query.
+pub fn parse_upstream(s: &str) -> Result<Uri, String> {
+    let uri: Uri = s.parse().map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => {
+            return Err(format!(
+                "{s:?}: scheme {other:?} is not supported; use http:// (floodgate proxies plain HTTP/1.1 or h2c)"
+            ));
+        }
+        None => return Err(format!("{s:?} needs a scheme, e.g. http://127.0.0.1:9000")),
+    }
+    if uri.authority().is_none() {
+        return Err(format!("{s:?} has no host"));
+    }
+    if uri.path() != "/" && !uri.path().is_empty() {
+        return Err(format!(
+            "{s:?}: a path prefix on the upstream is not supported"
+        ));
+    }
+    Ok(uri)
+}
+
+/// Where decisions are made.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StoreSpec {
+    /// In-process (default).
+    #[default]
+    Memory,
+    /// A Redis server (`redis://host:port/db`).
+    Redis(String),
+}
+
+impl FromStr for StoreSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<StoreSpec, String> {
+        if s == "memory" {
+            Ok(StoreSpec::Memory)
+        } else if s.starts_with("redis://") || s.starts_with("rediss://") {
+            Ok(StoreSpec::Redis(s.to_string()))
+        } else {
+            Err(format!(
+                "{s:?}: expected \"memory\" or a redis://host:port URL"
+            ))
+        }
+    }
+}
+
+/// A policy key in config form.
+#[derive(Debug, Clone)]
+pub struct KeySpec(pub KeySource);
+
+impl<'de> Deserialize<'de> for KeySpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<KeySpec, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(String),
+            Many(Vec<String>),
+        }
+        let parts = match OneOrMany::deserialize(d)? {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        };
+        if parts.is_empty() {
+            return Err(serde::de::Error::custom("key list is empty"));
+        }
+        parts
+            .iter()
+            .map(|p| parse_key_part(p).map_err(serde::de::Error::custom))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|v| KeySpec(KeySource(v)))
+    }
+}
+
+fn parse_key_part(s: &str) -> Result<KeyPart, String> {
+    match s {
+        "ip" => Ok(KeyPart::Ip),
+        "global" => Ok(KeyPart::Global),
+        "route" => Ok(KeyPart::Route),
+        _ => match s.strip_prefix("header:") {
+            Some(h) => HeaderName::from_bytes(h.trim().as_bytes())
+                .map(KeyPart::Header)
+                .map_err(|_| format!("key {s:?}: {h:?} is not a valid header name")),
+            None => Err(format!(
+                "key {s:?}: expected ip, global, route or header:NAME"
+            )),
+        },
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Proxy listen address (default 127.0.0.1:8080).
+    pub listen: Option<SocketAddr>,
+    /// The backend, `http://host:port`.
+    #[serde(default, deserialize_with = "de_opt_upstream")]
+    pub upstream: Option<Uri>,
+    /// Admin listener (`/metrics`, `/healthz`).
+    pub admin: Option<SocketAddr>,
+    /// `memory` or `redis://...`.
+    #[serde(default, deserialize_with = "de_store")]
+    pub store: StoreSpec,
+    /// Keys per policy in the in-process store.
+    pub max_keys: Option<usize>,
+    /// Time allowed for the upstream's response head (default 30 s), else 504.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub upstream_timeout: Option<Duration>,
+    /// Time allowed to connect to the upstream (default 5 s), else 502.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub connect_timeout: Option<Duration>,
+    /// How long to drain in-flight requests at shutdown (default 30 s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub shutdown_grace: Option<Duration>,
+    /// Speak h2c (prior knowledge) to the upstream.
+    #[serde(default)]
+    pub upstream_http2: bool,
+    /// Client IP resolution.
+    #[serde(default)]
+    pub client_ip: ClientIpSection,
+    /// Denials and failures.
+    #[serde(default)]
+    pub deny: DenySection,
+    /// Response headers.
+    #[serde(default)]
+    pub headers: HeadersSection,
+    /// Leaky-queue holding.
+    #[serde(default)]
+    pub delay: DelaySection,
+    /// Bypass lists.
+    #[serde(default)]
+    pub allowlist: AllowlistSection,
+    /// The policies.
+    #[serde(rename = "policy", default)]
+    pub policies: Vec<Spanned<PolicySection>>,
+    /// The routes.
+    #[serde(rename = "route", default)]
+    pub routes: Vec<RouteSection>,
+}
+
+/// `[client_ip]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ClientIpSection {
+    /// Peers whose forwarding header is read.
+    #[serde(default, deserialize_with = "de_nets")]
+    pub trusted_proxies: Vec<IpNet>,
+    /// `x-forwarded-for` (default) or `forwarded`.
+    #[serde(default)]
+    pub header: HeaderChoice,
+    /// 0..=32, default 32.
+    pub ipv4_prefix: Option<u8>,
+    /// 0..=128, default 64.
+    pub ipv6_prefix: Option<u8>,
+}
+
+/// Which forwarding header.
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum HeaderChoice {
+    #[default]
+    XForwardedFor,
+    Forwarded,
+}
+
+/// `[deny]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DenySection {
+    /// Rate-limit denial status (default 429).
+    #[serde(default, deserialize_with = "de_opt_status")]
+    pub status: Option<StatusCode>,
+    /// Retry-After jitter span (default 1 s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub retry_after_jitter: Option<Duration>,
+    /// deny | allow | fallback.
+    #[serde(default)]
+    pub missing_key: MissingKeyChoice,
+    /// Status for missing keys (default 400).
+    #[serde(default, deserialize_with = "de_opt_status")]
+    pub missing_key_status: Option<StatusCode>,
+    /// The key for `missing_key = "fallback"`.
+    pub fallback_key: Option<String>,
+    /// allow | deny when the store fails.
+    #[serde(default)]
+    pub store_error: StoreErrorChoice,
+}
+
+fn de_opt_status<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StatusCode>, D::Error> {
+    de_status(d).map(Some)
+}
+
+/// `missing_key`.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum MissingKeyChoice {
+    #[default]
+    Deny,
+    Allow,
+    Fallback,
+}
+
+/// `store_error`.
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum StoreErrorChoice {
+    #[default]
+    Allow,
+    Deny,
+}
+
+/// `[headers]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HeadersSection {
+    /// RateLimit-Policy and RateLimit.
+    pub ratelimit: bool,
+    /// off | delta | epoch.
+    pub legacy: LegacyChoice,
+    /// X-RateLimit-Delay-Ms.
+    pub delay: bool,
+}
+
+impl Default for HeadersSection {
+    fn default() -> Self {
+        HeadersSection {
+            ratelimit: true,
+            legacy: LegacyChoice::Off,
+            delay: true,
+        }
+    }
+}
+
+/// `legacy`.
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum LegacyChoice {
+    #[default]
+    Off,
+    Delta,
+    Epoch,
+}
+
+/// `[delay]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DelaySection {
+    /// Requests held at once (default 10 000).
+    pub max_waiting: Option<usize>,
+}
+
+/// `[allowlist]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AllowlistSection {
+    /// IPs and CIDRs.
+    #[serde(default, deserialize_with = "de_nets")]
+    pub ips: Vec<IpNet>,
+    /// Header-derived keys.
+    #[serde(default)]
+    pub keys: Vec<String>,
+}
+
+/// `[[policy]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySection {
+    /// Name (printable ASCII).
+    pub name: String,
+    /// Algorithm (default leaky-queue, as nginx).
+    #[serde(default = "default_kind", deserialize_with = "de_kind")]
+    pub algorithm: Kind,
+    /// COUNT/PERIOD.
+    #[serde(deserialize_with = "de_rate")]
+    pub rate: Rate,
+    /// nginx / redis-cell burst: capacity - 1.
+    pub burst: Option<u64>,
+    /// Units admitted at once from rest.
+    pub capacity: Option<u64>,
+    /// leaky-queue: never delay.
+    #[serde(default)]
+    pub nodelay: bool,
+    /// leaky-queue: delay only beyond this many excess requests.
+    pub delay: Option<u64>,
+    /// What to count by (default ip).
+    pub key: Option<KeySpec>,
+    /// Shadow mode.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+fn default_kind() -> Kind {
+    Kind::LeakyQueue
+}
+
+/// `[[route]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    /// Path prefix (default "/").
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// Methods (default any).
+    #[serde(default, deserialize_with = "de_methods")]
+    pub methods: Vec<Method>,
+    /// Policy names.
+    pub policies: Vec<Spanned<String>>,
+    /// Cost per request under every policy (default 1).
+    pub cost: Option<u64>,
+    /// Per-policy cost overrides.
+    #[serde(default)]
+    pub costs: std::collections::BTreeMap<Spanned<String>, u64>,
+}
+
+fn default_prefix() -> String {
+    "/".into()
+}
+
+impl PolicySection {
+    fn spec(&self) -> Result<Spec, String> {
+        let mut spec = Spec::new(self.algorithm, self.rate);
+        spec.capacity = match (self.burst, self.capacity) {
+            (Some(_), Some(_)) => {
+                return Err("set burst or capacity, not both (capacity = burst + 1)".into());
+            }
+            (Some(b), None) => Some(
+                b.checked_add(1)
+                    .ok_or_else(|| format!("burst {b} is too large"))?,
+            ),
+            (None, c) => c,
+        };
+        if spec.capacity == Some(0) {
+            return Err("capacity must be at least 1".into());
+        }
+        let queue = self.algorithm == Kind::LeakyQueue;
+        spec.delay = match (self.nodelay, self.delay) {
+            (true, Some(_)) => return Err("set nodelay or delay, not both".into()),
+            _ if !queue && (self.nodelay || self.delay.is_some()) => {
+                return Err(format!(
+                    "nodelay and delay apply only to algorithm = \"leaky-queue\", not {:?}",
+                    self.algorithm.name()
+                ));
+            }
+            (true, None) => DelayMode::NoDelay,
+            (false, Some(n)) => DelayMode::After(n),
+            (false, None) => DelayMode::After(0),
+        };
+        spec.build().map_err(|e| e.to_string())?;
+        Ok(spec)
+    }
+}
+
+impl Config {
+    /// Parse `src` (read from `path`, for messages).
+    pub fn parse(src: &str, path: &Path) -> Result<Config, ConfigFileError> {
+        let invalid = |span: Option<Range<usize>>, message: String| {
+            let (line, column) = locate(src, span);
+            ConfigFileError::Invalid {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message,
+            }
+        };
+        let cfg: Config = toml::from_str(src)
+            .map_err(|e: toml::de::Error| invalid(e.span(), e.message().trim_end().to_string()))?;
+        // checks that span several fields, located at their table
+        let mut names: Vec<&str> = Vec::new();
+        for (i, p) in cfg.policies.iter().enumerate() {
+            let span = Some(p.span());
+            let pol = p.get_ref();
+            pol.spec()
+                .map_err(|m| invalid(span.clone(), format!("policy[{i}] {:?}: {m}", pol.name)))?;
+            Policy::new(
+                pol.name.clone(),
+                pol.spec().unwrap_or_else(|_| unreachable!()),
+            )
+            .validate()
+            .map_err(|m| invalid(span.clone(), format!("policy[{i}]: {m}")))?;
+            if names.contains(&pol.name.as_str()) {
+                return Err(invalid(
+                    span,
+                    format!("policy {:?} is defined twice", pol.name),
+                ));
+            }
+            names.push(&pol.name);
+        }
+        if cfg.policies.is_empty() {
+            return Err(invalid(
+                None,
+                "no [[policy]] defined: at least one is required".into(),
+            ));
+        }
+        for r in &cfg.routes {
+            for n in r.policies.iter().chain(r.costs.keys()) {
+                if !names.contains(&n.get_ref().as_str()) {
+                    return Err(invalid(
+                        Some(n.span()),
+                        format!(
+                            "route {:?}: unknown policy {:?}; defined: {}",
+                            r.prefix,
+                            n.get_ref(),
+                            names.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        if cfg.deny.missing_key == MissingKeyChoice::Fallback && cfg.deny.fallback_key.is_none() {
+            return Err(invalid(
+                None,
+                "deny.missing_key = \"fallback\" needs deny.fallback_key".into(),
+            ));
+        }
+        if let Some(s) = cfg.deny.missing_key_status
+            && !s.is_client_error()
+        {
+            return Err(invalid(
+                None,
+                format!("deny.missing_key_status {} must be a 4xx", s.as_u16()),
+            ));
+        }
+        if cfg.client_ip.ipv4_prefix.is_some_and(|p| p > 32) {
+            return Err(invalid(None, "client_ip.ipv4_prefix must be 0..=32".into()));
+        }
+        if cfg.client_ip.ipv6_prefix.is_some_and(|p| p > 128) {
+            return Err(invalid(
+                None,
+                "client_ip.ipv6_prefix must be 0..=128".into(),
+            ));
+        }
+        if cfg.max_keys == Some(0) {
+            return Err(invalid(None, "max_keys must be at least 1".into()));
+        }
+        if cfg.delay.max_waiting == Some(0) {
+            return Err(invalid(None, "delay.max_waiting must be at least 1".into()));
+        }
+        Ok(cfg)
+    }
+
+    /// Read and parse a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
+        let src = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&src, path)
+    }
+
+    /// A limiter builder with everything but the store (in-process by default).
+    pub fn limiter_builder(&self) -> RateLimiterBuilder {
+        let mut b = crate::RateLimiter::builder()
+            .client_ip(ClientIpConfig {
+                trusted_proxies: self.client_ip.trusted_proxies.clone(),
+                header: match self.client_ip.header {
+                    HeaderChoice::XForwardedFor => ForwardedHeader::XForwardedFor,
+                    HeaderChoice::Forwarded => ForwardedHeader::Forwarded,
+                },
+                ipv4_prefix: self.client_ip.ipv4_prefix.unwrap_or(32),
+                ipv6_prefix: self.client_ip.ipv6_prefix.unwrap_or(64),
+            })
+            .deny_status(self.deny.status.unwrap_or(StatusCode::TOO_MANY_REQUESTS))
+            .retry_after_jitter(
+                self.deny
+                    .retry_after_jitter
+                    .unwrap_or(Duration::from_secs(1)),
+            )
+            .missing_key(match self.deny.missing_key {
+                MissingKeyChoice::Deny => MissingKey::Deny,
+                MissingKeyChoice::Allow => MissingKey::Allow,
+                MissingKeyChoice::Fallback => MissingKey::Fallback(
+                    self.deny
+                        .fallback_key
+                        .clone()
+                        .unwrap_or_default()
+                        .into_bytes(),
+                ),
+            })
+            .missing_key_status(
+                self.deny
+                    .missing_key_status
+                    .unwrap_or(StatusCode::BAD_REQUEST),
+            )
+            .store_failure(match self.deny.store_error {
+                StoreErrorChoice::Allow => StoreFailure::Allow,
+                StoreErrorChoice::Deny => StoreFailure::Deny,
+            })
+            .headers(HeaderOptions {
+                ratelimit: self.headers.ratelimit,
+                legacy: match self.headers.legacy {
+                    LegacyChoice::Off => None,
+                    LegacyChoice::Delta => Some(ResetFormat::Delta),
+                    LegacyChoice::Epoch => Some(ResetFormat::Epoch),
+                },
+                delay: self.headers.delay,
+            })
+            .max_waiting(self.delay.max_waiting.unwrap_or(10_000))
+            .max_keys(self.max_keys.unwrap_or(1_000_000));
+        for n in &self.allowlist.ips {
+            b = b.allow_net(*n);
+        }
+        for k in &self.allowlist.keys {
+            b = b.allow_key(k.as_bytes().to_vec());
+        }
+        for p in &self.policies {
+            let p = p.get_ref();
+            // validated in parse()
+            let spec = p.spec().unwrap_or_else(|_| Spec::new(p.algorithm, p.rate));
+            b = b.policy(
+                Policy::new(p.name.clone(), spec)
+                    .key(p.key.clone().map_or_else(KeySource::ip, |k| k.0))
+                    .dry_run(p.dry_run),
+            );
+        }
+        for r in &self.routes {
+            let mut route = Route::prefix(r.prefix.clone()).methods(r.methods.iter().cloned());
+            for n in &r.policies {
+                let cost = r
+                    .costs
+                    .iter()
+                    .find(|(k, _)| k.get_ref() == n.get_ref())
+                    .map(|(_, c)| *c)
+                    .unwrap_or(r.cost.unwrap_or(1));
+                route = route.policy(n.get_ref().clone(), cost);
+            }
+            b = b.route(route);
+        }
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(src: &str) -> String {
+        Config::parse(src, Path::new("floodgate.toml"))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn full_example_parses_and_builds() {
+        let src = include_str!("config.rs")
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").strip_prefix(' ').unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
+        assert_eq!(cfg.policies.len(), 2);
+        let l = cfg.limiter_builder().build().unwrap();
+        assert_eq!(l.policies()[0].spec.capacity, Some(21));
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let e = err("[[policy]]\nname = \"a\"\nrate = \"10/q\"\n");
+        assert!(e.starts_with("floodgate.toml:3:8: "), "{e}");
+        assert!(
+            e.contains("unknown unit \"q\"") && e.contains("units: ns, us"),
+            "{e}"
+        );
+        let e = err("[[policy]]\nname = \"a\"\nrate = \"10/s\"\nbrust = 3\n");
+        assert!(
+            e.starts_with("floodgate.toml:4:1: ") && e.contains("unknown field `brust`"),
+            "{e}"
+        );
+        let e = err("listen = \"x\"\n");
+        assert!(e.starts_with("floodgate.toml:1:10: "), "{e}");
+        let e = err("[[policy]]\nname = \"a\"\nrate = \"10/s\"\nburst = 2\ndelay = 5\n");
+        assert!(
+            e.starts_with("floodgate.toml:1:1: ") && e.contains("delay=5 is above burst=2"),
+            "{e}"
+        );
+        let e = err("[[policy]]\nname = \"a\"\nrate = \"0/s\"\n");
+        assert!(
+            e.contains("floodgate.toml:3:8") && e.contains("count must be at least 1"),
+            "{e}"
+        );
+        let e = err("[[policy]]\nname = \"a\"\nrate = \"1/s\"\n[[route]]\npolicies = [\"b\"]\n");
+        assert!(
+            e.starts_with("floodgate.toml:5:13: ") && e.contains("unknown policy \"b\""),
+            "{e}"
+        );
+        let e = err("upstream = \"https://x:1\"\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
+        assert!(e.contains("not supported"), "{e}");
+        let e = err("[deny]\nstatus = 200\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
+        assert!(e.contains("2:10") && e.contains("not a 4xx or 5xx"), "{e}");
+        let e =
+            err("[[policy]]\nname = \"a\"\nrate = \"1/s\"\nalgorithm = \"gcra\"\nnodelay = true\n");
+        assert!(e.contains("only to algorithm = \"leaky-queue\""), "{e}");
+        let e = err("[[policy]]\nname = \"a\\\"b\"\nrate = \"1/s\"\n");
+        assert!(e.contains("printable ASCII"), "{e}");
+        assert!(err("").contains("no [[policy]]"));
+    }
+}

@@ -1,0 +1,229 @@
+//! Response headers rendered from [`Decision`]s: the RateLimit fields of
+//! draft-ietf-httpapi-ratelimit-headers (draft 11), the legacy `X-RateLimit-*` trio,
+//! `Retry-After` with jitter, and the delay header.
+//!
+//! * `RateLimit-Policy: "per-ip";q=100;w=60, "global";q=5000;w=60`: one member per
+//!   policy checked; `q` is the decision's `limit`, `w` the seconds to refill it (see
+//!   [`crate::policy::advertised_window`]).
+//! * `RateLimit: "per-ip";r=15;t=23, "global";r=4100;t=2`: `r` is `remaining`, `t` is
+//!   `reset_after` in seconds rounded up.
+//! * `Retry-After: 7` on denials: `ceil(retry_after + uniform(0, jitter))` seconds, so
+//!   never earlier than the true retry time rounded up.
+//! * `X-RateLimit-Limit/Remaining/Reset` (optional): from the most restrictive policy;
+//!   reset in delta seconds or Unix epoch seconds.
+//! * `X-RateLimit-Delay-Ms: 300` when the request was held (leaky queue), in
+//!   milliseconds rounded up.
+//!
+//! Both RateLimit fields are Structured Fields Lists serialized with the `sfv` crate.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use floodgate_core::Decision;
+use floodgate_core::decision::ceil_secs;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+
+use crate::policy::{PolicyInfo, advertised_window};
+
+/// `RateLimit-Policy`.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit`.
+pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`.
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`.
+pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `X-RateLimit-Delay-Ms`: how long floodgate held the request, in milliseconds.
+pub static X_RATELIMIT_DELAY_MS: HeaderName = HeaderName::from_static("x-ratelimit-delay-ms");
+
+/// How the legacy `X-RateLimit-Reset` is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetFormat {
+    /// Seconds from now (most APIs).
+    Delta,
+    /// Unix epoch seconds (GitHub).
+    Epoch,
+}
+
+/// Which headers to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderOptions {
+    /// `RateLimit-Policy` and `RateLimit` (draft 11). Default on.
+    pub ratelimit: bool,
+    /// The legacy `X-RateLimit-*` trio, and its reset format. Default off.
+    pub legacy: Option<ResetFormat>,
+    /// `X-RateLimit-Delay-Ms` on delayed requests. Default on.
+    pub delay: bool,
+}
+
+impl Default for HeaderOptions {
+    fn default() -> Self {
+        HeaderOptions {
+            ratelimit: true,
+            legacy: None,
+            delay: true,
+        }
+    }
+}
+
+fn int(v: u64) -> Integer {
+    Integer::constant(v.min(999_999_999_999_999) as i64)
+}
+
+/// The `RateLimit-Policy` value for these policies and decisions; `None` for none.
+pub fn ratelimit_policy(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue> {
+    let mut ser = ListSerializer::new();
+    for (p, d) in items {
+        let Ok(name) = StringRef::from_str(&p.name) else {
+            continue; // names are validated at build time
+        };
+        let w = ceil_secs(advertised_window(&p.spec, d.limit)).max(1);
+        ser.bare_item(name)
+            .parameter(KeyRef::constant("q"), int(d.limit))
+            .parameter(KeyRef::constant("w"), int(w));
+    }
+    ser.finish().and_then(|s| HeaderValue::try_from(s).ok())
+}
+
+/// The `RateLimit` value for these policies and decisions; `None` for none.
+pub fn ratelimit(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue> {
+    let mut ser = ListSerializer::new();
+    for (p, d) in items {
+        let Ok(name) = StringRef::from_str(&p.name) else {
+            continue;
+        };
+        ser.bare_item(name)
+            .parameter(KeyRef::constant("r"), int(d.remaining))
+            .parameter(KeyRef::constant("t"), int(ceil_secs(d.reset_after)));
+    }
+    ser.finish().and_then(|s| HeaderValue::try_from(s).ok())
+}
+
+/// `Retry-After` in whole seconds for a true retry time and a jitter span: the true time
+/// plus a uniform extra in `[0, jitter]`, rounded up. Never below `ceil_secs(retry)`.
+pub fn retry_after_secs(retry: Duration, jitter: Duration, rng: &mut fastrand::Rng) -> u64 {
+    let span = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
+    let extra = if span == 0 { 0 } else { rng.u64(0..=span) };
+    ceil_secs(retry.saturating_add(Duration::from_nanos(extra)))
+}
+
+/// The most restrictive decision: the binding denial if any, else the least remaining.
+pub fn most_restrictive<'a>(items: &'a [(&PolicyInfo, Decision)]) -> Option<&'a Decision> {
+    items
+        .iter()
+        .map(|(_, d)| d)
+        .filter(|d| !d.allowed)
+        .max_by_key(|d| d.retry_after.map_or(u128::MAX, |r| r.as_nanos()))
+        .or_else(|| items.iter().map(|(_, d)| d).min_by_key(|d| d.remaining))
+}
+
+/// Write the RateLimit and legacy headers for `items` into `headers`.
+pub fn write(headers: &mut HeaderMap, items: &[(&PolicyInfo, Decision)], opts: &HeaderOptions) {
+    if items.is_empty() {
+        return;
+    }
+    if opts.ratelimit {
+        if let Some(v) = ratelimit_policy(items) {
+            headers.insert(RATELIMIT_POLICY.clone(), v);
+        }
+        if let Some(v) = ratelimit(items) {
+            headers.insert(RATELIMIT.clone(), v);
+        }
+    }
+    if let (Some(fmt), Some(d)) = (opts.legacy, most_restrictive(items)) {
+        let reset = ceil_secs(d.reset_after);
+        let reset = match fmt {
+            ResetFormat::Delta => reset,
+            ResetFormat::Epoch => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|n| n.as_secs())
+                .unwrap_or(0)
+                .saturating_add(reset),
+        };
+        headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit));
+        headers.insert(
+            X_RATELIMIT_REMAINING.clone(),
+            HeaderValue::from(d.remaining),
+        );
+        headers.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(reset));
+    }
+}
+
+/// Milliseconds, rounded up.
+pub fn ceil_millis(d: Duration) -> u64 {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate_core::{Kind, Rate, Spec};
+
+    fn info(name: &str, kind: Kind, rate: &str, cap: Option<u64>) -> PolicyInfo {
+        let mut spec = Spec::new(kind, rate.parse::<Rate>().unwrap());
+        spec.capacity = cap;
+        PolicyInfo {
+            index: 0,
+            name: name.into(),
+            algorithm: spec.build().unwrap(),
+            spec,
+        }
+    }
+
+    #[test]
+    fn draft_11_syntax() {
+        let a = info("default", Kind::FixedWindow, "100/min", None);
+        let b = info("burst", Kind::Gcra, "10/s", Some(20));
+        let d1 = Decision::allow(100, 15, Duration::from_millis(22_001));
+        let d2 = Decision::deny(20, 0, Duration::from_millis(100), Duration::from_secs(2));
+        let items = [(&a, d1), (&b, d2)];
+        assert_eq!(
+            ratelimit_policy(&items).unwrap(),
+            r#""default";q=100;w=60, "burst";q=20;w=2"#
+        );
+        assert_eq!(
+            ratelimit(&items).unwrap(),
+            r#""default";r=15;t=23, "burst";r=0;t=2"#
+        );
+        // the values parse back as Structured Fields Lists
+        let parsed: sfv::List = sfv::Parser::new(r#""default";r=15;t=23, "burst";r=0;t=2"#)
+            .parse()
+            .unwrap();
+        assert_eq!(parsed.len(), 2);
+    }
+
+    #[test]
+    fn legacy_delta_and_epoch() {
+        let a = info("default", Kind::Gcra, "10/s", None);
+        let items = [(&a, Decision::allow(10, 3, Duration::from_millis(700)))];
+        let mut h = HeaderMap::new();
+        let mut opts = HeaderOptions {
+            legacy: Some(ResetFormat::Delta),
+            ..Default::default()
+        };
+        write(&mut h, &items, &opts);
+        assert_eq!(h["x-ratelimit-limit"], "10");
+        assert_eq!(h["x-ratelimit-remaining"], "3");
+        assert_eq!(h["x-ratelimit-reset"], "1");
+        opts.legacy = Some(ResetFormat::Epoch);
+        write(&mut h, &items, &opts);
+        let epoch: u64 = h["x-ratelimit-reset"].to_str().unwrap().parse().unwrap();
+        assert!(epoch > 1_700_000_000);
+    }
+
+    #[test]
+    fn retry_after_never_early_and_spread() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let retry = Duration::from_millis(2_300);
+        let v: Vec<u64> = (0..1000)
+            .map(|_| retry_after_secs(retry, Duration::from_secs(10), &mut rng))
+            .collect();
+        assert!(v.iter().all(|&s| (3..=13).contains(&s)));
+        let distinct: std::collections::BTreeSet<_> = v.iter().collect();
+        assert!(distinct.len() >= 10, "{distinct:?}");
+        assert_eq!(retry_after_secs(retry, Duration::ZERO, &mut rng), 3);
+    }
+}

@@ -1,0 +1,110 @@
+//! The tower [`Layer`] and [`Service`]: [`RateLimitLayer`] wraps any
+//! `Service<http::Request<B>>` (an axum `Router`, a hyper service via `TowerToHyperService`,
+//! a tonic server) in a [`RateLimitService`].
+//!
+//! Responses become `Response<Either<B, Full<Bytes>>>`: the inner service's body, or
+//! floodgate's own short body for denials. Every clone of the layer and the service
+//! shares one [`RateLimiter`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{Either, Full};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::limiter::{Prepared, RateLimiter, Verdict};
+
+/// Applies a [`RateLimiter`] to a service.
+#[derive(Clone, Debug)]
+pub struct RateLimitLayer {
+    limiter: RateLimiter,
+}
+
+impl RateLimitLayer {
+    /// A layer for `limiter`.
+    pub fn new(limiter: RateLimiter) -> Self {
+        RateLimitLayer { limiter }
+    }
+
+    /// The shared limiter.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.limiter
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimitService<S>;
+    fn layer(&self, inner: S) -> RateLimitService<S> {
+        RateLimitService {
+            inner,
+            limiter: self.limiter.clone(),
+        }
+    }
+}
+
+/// A service that rate-limits requests before passing them to `S`.
+#[derive(Clone, Debug)]
+pub struct RateLimitService<S> {
+    inner: S,
+    limiter: RateLimiter,
+}
+
+impl<S> RateLimitService<S> {
+    /// Wrap `inner`.
+    pub fn new(inner: S, limiter: RateLimiter) -> Self {
+        RateLimitService { inner, limiter }
+    }
+}
+
+/// The response future of [`RateLimitService`].
+pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+{
+    type Response = Response<Either<ResBody, Full<Bytes>>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<Self::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // the clone is not ready; the readied service goes into the future (tower's rule)
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let prepared = self.limiter.prepare(&req);
+        let limiter = self.limiter.clone();
+        Box::pin(async move {
+            let plan = match prepared {
+                Prepared::Bypass => {
+                    let resp = inner.call(req).await?;
+                    return Ok(resp.map(Either::Left));
+                }
+                Prepared::Respond(r) => return Ok(r.map(Either::Right)),
+                Prepared::Check(plan) => plan,
+            };
+            match limiter.check(plan).await {
+                Verdict::Respond(r) => Ok(r.map(Either::Right)),
+                Verdict::Pass { headers, delay } => {
+                    if !delay.is_zero() && !limiter.hold(delay).await {
+                        let mut r = limiter.queue_full_response(req.headers());
+                        r.headers_mut().extend(headers);
+                        return Ok(r.map(Either::Right));
+                    }
+                    let mut resp = inner.call(req).await?;
+                    resp.headers_mut().extend(headers);
+                    Ok(resp.map(Either::Left))
+                }
+            }
+        })
+    }
+}

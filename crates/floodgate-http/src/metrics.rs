@@ -1,0 +1,270 @@
+//! Prometheus metrics of the layer and the proxy (text exposition via
+//! `prometheus-client`).
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `floodgate_decisions_total` | counter | `policy`, `outcome` = passed, delayed, rejected, delayed_dry_run, rejected_dry_run |
+//! | `floodgate_requests_total` | counter | `outcome` = passed, delayed, rejected, allowlisted, unlimited, missing_key_denied, missing_key_allowed, queue_full, store_error_allowed, store_error_denied |
+//! | `floodgate_delay_seconds` | histogram | time requests were held (leaky queue) |
+//! | `floodgate_waiting_requests` | gauge | requests being held now |
+//! | `floodgate_decision_duration_seconds` | histogram | time to decide (key extraction + store) |
+//! | `floodgate_store_errors_total` | counter | decision-store faults |
+//! | `floodgate_store_keys` | gauge | `policy`: keys held (in-process store) |
+//! | `floodgate_store_evicted_total` | counter | `policy`: live keys evicted to respect the key cap |
+//! | `floodgate_proxy_request_duration_seconds` | histogram | proxy: whole request, first byte in to response head out |
+//! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect, timeout |
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::store::PolicyStats;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    policy: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// A policy decision outcome, as nginx's `$limit_req_status` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionOutcome {
+    /// Admitted at once.
+    Passed = 0,
+    /// Admitted after a delay.
+    Delayed = 1,
+    /// Rejected.
+    Rejected = 2,
+    /// Dry-run: would have been delayed.
+    DelayedDryRun = 3,
+    /// Dry-run: would have been rejected.
+    RejectedDryRun = 4,
+}
+
+const DECISION_OUTCOMES: [&str; 5] = [
+    "passed",
+    "delayed",
+    "rejected",
+    "delayed_dry_run",
+    "rejected_dry_run",
+];
+
+/// What happened to a request as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum RequestOutcome {
+    Passed = 0,
+    Delayed,
+    Rejected,
+    Allowlisted,
+    Unlimited,
+    MissingKeyDenied,
+    MissingKeyAllowed,
+    QueueFull,
+    StoreErrorAllowed,
+    StoreErrorDenied,
+}
+
+const REQUEST_OUTCOMES: [&str; 10] = [
+    "passed",
+    "delayed",
+    "rejected",
+    "allowlisted",
+    "unlimited",
+    "missing_key_denied",
+    "missing_key_allowed",
+    "queue_full",
+    "store_error_allowed",
+    "store_error_denied",
+];
+
+/// All metrics of one limiter (and its proxy). Counters are pre-created per policy and
+/// outcome so the request path touches no label map.
+pub struct Metrics {
+    registry: Registry,
+    decisions: Vec<[Counter; 5]>,
+    requests: Vec<Counter>,
+    /// Time requests were held, seconds.
+    pub delay_seconds: Histogram,
+    /// Requests held now.
+    pub waiting: Gauge,
+    /// Decision latency, seconds.
+    pub decision_seconds: Histogram,
+    /// Store faults.
+    pub store_errors: Counter,
+    keys: Family<PolicyLabels, Gauge>,
+    evicted: Family<PolicyLabels, Counter>,
+    policy_names: Vec<String>,
+    /// Proxy: request latency, seconds.
+    pub proxy_seconds: Histogram,
+    upstream_errors: Family<KindLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Metrics for these policy names (in policy index order).
+    pub fn new(policy_names: &[String]) -> Metrics {
+        let mut registry = Registry::default();
+        let decisions_family = Family::<DecisionLabels, Counter>::default();
+        let decisions = policy_names
+            .iter()
+            .map(|p| {
+                DECISION_OUTCOMES.map(|o| {
+                    decisions_family.get_or_create_owned(&DecisionLabels {
+                        policy: p.clone(),
+                        outcome: o,
+                    })
+                })
+            })
+            .collect();
+        registry.register(
+            "floodgate_decisions",
+            "Policy decisions by policy and outcome",
+            decisions_family,
+        );
+        let requests_family = Family::<OutcomeLabels, Counter>::default();
+        let requests = REQUEST_OUTCOMES
+            .iter()
+            .map(|o| requests_family.get_or_create_owned(&OutcomeLabels { outcome: o }))
+            .collect();
+        registry.register(
+            "floodgate_requests",
+            "Requests by what the limiter did with them",
+            requests_family,
+        );
+        let delay_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 17));
+        registry.register(
+            "floodgate_delay_seconds",
+            "Time requests were held by a leaky queue",
+            delay_seconds.clone(),
+        );
+        let waiting = Gauge::default();
+        registry.register(
+            "floodgate_waiting_requests",
+            "Requests being held now",
+            waiting.clone(),
+        );
+        let decision_seconds = Histogram::new(exponential_buckets(1e-6, 2.0, 20));
+        registry.register(
+            "floodgate_decision_duration_seconds",
+            "Time to decide on a request (key extraction and store)",
+            decision_seconds.clone(),
+        );
+        let store_errors = Counter::default();
+        registry.register(
+            "floodgate_store_errors",
+            "Decision store faults",
+            store_errors.clone(),
+        );
+        let keys = Family::<PolicyLabels, Gauge>::default();
+        registry.register("floodgate_store_keys", "Keys held per policy", keys.clone());
+        let evicted = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "floodgate_store_evicted",
+            "Live keys evicted to respect the key cap",
+            evicted.clone(),
+        );
+        let proxy_seconds = Histogram::new(exponential_buckets(1e-5, 2.0, 24));
+        registry.register(
+            "floodgate_proxy_request_duration_seconds",
+            "Proxy: time from request to response head",
+            proxy_seconds.clone(),
+        );
+        let upstream_errors = Family::<KindLabels, Counter>::default();
+        for kind in ["connect", "timeout"] {
+            let _ = upstream_errors.get_or_create(&KindLabels { kind });
+        }
+        registry.register(
+            "floodgate_upstream_errors",
+            "Proxy: upstream failures (connect = 502, timeout = 504)",
+            upstream_errors.clone(),
+        );
+        Metrics {
+            registry,
+            decisions,
+            requests,
+            delay_seconds,
+            waiting,
+            decision_seconds,
+            store_errors,
+            keys,
+            evicted,
+            policy_names: policy_names.to_vec(),
+            proxy_seconds,
+            upstream_errors,
+        }
+    }
+
+    /// Count a policy decision.
+    pub fn decision(&self, policy: usize, outcome: DecisionOutcome) {
+        if let Some(c) = self.decisions.get(policy) {
+            c[outcome as usize].inc();
+        }
+    }
+
+    /// Count a request outcome.
+    pub fn request(&self, outcome: RequestOutcome) {
+        self.requests[outcome as usize].inc();
+    }
+
+    /// The count of a request outcome (for tests and logs).
+    pub fn request_count(&self, outcome: RequestOutcome) -> u64 {
+        self.requests[outcome as usize].get()
+    }
+
+    /// Count an upstream failure: `"connect"` or `"timeout"`.
+    pub fn upstream_error(&self, kind: &'static str) {
+        self.upstream_errors
+            .get_or_create(&KindLabels { kind })
+            .inc();
+    }
+
+    /// Refresh the store gauges from `stats` (indexed like the policies).
+    pub fn update_store(&self, stats: &[PolicyStats]) {
+        for (name, st) in self.policy_names.iter().zip(stats) {
+            let labels = PolicyLabels {
+                policy: name.clone(),
+            };
+            self.keys
+                .get_or_create(&labels)
+                .set(i64::try_from(st.keys).unwrap_or(i64::MAX));
+            let c = self.evicted.get_or_create(&labels);
+            let seen = c.get();
+            if st.evicted > seen {
+                c.inc_by(st.evicted - seen);
+            }
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

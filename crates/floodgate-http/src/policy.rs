@@ -1,0 +1,144 @@
+//! Named policies (one limit each) and the routes that apply them.
+//!
+//! A [`Policy`] is one limit: an algorithm and rate from floodgate-core ([`Spec`]), the key
+//! it counts by, and whether it is enforced or dry-run. A [`Route`] (path prefix plus
+//! optional methods) lists the policies a matching request is checked against and what
+//! the request costs under each. The route with the longest matching prefix wins; a
+//! request that matches no route is not limited at all.
+
+use std::time::Duration;
+
+use floodgate_core::{AnyAlgorithm, ConfigError, Spec};
+use http::Method;
+
+use crate::key::KeySource;
+
+/// What a backend ([`crate::DecisionStore`]) needs to know about a policy.
+#[derive(Debug, Clone)]
+pub struct PolicyInfo {
+    /// Position of the policy in the limiter's list (stable for the limiter's life).
+    pub index: usize,
+    /// The policy name, as in the `RateLimit-Policy` header; also a Redis key prefix.
+    pub name: String,
+    /// Algorithm, rate, capacity, delay mode.
+    pub spec: Spec,
+    /// The algorithm built from `spec`.
+    pub algorithm: AnyAlgorithm,
+}
+
+/// One limit: algorithm and rate, key, dry-run flag.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// The name: printable ASCII (it is sent as a Structured Fields string).
+    pub name: String,
+    /// Algorithm, rate, capacity and (leaky-queue) delay mode.
+    pub spec: Spec,
+    /// What the policy counts by.
+    pub key: KeySource,
+    /// Dry-run (shadow): decisions are computed, counted, logged and shown in headers,
+    /// but never reject or delay a request.
+    pub dry_run: bool,
+}
+
+impl Policy {
+    /// An enforced policy counting by client IP.
+    pub fn new(name: impl Into<String>, spec: Spec) -> Policy {
+        Policy {
+            name: name.into(),
+            spec,
+            key: KeySource::ip(),
+            dry_run: false,
+        }
+    }
+
+    /// Count by `key` instead.
+    pub fn key(mut self, key: KeySource) -> Policy {
+        self.key = key;
+        self
+    }
+
+    /// Make this policy dry-run (shadow).
+    pub fn dry_run(mut self, on: bool) -> Policy {
+        self.dry_run = on;
+        self
+    }
+
+    /// Check the name and build the algorithm.
+    pub(crate) fn validate(&self) -> Result<AnyAlgorithm, ConfigError> {
+        if self.name.is_empty()
+            || self.name.len() > 64
+            || !self
+                .name
+                .bytes()
+                .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        {
+            return Err(ConfigError::Inconsistent(format!(
+                "policy name {:?} must be 1 to 64 printable ASCII characters without quotes or backslashes",
+                self.name
+            )));
+        }
+        self.spec.build()
+    }
+}
+
+/// Requests a set of policies applies to, and their cost under each.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Path prefix (plain string prefix, as nginx's `location /prefix`).
+    pub prefix: String,
+    /// Methods; empty means any.
+    pub methods: Vec<Method>,
+    /// `(policy name, cost)` pairs. Cost is in the policy's units (0 = only look).
+    pub policies: Vec<(String, u64)>,
+}
+
+impl Route {
+    /// A route for every path starting with `prefix`, any method, no policies yet.
+    pub fn prefix(prefix: impl Into<String>) -> Route {
+        Route {
+            prefix: prefix.into(),
+            methods: Vec::new(),
+            policies: Vec::new(),
+        }
+    }
+
+    /// Only these methods.
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Route {
+        self.methods = methods.into_iter().collect();
+        self
+    }
+
+    /// Apply policy `name` at `cost` units per request.
+    pub fn policy(mut self, name: impl Into<String>, cost: u64) -> Route {
+        self.policies.push((name.into(), cost));
+        self
+    }
+
+    pub(crate) fn matches(&self, method: &Method, path: &str) -> bool {
+        path.starts_with(&self.prefix) && (self.methods.is_empty() || self.methods.contains(method))
+    }
+}
+
+/// A route resolved to policy indices.
+#[derive(Debug, Clone)]
+pub(crate) struct CompiledRoute {
+    pub route: Route,
+    /// `(policy index, cost)`.
+    pub checks: Vec<(usize, u64)>,
+}
+
+/// The window advertised in `RateLimit-Policy`'s `w`: the time to refill the full limit
+/// at the policy's rate (`limit x period / count`), which is the rate's period when the
+/// capacity equals the rate's count (`100/min` -> `q=100;w=60`). Windowed algorithms
+/// advertise their window.
+pub fn advertised_window(spec: &Spec, limit: u64) -> Duration {
+    use floodgate_core::Kind;
+    match spec.kind {
+        Kind::FixedWindow | Kind::SlidingLog | Kind::SlidingCounter => spec.window(),
+        _ => {
+            let ns =
+                (limit as u128) * (spec.rate.period_nanos() as u128) / (spec.rate.count() as u128);
+            Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! The reverse proxy behind `floodgate proxy`: a hyper server (HTTP/1.1 and HTTP/2, h2c
+//! prior knowledge) whose service is [`RateLimitService`] around [`Forward`], a pooled
+//! hyper client to one upstream. Bodies stream both ways; nothing is buffered.
+//!
+//! * `X-Forwarded-For`: the peer address is appended to any received value.
+//! * Hop-by-hop headers (`Connection`, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`,
+//!   `Transfer-Encoding`, `Upgrade`) are not forwarded either way.
+//! * Upstream unreachable or failing: 502. No response head within the upstream
+//!   timeout: 504. Both counted in `floodgate_upstream_errors_total`.
+//! * Shutdown (the future given to [`Proxy::run`], e.g. [`shutdown_signal`]): stop
+//!   accepting, let in-flight requests (held ones included) finish, for at most the grace
+//!   period.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderName};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tower_service::Service;
+
+use crate::deny::short_response;
+use crate::key::PeerAddr;
+use crate::layer::RateLimitService;
+use crate::limiter::RateLimiter;
+use crate::metrics::Metrics;
+
+/// Proxy settings (the non-limiter part of the config).
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// The backend, `http://host:port`.
+    pub upstream: Uri,
+    /// Admin listener for `/metrics` and `/healthz`.
+    pub admin: Option<SocketAddr>,
+    /// Time allowed for the upstream's response head (504 after).
+    pub upstream_timeout: Duration,
+    /// Time allowed to connect to the upstream (502 after).
+    pub connect_timeout: Duration,
+    /// Longest drain at shutdown.
+    pub shutdown_grace: Duration,
+    /// h2c prior knowledge to the upstream.
+    pub upstream_http2: bool,
+}
+
+impl ProxySettings {
+    /// Defaults around an upstream: listen 127.0.0.1:8080, 30 s upstream timeout, 5 s
+    /// connect timeout, 30 s grace, HTTP/1.1 upstream, no admin listener.
+    pub fn new(upstream: Uri) -> Self {
+        ProxySettings {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            upstream,
+            admin: None,
+            upstream_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(30),
+            upstream_http2: false,
+        }
+    }
+}
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The upstream URI is unusable.
+    #[error("upstream {0}")]
+    Upstream(String),
+}
+
+/// The body of a proxied response: the upstream's, or a short error body.
+pub type ForwardBody = Either<Incoming, Full<Bytes>>;
+
+/// Forwards requests to one upstream over a pooled client.
+#[derive(Clone)]
+pub struct Forward {
+    client: Client<HttpConnector, Incoming>,
+    scheme: Scheme,
+    authority: Authority,
+    timeout: Duration,
+    http2: bool,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forward")
+            .field("authority", &self.authority)
+            .finish_non_exhaustive()
+    }
+}
+
+static HOP_BY_HOP: [HeaderName; 8] = [
+    HeaderName::from_static("connection"),
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("proxy-authenticate"),
+    HeaderName::from_static("te"),
+    HeaderName::from_static("trailer"),
+    HeaderName::from_static("transfer-encoding"),
+    HeaderName::from_static("upgrade"),
+];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // headers named in Connection are hop-by-hop too
+    let named: Vec<HeaderName> = h
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
+        .collect();
+    for n in HOP_BY_HOP.iter().chain(&named) {
+        h.remove(n);
+    }
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+impl Forward {
+    /// A forwarder to `settings.upstream`.
+    pub fn new(settings: &ProxySettings, metrics: Arc<Metrics>) -> Result<Forward, ProxyError> {
+        let parts = settings.upstream.clone().into_parts();
+        let scheme = parts.scheme.unwrap_or(Scheme::HTTP);
+        let authority = parts
+            .authority
+            .ok_or_else(|| ProxyError::Upstream(format!("{} has no host", settings.upstream)))?;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(settings.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(1024)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .http2_only(settings.upstream_http2)
+            .build(connector);
+        Ok(Forward {
+            client,
+            scheme,
+            authority,
+            timeout: settings.upstream_timeout,
+            http2: settings.upstream_http2,
+            metrics,
+        })
+    }
+
+    fn error(&self, status: StatusCode, detail: &str) -> Response<ForwardBody> {
+        short_response(status, detail, None, None, false).map(Either::Right)
+    }
+}
+
+impl Service<Request<Incoming>> for Forward {
+    type Response = Response<ForwardBody>;
+    type Error = Infallible;
+    type Future = crate::store::BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let (mut parts, body) = req.into_parts();
+            let pq = parts
+                .uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/"));
+            let mut uri = http::uri::Parts::default();
+            uri.scheme = Some(this.scheme.clone());
+            uri.authority = Some(this.authority.clone());
+            uri.path_and_query = Some(pq);
+            parts.uri = match Uri::from_parts(uri) {
+                Ok(u) => u,
+                Err(_) => return Ok(this.error(StatusCode::BAD_REQUEST, "unusable request target")),
+            };
+            parts.version = if this.http2 {
+                Version::HTTP_2
+            } else {
+                Version::HTTP_11
+            };
+            strip_hop_by_hop(&mut parts.headers);
+            if let Some(PeerAddr(peer)) = parts.extensions.get::<PeerAddr>() {
+                let ip = peer.ip().to_canonical().to_string();
+                let value = match parts.headers.get(&X_FORWARDED_FOR) {
+                    Some(prev) => {
+                        let mut v = prev.as_bytes().to_vec();
+                        v.extend_from_slice(b", ");
+                        v.extend_from_slice(ip.as_bytes());
+                        HeaderValue::from_bytes(&v).ok()
+                    }
+                    None => HeaderValue::from_str(&ip).ok(),
+                };
+                if let Some(v) = value {
+                    parts.headers.insert(X_FORWARDED_FOR.clone(), v);
+                }
+            }
+            let req = Request::from_parts(parts, body);
+            match tokio::time::timeout(this.timeout, this.client.request(req)).await {
+                Ok(Ok(resp)) => {
+                    let (mut parts, body) = resp.into_parts();
+                    strip_hop_by_hop(&mut parts.headers);
+                    Ok(Response::from_parts(parts, Either::Left(body)))
+                }
+                Ok(Err(e)) => {
+                    this.metrics.upstream_error("connect");
+                    tracing::warn!(error = %e, upstream = %this.authority, "upstream failed");
+                    Ok(this.error(StatusCode::BAD_GATEWAY, "upstream unavailable"))
+                }
+                Err(_) => {
+                    this.metrics.upstream_error("timeout");
+                    tracing::warn!(upstream = %this.authority, timeout = ?this.timeout, "upstream timed out");
+                    Ok(this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out"))
+                }
+            }
+        })
+    }
+}
+
+/// A bound proxy, ready to [`run`](Proxy::run).
+pub struct Proxy {
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    limiter: RateLimiter,
+    service: RateLimitService<Forward>,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("listen", &self.local_addr())
+            .field("admin", &self.admin_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ProxyError::Bind { addr, source })
+}
+
+impl Proxy {
+    /// Bind the listeners (port 0 picks a free port).
+    pub async fn bind(limiter: RateLimiter, settings: &ProxySettings) -> Result<Proxy, ProxyError> {
+        let forward = Forward::new(settings, limiter.metrics().clone())?;
+        let listener = bind(settings.listen).await?;
+        let admin = match settings.admin {
+            Some(a) => Some(bind(a).await?),
+            None => None,
+        };
+        Ok(Proxy {
+            listener,
+            admin,
+            service: RateLimitService::new(forward, limiter.clone()),
+            limiter,
+            grace: settings.shutdown_grace,
+        })
+    }
+
+    /// The proxy's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// The admin listener's address.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Serve until `shutdown` completes, then drain in-flight requests (at most the grace
+    /// period).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30));
+        builder.http2().timer(TokioTimer::new());
+        let graceful = GracefulShutdown::new();
+        let limiter = self.limiter.clone();
+        let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let limiter = limiter.clone();
+            async move { Ok::<_, Infallible>(admin(&limiter, req.uri().path())) }
+        });
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                r = self.listener.accept() => {
+                    let (stream, peer) = match r {
+                        Ok(x) => x,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let svc = self.service.clone();
+                    let metrics = self.limiter.metrics().clone();
+                    let hsvc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                        req.extensions_mut().insert(PeerAddr(peer));
+                        let mut svc = svc.clone();
+                        let metrics = metrics.clone();
+                        let start = Instant::now();
+                        async move {
+                            let r = svc.call(req).await;
+                            metrics.proxy_seconds.observe(start.elapsed().as_secs_f64());
+                            r
+                        }
+                    });
+                    let conn = builder.serve_connection(TokioIo::new(stream), hsvc).into_owned();
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        if let Err(e) = conn.await {
+                            tracing::debug!(error = %e, %peer, "connection ended with an error");
+                        }
+                    });
+                }
+                r = accept_opt(self.admin.as_ref()) => {
+                    if let Ok((stream, _)) = r {
+                        let conn = builder.serve_connection(TokioIo::new(stream), admin_svc.clone()).into_owned();
+                        let conn = graceful.watch(conn);
+                        tokio::spawn(async move { let _ = conn.await; });
+                    }
+                }
+            }
+        }
+        drop(self.listener);
+        drop(self.admin);
+        tracing::info!(
+            connections = graceful.count(),
+            "shutting down: draining in-flight requests"
+        );
+        tokio::select! {
+            () = graceful.shutdown() => tracing::info!("drained"),
+            () = tokio::time::sleep(self.grace) => tracing::warn!(grace = ?self.grace, "grace period over; closing remaining connections"),
+        }
+    }
+}
+
+async fn accept_opt(
+    l: Option<&TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match l {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn admin(limiter: &RateLimiter, path: &str) -> Response<Full<Bytes>> {
+    let (status, ctype, body) = match path {
+        "/metrics" => (
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            limiter.render_metrics(),
+        ),
+        "/healthz" => (
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            "ok\n".to_string(),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found: try /metrics or /healthz\n".to_string(),
+        ),
+    };
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}

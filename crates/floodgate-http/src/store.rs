@@ -1,0 +1,204 @@
+//! Where decisions are made: the [`DecisionStore`] trait, and [`LocalStore`], the
+//! in-process implementation (one capped [`KeyedLimiter`] per policy).
+//!
+//! A store receives every policy check of one request at once and must decide them
+//! all-or-nothing: either every check is admitted and charged, or none is charged. A
+//! Redis-backed store implements the same trait (one round trip per request).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use floodgate_core::multi::{Check, MultiDecision, check_all};
+use floodgate_core::{AnyAlgorithm, Clock, ConfigError, KeyedLimiter, Nanos, Stats};
+
+use crate::policy::PolicyInfo;
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One policy check of a request.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreCheck<'a> {
+    /// The policy (its index, name and algorithm).
+    pub policy: &'a PolicyInfo,
+    /// The key bytes within that policy (arbitrary bytes; not necessarily UTF-8).
+    pub key: &'a Vec<u8>,
+    /// Units this request costs under the policy.
+    pub cost: u64,
+}
+
+/// A backend failure. The layer maps it to its configured outcome (fail open by default)
+/// and counts it in `floodgate_store_errors_total`.
+#[derive(Debug, thiserror::Error)]
+#[error("decision store {store}: {message}")]
+pub struct StoreError {
+    /// Which store failed (`"redis"`, ...).
+    pub store: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Counters of one policy in a store, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PolicyStats {
+    /// Keys held.
+    pub keys: u64,
+    /// Live keys evicted to respect the key cap.
+    pub evicted: u64,
+    /// Idle keys dropped (loses nothing).
+    pub idle_dropped: u64,
+}
+
+/// A decision backend: checks one request against several policies, all-or-nothing.
+///
+/// Implementations must not charge any policy unless all admit the request (see
+/// [`floodgate_core::multi::check_all`]); the returned decisions are in the order of
+/// `checks`.
+pub trait DecisionStore: Send + Sync + 'static {
+    /// Decide on `checks`, all-or-nothing.
+    fn check<'a>(
+        &'a self,
+        checks: &'a [StoreCheck<'a>],
+    ) -> BoxFuture<'a, Result<MultiDecision, StoreError>>;
+
+    /// Per-policy counters, indexed like the policies; empty when the store keeps none.
+    fn stats(&self) -> Vec<PolicyStats> {
+        Vec::new()
+    }
+}
+
+impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
+    fn check<'a>(
+        &'a self,
+        checks: &'a [StoreCheck<'a>],
+    ) -> BoxFuture<'a, Result<MultiDecision, StoreError>> {
+        (**self).check(checks)
+    }
+    fn stats(&self) -> Vec<PolicyStats> {
+        (**self).stats()
+    }
+}
+
+/// The in-process store's clock: wall-clock time read once at creation, advanced by
+/// tokio's monotonic clock. Fixed and sliding windows therefore start on wall-clock
+/// multiples (a `100/min` window resets on the minute, as a Redis store's would), rates
+/// never see a wall-clock step, and `tokio::time::pause` in tests stops it too.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+    wall: Nanos,
+}
+
+impl TokioClock {
+    /// A clock reading the wall time now.
+    pub fn new() -> Self {
+        TokioClock {
+            origin: tokio::time::Instant::now(),
+            wall: floodgate_core::WallClock.now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Nanos {
+        self.wall.saturating_add(self.origin.elapsed())
+    }
+}
+
+/// The in-process store: one [`KeyedLimiter`] per policy, each capped at `max_keys`.
+pub struct LocalStore {
+    limiters: Vec<KeyedLimiter<Vec<u8>, AnyAlgorithm>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for LocalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalStore")
+            .field("policies", &self.limiters.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalStore {
+    /// A store for `policies` (in index order), each holding at most `max_keys` keys, on
+    /// a [`TokioClock`].
+    pub fn new(policies: &[PolicyInfo], max_keys: usize) -> Result<LocalStore, ConfigError> {
+        LocalStore::with_clock(policies, max_keys, Arc::new(TokioClock::new()))
+    }
+
+    /// As [`new`](Self::new) with a chosen clock.
+    pub fn with_clock(
+        policies: &[PolicyInfo],
+        max_keys: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Result<LocalStore, ConfigError> {
+        let limiters = policies
+            .iter()
+            .map(|p| KeyedLimiter::new(p.algorithm.clone(), max_keys))
+            .collect::<Result<_, _>>()?;
+        Ok(LocalStore { limiters, clock })
+    }
+
+    /// Decide synchronously (the in-process store never waits).
+    /// Fails only when a check names a policy index this store was not built with.
+    pub fn check_now(&self, checks: &[StoreCheck<'_>]) -> Result<MultiDecision, StoreError> {
+        let now = self.clock.now();
+        let list = checks
+            .iter()
+            .map(|c| {
+                let limiter = self
+                    .limiters
+                    .get(c.policy.index)
+                    .ok_or_else(|| StoreError {
+                        store: "memory",
+                        message: format!(
+                            "policy {:?} (index {}) is not in this store ({} policies)",
+                            c.policy.name,
+                            c.policy.index,
+                            self.limiters.len()
+                        ),
+                    })?;
+                Ok(Check {
+                    limiter,
+                    key: c.key,
+                    cost: c.cost,
+                })
+            })
+            .collect::<Result<Vec<Check<'_, Vec<u8>, AnyAlgorithm>>, StoreError>>()?;
+        Ok(check_all(&list, now))
+    }
+}
+
+impl DecisionStore for LocalStore {
+    fn check<'a>(
+        &'a self,
+        checks: &'a [StoreCheck<'a>],
+    ) -> BoxFuture<'a, Result<MultiDecision, StoreError>> {
+        Box::pin(std::future::ready(self.check_now(checks)))
+    }
+
+    fn stats(&self) -> Vec<PolicyStats> {
+        self.limiters
+            .iter()
+            .map(|l| {
+                let Stats {
+                    keys,
+                    idle_dropped,
+                    evicted,
+                } = l.stats();
+                PolicyStats {
+                    keys,
+                    evicted,
+                    idle_dropped,
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,169 @@
+//! Test helpers: a real loopback backend that records arrivals, a proxy started
+//! in-process on free ports, and a small client.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use floodgate_http::config::Config;
+use floodgate_http::proxy::{Proxy, ProxySettings};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// One request as the backend saw it.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub at: Instant,
+    pub path: String,
+    pub headers: HeaderMap,
+}
+
+/// A hyper backend on 127.0.0.1:0. `/slow` answers after 2 s; `/echo` streams the request
+/// body back; everything else answers "ok".
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub arrivals: Arc<Mutex<Vec<Arrival>>>,
+}
+
+impl Backend {
+    pub async fn start() -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let rec = arrivals.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let rec = rec.clone();
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let rec = rec.clone();
+                    async move {
+                        rec.lock().unwrap().push(Arrival {
+                            at: Instant::now(),
+                            path: req.uri().path().to_string(),
+                            headers: req.headers().clone(),
+                        });
+                        let body: http_body_util::combinators::BoxBody<Bytes, hyper::Error> =
+                            match req.uri().path() {
+                                "/slow" => {
+                                    tokio::time::sleep(Duration::from_secs(2)).await;
+                                    Full::new(Bytes::from_static(b"slow"))
+                                        .map_err(|e| match e {})
+                                        .boxed()
+                                }
+                                "/echo" => req.into_body().boxed(),
+                                _ => Full::new(Bytes::from_static(b"ok"))
+                                    .map_err(|e| match e {})
+                                    .boxed(),
+                            };
+                        Ok::<_, Infallible>(Response::new(body))
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Backend { addr, arrivals }
+    }
+
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.arrivals.lock().unwrap().clone()
+    }
+}
+
+/// A running in-process proxy.
+pub struct RunningProxy {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub limiter: floodgate_http::RateLimiter,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningProxy {
+    /// Start from TOML text; `upstream` and ports are filled in.
+    pub async fn start(toml: &str, upstream: SocketAddr) -> RunningProxy {
+        let cfg = Config::parse(toml, Path::new("test.toml")).unwrap();
+        let limiter = cfg.limiter_builder().build().unwrap();
+        let mut settings = ProxySettings::new(format!("http://{upstream}").parse().unwrap());
+        settings.listen = "127.0.0.1:0".parse().unwrap();
+        settings.admin = Some("127.0.0.1:0".parse().unwrap());
+        settings.upstream_timeout = cfg.upstream_timeout.unwrap_or(settings.upstream_timeout);
+        settings.connect_timeout = cfg.connect_timeout.unwrap_or(settings.connect_timeout);
+        settings.shutdown_grace = Duration::from_secs(5);
+        let proxy = Proxy::bind(limiter.clone(), &settings).await.unwrap();
+        let addr = proxy.local_addr();
+        let admin = proxy.admin_addr().unwrap();
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(proxy.run(async {
+            let _ = rx.await;
+        }));
+        RunningProxy {
+            addr,
+            admin,
+            limiter,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    pub fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub type TestClient = Client<HttpConnector, Full<Bytes>>;
+
+pub fn client() -> TestClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub fn h2_client() -> TestClient {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
+/// A finished response.
+#[derive(Debug)]
+pub struct Got {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+pub async fn send(c: &TestClient, req: Request<Full<Bytes>>) -> Got {
+    let resp = c.request(req).await.expect("request failed");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+pub async fn get(c: &TestClient, addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Got {
+    let mut b = Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    send(c, b.body(Full::new(Bytes::new())).unwrap()).await
+}

@@ -1,0 +1,287 @@
+//! The proxy over real loopback HTTP in front of a real backend.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use http::Request;
+use http_body_util::Full;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn fire(c: &TestClient, addr: std::net::SocketAddr, n: usize) -> (Vec<Got>, Duration) {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { get(&c, addr, "/", &[]).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    (out, start.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_nodelay_over_loopback_and_metrics() {
+    let backend = Backend::start().await;
+    let p = RunningProxy::start(
+        "[[policy]]\nname = \"default\"\nrate = \"10/s\"\nburst = 20\nnodelay = true\n",
+        backend.addr,
+    )
+    .await;
+    let c = client();
+    // warm 30 pooled connections to the proxy so the burst is "at once"
+    let (out, took) = fire(&c, p.addr, 30).await;
+    let passed = out.iter().filter(|g| g.status == 200).count();
+    let rejected = out.iter().filter(|g| g.status == 429).count();
+    assert_eq!(passed + rejected, 30);
+    // 21 exactly when the burst lands within one leak interval (100 ms), as it does on
+    // loopback; a slow CI machine may leak one more slot per 100 ms taken
+    let slack = (took.as_millis() / 100) as usize;
+    assert!(
+        (21..=21 + slack).contains(&passed),
+        "passed {passed} in {took:?}"
+    );
+    assert_eq!(backend.arrivals().len(), passed);
+    let ok = out.iter().find(|g| g.status == 200).unwrap();
+    assert_eq!(ok.headers["ratelimit-policy"], r#""default";q=21;w=3"#);
+    assert!(
+        ok.headers["ratelimit"]
+            .to_str()
+            .unwrap()
+            .starts_with(r#""default";r="#)
+    );
+    let denied = out.iter().find(|g| g.status == 429).unwrap();
+    assert_eq!(
+        denied.headers["ratelimit"].to_str().unwrap(),
+        r#""default";r=0;t=3"#
+    );
+    let ra: u64 = denied.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&ra), "100 ms + up to 1 s of jitter: {ra}");
+    // the backend saw X-Forwarded-For with the peer
+    assert_eq!(
+        backend.arrivals()[0].headers["x-forwarded-for"],
+        "127.0.0.1"
+    );
+    // metrics and health on the admin listener
+    let m = get(&c, p.admin, "/metrics", &[]).await;
+    let text = String::from_utf8_lossy(&m.body);
+    assert!(
+        text.contains(&format!(
+            r#"floodgate_decisions_total{{policy="default",outcome="rejected"}} {rejected}"#
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"floodgate_store_keys{policy="default"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains("floodgate_proxy_request_duration_seconds_bucket"));
+    assert!(text.contains("floodgate_decision_duration_seconds_count"));
+    assert_eq!(get(&c, p.admin, "/healthz", &[]).await.body, "ok\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_nodelay_backend_sees_excess_spaced_at_100ms() {
+    let backend = Backend::start().await;
+    let p = RunningProxy::start(
+        "[[policy]]\nname = \"default\"\nrate = \"10/s\"\nburst = 20\n",
+        backend.addr,
+    )
+    .await;
+    let c = client();
+    let (out, took) = fire(&c, p.addr, 21).await;
+    assert!(out.iter().all(|g| g.status == 200));
+    let mut at: Vec<Instant> = backend.arrivals().iter().map(|a| a.at).collect();
+    at.sort();
+    let span = at[20] - at[0];
+    // 20 excess requests spaced at 100 ms: 2.0 s from first to last (tolerant bounds)
+    assert!(
+        span >= Duration::from_millis(1850) && span <= Duration::from_millis(2600),
+        "{span:?}"
+    );
+    let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    let median = {
+        let mut g = gaps.clone();
+        g.sort();
+        g[g.len() / 2]
+    };
+    assert!((80..=130).contains(&median), "gaps {gaps:?}");
+    assert!(took >= Duration::from_millis(1900));
+    let delayed = out
+        .iter()
+        .filter(|g| g.headers.contains_key("x-ratelimit-delay-ms"))
+        .count();
+    assert!(delayed >= 19, "{delayed}");
+    let m = p.limiter.render_metrics();
+    assert!(m.contains("floodgate_delay_seconds_count"), "{m}");
+}
+
+#[tokio::test]
+async fn spoofed_forwarded_for_from_untrusted_peer_is_ignored() {
+    let backend = Backend::start().await;
+    let cfg = "[[policy]]\nname = \"p\"\nalgorithm = \"gcra\"\nrate = \"1/min\"\n";
+    // 127.0.0.1 is not trusted: the header is ignored, both requests are the same client
+    let p = RunningProxy::start(
+        &format!("[client_ip]\ntrusted_proxies = [\"10.0.0.0/8\"]\n{cfg}"),
+        backend.addr,
+    )
+    .await;
+    let c = client();
+    let a = get(&c, p.addr, "/", &[("x-forwarded-for", "1.1.1.1")]).await;
+    let b = get(&c, p.addr, "/", &[("x-forwarded-for", "2.2.2.2")]).await;
+    assert_eq!((a.status.as_u16(), b.status.as_u16()), (200, 429));
+    assert_eq!(
+        backend.arrivals()[0].headers["x-forwarded-for"],
+        "1.1.1.1, 127.0.0.1"
+    );
+    // trusted: the header's right-most untrusted hop is the client
+    let p = RunningProxy::start(
+        &format!("[client_ip]\ntrusted_proxies = [\"127.0.0.0/8\"]\n{cfg}"),
+        backend.addr,
+    )
+    .await;
+    let a = get(&c, p.addr, "/", &[("x-forwarded-for", "1.1.1.1")]).await;
+    let b = get(&c, p.addr, "/", &[("x-forwarded-for", "9.9.9.9, 2.2.2.2")]).await;
+    let d = get(&c, p.addr, "/", &[("x-forwarded-for", "2.2.2.2")]).await;
+    assert_eq!(
+        (a.status.as_u16(), b.status.as_u16(), d.status.as_u16()),
+        (200, 200, 429)
+    );
+}
+
+#[tokio::test]
+async fn dead_and_slow_upstreams_map_to_502_and_504() {
+    // a port with nothing listening
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let cfg = "upstream_timeout = \"300ms\"\n[[policy]]\nname = \"p\"\nrate = \"100/s\"\nburst = 100\nnodelay = true\n";
+    let p = RunningProxy::start(cfg, dead).await;
+    let c = client();
+    let g = get(&c, p.addr, "/", &[]).await;
+    assert_eq!(g.status, 502);
+    assert!(
+        g.headers.contains_key("ratelimit"),
+        "limited responses carry headers"
+    );
+    let backend = Backend::start().await;
+    let p2 = RunningProxy::start(cfg, backend.addr).await;
+    let t = Instant::now();
+    let g = get(&c, p2.addr, "/slow", &[]).await;
+    assert_eq!(g.status, 504);
+    assert!(t.elapsed() < Duration::from_millis(1500));
+    let m = p.limiter.render_metrics();
+    assert!(
+        m.contains(r#"floodgate_upstream_errors_total{kind="connect"} 1"#),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_get_4xx_and_the_proxy_survives() {
+    let backend = Backend::start().await;
+    let p = RunningProxy::start(
+        "[[policy]]\nname = \"p\"\nrate = \"100/s\"\nburst = 100\nnodelay = true\n",
+        backend.addr,
+    )
+    .await;
+    // giant header: hyper refuses it (431), no panic
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let big = "a".repeat(1_000_000);
+    let _ = s
+        .write_all(format!("GET / HTTP/1.1\r\nhost: x\r\nx-big: {big}\r\n\r\n").as_bytes())
+        .await;
+    let mut buf = vec![0u8; 256];
+    let n = s.read(&mut buf).await.unwrap_or(0);
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(n == 0 || head.starts_with("HTTP/1.1 431"), "{head}");
+    // malformed request line
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GARBAGE\x00\x01 / HTTP/9.9\r\n\r\n")
+        .await
+        .unwrap();
+    let n = s.read(&mut buf).await.unwrap_or(0);
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(n == 0 || head.starts_with("HTTP/1.1 400"), "{head}");
+    // invalid UTF-8 in a header value is forwarded byte for byte
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /x HTTP/1.1\r\nhost: x\r\nx-api-key: \xff\xfe\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).await.unwrap();
+    assert!(
+        resp.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    // still serving
+    assert_eq!(get(&client(), p.addr, "/", &[]).await.status, 200);
+}
+
+#[tokio::test]
+async fn http2_prior_knowledge_and_streamed_bodies() {
+    let backend = Backend::start().await;
+    let p = RunningProxy::start(
+        "[[policy]]\nname = \"p\"\nalgorithm = \"token-bucket\"\nrate = \"100/s\"\ncapacity = 50\n",
+        backend.addr,
+    )
+    .await;
+    let g = get(&h2_client(), p.addr, "/", &[]).await;
+    assert_eq!(g.status, 200);
+    assert_eq!(g.headers["ratelimit-policy"], r#""p";q=50;w=1"#);
+    // a 4 MB body through the proxy and back
+    let body: Vec<u8> = (0..4_000_000u32).map(|i| (i % 251) as u8).collect();
+    for c in [client(), h2_client()] {
+        let req = Request::post(format!("http://{}/echo", p.addr))
+            .body(Full::new(Bytes::from(body.clone())))
+            .unwrap();
+        let g = send(&c, req).await;
+        assert_eq!(g.status, 200);
+        assert_eq!(g.body.len(), body.len());
+        assert!(g.body == body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_drains_held_requests() {
+    let backend = Backend::start().await;
+    let mut p = RunningProxy::start(
+        "[[policy]]\nname = \"p\"\nrate = \"2/s\"\nburst = 2\n",
+        backend.addr,
+    )
+    .await;
+    let c = client();
+    // request 1 passes, 2 and 3 are held 500 ms and 1 s
+    let (tx, mut rx) = tokio::sync::mpsc::channel(3);
+    for _ in 0..3 {
+        let (c, tx, addr) = (c.clone(), tx.clone(), p.addr);
+        tokio::spawn(async move {
+            let _ = tx.send(get(&c, addr, "/", &[]).await.status.as_u16()).await;
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(p.limiter.waiting(), 2);
+    p.shutdown();
+    let mut st = Vec::new();
+    for _ in 0..3 {
+        st.push(rx.recv().await.unwrap());
+    }
+    assert_eq!(st, vec![200, 200, 200]);
+    tokio::time::timeout(Duration::from_secs(5), &mut p.task)
+        .await
+        .expect("proxy stops after draining")
+        .unwrap();
+    // and it no longer accepts
+    assert!(tokio::net::TcpStream::connect(p.addr).await.is_err());
+}

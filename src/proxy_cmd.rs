@@ -1,0 +1,179 @@
+//! `floodgate proxy`: the rate-limiting reverse proxy, from a config file or from flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use floodgate_core::algorithms::DelayMode;
+use floodgate_core::{Algorithm, Kind, Rate, Spec};
+use floodgate_http::config::{Config, StoreSpec, parse_upstream};
+use floodgate_http::proxy::{Proxy, ProxySettings, shutdown_signal};
+use floodgate_http::{Policy, RateLimiter, RateLimiterBuilder};
+
+/// Flags of `floodgate proxy`.
+#[derive(Args, Debug)]
+pub struct ProxyArgs {
+    /// TOML config file (see the README's "HTTP" section for every field).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Validate the config (or flags) and exit without starting.
+    #[arg(long)]
+    check_config: bool,
+    /// Listen address (overrides the config's `listen`).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Upstream, http://host:port (overrides the config's `upstream`).
+    #[arg(long)]
+    upstream: Option<String>,
+    /// Admin listener for /metrics and /healthz (overrides the config's `admin`).
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// Without --config: one policy "default" per client IP at this rate (e.g. 10/s).
+    #[arg(long, conflicts_with = "config")]
+    rate: Option<String>,
+    /// Without --config: nginx burst (excess requests admitted; capacity = burst + 1).
+    #[arg(long, conflicts_with = "config", default_value_t = 0)]
+    burst: u64,
+    /// Without --config: admitted excess requests pass at once (nginx nodelay).
+    #[arg(long, conflicts_with_all = ["config", "delay"])]
+    nodelay: bool,
+    /// Without --config: the first N excess requests pass at once, the rest are held
+    /// (nginx delay=N).
+    #[arg(long, conflicts_with = "config")]
+    delay: Option<u64>,
+    /// Without --config: the algorithm (default leaky-queue, as nginx limit_req).
+    #[arg(long, conflicts_with = "config", default_value = "leaky-queue")]
+    algorithm: String,
+    /// Denial status (without --config; default 429, nginx uses 503).
+    #[arg(long, conflicts_with = "config")]
+    status: Option<u16>,
+    /// Worker threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn flags_builder(args: &ProxyArgs) -> Result<RateLimiterBuilder> {
+    let Some(rate) = &args.rate else {
+        bail!("give --config FILE, or --rate RATE (e.g. --rate 10/s --burst 20) with --upstream");
+    };
+    let rate: Rate = rate.parse().context("--rate")?;
+    let kind: Kind = args.algorithm.parse().context("--algorithm")?;
+    if kind != Kind::LeakyQueue && (args.nodelay || args.delay.is_some()) {
+        bail!("--nodelay and --delay apply only to --algorithm leaky-queue");
+    }
+    let mut spec = Spec::new(kind, rate);
+    spec.capacity = Some(args.burst.checked_add(1).context("--burst is too large")?);
+    spec.delay = match (args.nodelay, args.delay) {
+        (true, _) => DelayMode::NoDelay,
+        (false, Some(n)) => DelayMode::After(n),
+        (false, None) => DelayMode::After(0),
+    };
+    spec.build().context("invalid --rate/--burst/--delay")?;
+    let mut b = RateLimiter::builder().policy(Policy::new("default", spec));
+    if let Some(s) = args.status {
+        let s = http::StatusCode::from_u16(s)
+            .ok()
+            .filter(|s| s.is_client_error() || s.is_server_error())
+            .with_context(|| format!("--status {s} is not a 4xx or 5xx code"))?;
+        b = b.deny_status(s);
+    }
+    Ok(b)
+}
+
+/// Run `floodgate proxy`.
+pub fn run(args: ProxyArgs) -> Result<()> {
+    let (builder, mut settings, store) = match &args.config {
+        Some(path) => {
+            let cfg = Config::load(path)?;
+            let upstream = cfg.upstream.clone();
+            let mut settings = ProxySettings::new(upstream.unwrap_or_default());
+            if let Some(l) = cfg.listen {
+                settings.listen = l;
+            }
+            settings.admin = cfg.admin;
+            settings.upstream_timeout = cfg.upstream_timeout.unwrap_or(settings.upstream_timeout);
+            settings.connect_timeout = cfg.connect_timeout.unwrap_or(settings.connect_timeout);
+            settings.shutdown_grace = cfg.shutdown_grace.unwrap_or(settings.shutdown_grace);
+            settings.upstream_http2 = cfg.upstream_http2;
+            (cfg.limiter_builder(), settings, cfg.store.clone())
+        }
+        None => (
+            flags_builder(&args)?,
+            ProxySettings::new(http::Uri::default()),
+            StoreSpec::Memory,
+        ),
+    };
+    if let Some(u) = &args.upstream {
+        settings.upstream = parse_upstream(u)
+            .map_err(anyhow::Error::msg)
+            .context("--upstream")?;
+    }
+    if settings.upstream.authority().is_none() {
+        bail!(
+            "no upstream: set `upstream = \"http://host:port\"` in the config or pass --upstream"
+        );
+    }
+    if let Some(l) = args.listen {
+        settings.listen = l;
+    }
+    if args.admin.is_some() {
+        settings.admin = args.admin;
+    }
+    let builder = match store {
+        StoreSpec::Memory => builder,
+        StoreSpec::Redis(url) => bail!(
+            "store = {url:?}: the Redis store is not available in this build yet; use store = \"memory\""
+        ),
+    };
+    if args.check_config {
+        let limiter = builder.build().context("invalid configuration")?;
+        println!(
+            "configuration OK: {} policies ({}), upstream {}, listen {}",
+            limiter.policies().len(),
+            limiter
+                .policies()
+                .iter()
+                .map(|p| format!(
+                    "{}: {} {} capacity {}",
+                    p.name,
+                    p.spec.kind,
+                    p.spec.rate,
+                    p.algorithm.limit()
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            settings.upstream,
+            settings.listen
+        );
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FLOODGATE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(n) = args.threads {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = rt.build().context("cannot start the runtime")?;
+    rt.block_on(async move {
+        let limiter = builder.build().context("invalid configuration")?;
+        let proxy = Proxy::bind(limiter, &settings).await?;
+        tracing::info!(
+            listen = %proxy.local_addr(),
+            admin = ?proxy.admin_addr(),
+            upstream = %settings.upstream,
+            "floodgate proxy ready"
+        );
+        proxy.run(shutdown_signal()).await;
+        Ok::<(), anyhow::Error>(())
+    })?;
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! The real `floodgate proxy` binary, as a process, in front of a real backend.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
+
+async fn backend() -> (SocketAddr, Arc<AtomicUsize>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
+            let h = h.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |_req| {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(
+                            b"ok",
+                        ))))
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, hits)
+}
+
+fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn wait_listening(addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < deadline, "proxy did not start on {addr}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_proxies_limits_and_stops_on_sigterm() {
+    let (upstream, hits) = backend().await;
+    let (listen, admin) = (free_port(), free_port());
+    let child = Command::new(BIN)
+        .args(["proxy", "--listen", &listen.to_string(), "--upstream"])
+        .arg(format!("http://{upstream}"))
+        .args([
+            "--admin",
+            &admin.to_string(),
+            "--rate",
+            "10/s",
+            "--burst",
+            "20",
+            "--nodelay",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Proc(child);
+    wait_listening(listen).await;
+    let c = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let start = Instant::now();
+    let handles: Vec<_> = (0..30)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let r = c
+                    .get(format!("http://{listen}/").parse().unwrap())
+                    .await
+                    .unwrap();
+                let st = r.status().as_u16();
+                let rl = r.headers().get("ratelimit").cloned();
+                let _ = r.into_body().collect().await;
+                (st, rl)
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for h in handles {
+        let (st, rl) = h.await.unwrap();
+        assert!(rl.is_some());
+        ok += usize::from(st == 200);
+    }
+    let slack = (start.elapsed().as_millis() / 100) as usize;
+    assert!((21..=21 + slack).contains(&ok), "{ok} passed");
+    assert_eq!(hits.load(Ordering::SeqCst), ok);
+    let m = c
+        .get(format!("http://{admin}/metrics").parse().unwrap())
+        .await
+        .unwrap();
+    let text = m.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&text).contains("floodgate_decisions_total"));
+    // SIGTERM: drains and exits 0
+    let st = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "proxy did not exit on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn check_config_reports_file_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("floodgate-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.toml");
+    std::fs::write(
+        &good,
+        "upstream = \"http://127.0.0.1:9\"\n[[policy]]\nname = \"default\"\nrate = \"10/s\"\nburst = 20\nnodelay = true\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["proxy", "--check-config", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("configuration OK"));
+    for (src, want) in [
+        (
+            "[[policy]]\nname = \"a\"\nrate = \"10/q\"\n",
+            "bad.toml:3:8: rate: invalid rate \"10/q\": unknown unit",
+        ),
+        (
+            "[[policy]]\nname = \"a\"\nrate = \"10/s\"\nwindow = 3\n",
+            "bad.toml:4:1: unknown field `window`",
+        ),
+        (
+            "[[policy]]\nname = \"a\"\nrate = \"10/s\"\nburst = 1\ndelay = 4\n",
+            "bad.toml:1:1: policy[0] \"a\": delay=4 is above burst=1",
+        ),
+    ] {
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, src).unwrap();
+        let out = Command::new(BIN)
+            .args(["proxy", "--check-config", "--config"])
+            .arg(&bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{err}");
+    }
+    // flags: bad rate, conflicting flags
+    let out = Command::new(BIN)
+        .args([
+            "proxy",
+            "--check-config",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--rate",
+            "0/s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rate"));
+    let out = Command::new(BIN)
+        .args(["proxy", "--rate", "1/s", "--nodelay", "--delay", "3"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
