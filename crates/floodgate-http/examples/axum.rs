@@ -21,7 +21,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Policy::new("global", Spec::new(Kind::Gcra, "5000/min".parse()?))
                 .key(KeySource::global()),
         )
-        .route(Route::prefix("/search").policy("per-ip", 10).policy("global", 1))
+        .route(
+            Route::prefix("/search")
+                .policy("per-ip", 10)
+                .policy("global", 1),
+        )
         .route(Route::prefix("/").policy("per-ip", 1).policy("global", 1))
         // axum puts the peer address in ConnectInfo (see into_make_service_with_connect_info)
         .peer(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
