@@ -375,10 +375,18 @@ pub(crate) fn plot(path: &std::path::Path, runs: &[Run]) -> Result<()> {
         if last - first < 200 {
             for k in first..=last {
                 let x = k as f64 * w;
-                chart.draw_series(LineSeries::new(
+                let style = RED.mix(0.6).stroke_width(2);
+                let drawn = chart.draw_series(DashedLineSeries::new(
                     vec![(x, 0.0), (x, y_max * 1.1)],
-                    BLACK.mix(0.35).stroke_width(1),
+                    6,
+                    4,
+                    style,
                 ))?;
+                if k == first {
+                    drawn
+                        .label("window boundary")
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+                }
             }
         }
         for (i, o) in r.outcomes.iter().enumerate() {
@@ -392,8 +400,10 @@ pub(crate) fn plot(path: &std::path::Path, runs: &[Run]) -> Result<()> {
                 points.push((x, total as f64));
             }
             points.push((x1, total as f64));
+            // earlier series drawn wider, so lines that coincide stay visible underneath
+            let width = 2 + 2 * (r.outcomes.len() - 1 - i) as u32;
             chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .draw_series(LineSeries::new(points, color.stroke_width(width)))?
                 .label(format!(
                     "{} ({} allowed, max {} per window)",
                     o.kind.name(),
