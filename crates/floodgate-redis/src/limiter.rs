@@ -64,13 +64,21 @@ impl Outcome {
 /// if !outcome.decision.allowed { /* 429, Retry-After: outcome.decision.retry_after */ }
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
 pub struct RedisLimiter {
     store: Arc<RedisStore>,
     algorithm: AnyAlgorithm,
     call: ScriptCall,
     cache: DenyCache,
     pad_ms: u64,
+}
+
+impl std::fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("store", &self.store)
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RedisLimiter {
