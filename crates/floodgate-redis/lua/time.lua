@@ -7,9 +7,10 @@ local E9 = 1000000000
 local BIG = 4503599627370496 -- 2^52: "further apart than any representable duration"
 
 -- ARGV[1] = 'redis' (read Redis TIME) or the caller's seconds; ARGV[2] = nanoseconds.
+-- Reading TIME and then writing needs effects replication: the default since Redis 5
+-- (Redis 3.2 and 4 would need redis.replicate_commands() here).
 local function now_of(a, b)
   if a == 'redis' then
-    if redis.replicate_commands then redis.replicate_commands() end
     local t = redis.call('TIME')
     return tonumber(t[1]), tonumber(t[2]) * 1000
   end
