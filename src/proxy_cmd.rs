@@ -84,7 +84,7 @@ fn flags_builder(args: &ProxyArgs) -> Result<RateLimiterBuilder> {
 
 /// Run `floodgate proxy`.
 pub fn run(args: ProxyArgs) -> Result<()> {
-    let (builder, mut settings, store) = match &args.config {
+    let (builder, mut settings, cfg) = match &args.config {
         Some(path) => {
             let cfg = Config::load(path)?;
             let upstream = cfg.upstream.clone();
@@ -97,12 +97,12 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             settings.connect_timeout = cfg.connect_timeout.unwrap_or(settings.connect_timeout);
             settings.shutdown_grace = cfg.shutdown_grace.unwrap_or(settings.shutdown_grace);
             settings.upstream_http2 = cfg.upstream_http2;
-            (cfg.limiter_builder(), settings, cfg.store.clone())
+            (cfg.limiter_builder(), settings, Some(cfg))
         }
         None => (
             flags_builder(&args)?,
             ProxySettings::new(http::Uri::default()),
-            StoreSpec::Memory,
+            None,
         ),
     };
     if let Some(u) = &args.upstream {
@@ -121,13 +121,8 @@ pub fn run(args: ProxyArgs) -> Result<()> {
     if args.admin.is_some() {
         settings.admin = args.admin;
     }
-    let builder = match store {
-        StoreSpec::Memory => builder,
-        StoreSpec::Redis(url) => bail!(
-            "store = {url:?}: the Redis store is not available in this build yet; use store = \"memory\""
-        ),
-    };
     if args.check_config {
+        // validates everything but the Redis connection
         let limiter = builder.build().context("invalid configuration")?;
         println!(
             "configuration OK: {} policies ({}), upstream {}, listen {}",
@@ -163,7 +158,12 @@ pub fn run(args: ProxyArgs) -> Result<()> {
     }
     let rt = rt.build().context("cannot start the runtime")?;
     rt.block_on(async move {
-        let limiter = builder.build().context("invalid configuration")?;
+        let limiter = match &cfg {
+            Some(cfg) if cfg.store != StoreSpec::Memory => {
+                cfg.build().await.context("invalid configuration")?
+            }
+            _ => builder.build().context("invalid configuration")?,
+        };
         let proxy = Proxy::bind(limiter, &settings).await?;
         tracing::info!(
             listen = %proxy.local_addr(),

@@ -204,3 +204,75 @@ fn check_config_reports_file_line_and_field() {
     assert!(!out.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn spawn_proxy(config: &std::path::Path, listen: SocketAddr) -> Proc {
+    Proc(
+        Command::new(BIN)
+            .args(["proxy", "--config"])
+            .arg(config)
+            .args(["--listen", &listen.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_proxy_processes_sharing_redis_admit_the_limit_once() {
+    let (upstream, hits) = backend().await;
+    // a unique prefix on the shared Redis; keys expire by themselves within 10 s
+    let prefix = format!(
+        "fg-test-{}-{}:",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let dir = std::env::temp_dir().join(format!("floodgate-redis-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("shared.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "upstream = \"http://{upstream}\"\nstore = \"redis://127.0.0.1:6379/\"\n\
+             [redis]\nprefix = \"{prefix}\"\ntimeout = \"500ms\"\n\
+             [deny]\nstore_error = \"deny\"\n\
+             [[policy]]\nname = \"shared\"\nalgorithm = \"gcra\"\nrate = \"5/10s\"\nkey = \"global\"\n"
+        ),
+    )
+    .unwrap();
+    let (a, b) = (free_port(), free_port());
+    let _pa = spawn_proxy(&cfg, a);
+    let _pb = spawn_proxy(&cfg, b);
+    wait_listening(a).await;
+    wait_listening(b).await;
+    let c = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut ok = [0usize; 2];
+    for i in 0..10 {
+        let addr = [a, b][i % 2];
+        let r = c
+            .get(format!("http://{addr}/").parse().unwrap())
+            .await
+            .unwrap();
+        assert!(matches!(r.status().as_u16(), 200 | 429), "{}", r.status());
+        ok[i % 2] += usize::from(r.status() == 200);
+        let _ = r.into_body().collect().await;
+    }
+    // 5 in total, not 5 each
+    assert_eq!(ok[0] + ok[1], 5, "{ok:?}");
+    assert!(ok[0] > 0 && ok[1] > 0, "both proxies admitted some: {ok:?}");
+    assert_eq!(hits.load(Ordering::SeqCst), 5);
+    // clean up our keys on the shared Redis
+    let keys = Command::new("redis-cli")
+        .args(["-p", "6379", "--scan", "--pattern", &format!("{prefix}*")])
+        .output()
+        .unwrap();
+    for k in String::from_utf8_lossy(&keys.stdout).lines() {
+        let _ = Command::new("redis-cli")
+            .args(["-p", "6379", "del", k])
+            .output();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

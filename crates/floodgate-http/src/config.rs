@@ -8,7 +8,7 @@
 //! listen = "127.0.0.1:8080"            # where clients connect
 //! upstream = "http://127.0.0.1:9000"   # the backend (http only)
 //! admin = "127.0.0.1:9090"             # optional: /metrics and /healthz
-//! store = "memory"                     # or "redis://127.0.0.1:6379/"
+//! store = "memory"                     # or "redis://127.0.0.1:6379/" (see [redis])
 //! max_keys = 1000000                   # per policy, in-process store
 //! upstream_timeout = "30s"             # response head from upstream, else 504
 //! connect_timeout = "5s"               # else 502
@@ -40,6 +40,11 @@
 //! [allowlist]
 //! ips = ["127.0.0.1", "192.0.2.0/24"]  # bypass every policy
 //! keys = ["deploy-pipeline-token"]     # header-derived keys that bypass
+//!
+//! [redis]                              # only with store = "redis://..."
+//! prefix = "floodgate:"                # key prefix
+//! timeout = "50ms"                     # per call; slower is a store error
+//! time = "redis"                       # Redis TIME (shared clock) or "caller"
 //!
 //! [[policy]]
 //! name = "per-ip"
@@ -210,6 +215,13 @@ pub fn parse_upstream(s: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
 /// Where decisions are made.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum StoreSpec {
@@ -321,6 +333,9 @@ pub struct Config {
     /// Bypass lists.
     #[serde(default)]
     pub allowlist: AllowlistSection,
+    /// The Redis store's settings (with `store = "redis://..."`).
+    #[serde(default)]
+    pub redis: RedisSection,
     /// The policies.
     #[serde(rename = "policy", default)]
     pub policies: Vec<Spanned<PolicySection>>,
@@ -454,6 +469,46 @@ pub struct AllowlistSection {
     /// Header-derived keys.
     #[serde(default)]
     pub keys: Vec<String>,
+}
+
+/// `[redis]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSection {
+    /// Key prefix (default `floodgate:`).
+    pub prefix: Option<String>,
+    /// Per-call timeout (default 50 ms); a slower answer is a store error.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    /// `redis` (Redis `TIME`, default: one clock for every process) or `caller`.
+    #[serde(default)]
+    pub time: RedisTime,
+}
+
+/// `[redis] time`.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum RedisTime {
+    #[default]
+    Redis,
+    Caller,
+}
+
+/// Why a configured limiter could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildConfigError {
+    /// Invalid policies or settings.
+    #[error(transparent)]
+    Build(#[from] crate::limiter::BuildError),
+    /// The Redis store could not be reached or set up.
+    #[error("store {url}: {message}")]
+    Store {
+        /// The URL, password redacted.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// `[[policy]]`.
@@ -640,6 +695,37 @@ impl Config {
             source,
         })?;
         Config::parse(&src, path)
+    }
+
+    /// Build the limiter with its store: in-process, or connect to Redis.
+    pub async fn build(&self) -> Result<crate::RateLimiter, BuildConfigError> {
+        let builder = self.limiter_builder();
+        let StoreSpec::Redis(url) = &self.store else {
+            return Ok(builder.build()?);
+        };
+        let redacted = redact(url);
+        let fail = |message: String| BuildConfigError::Store {
+            url: redacted.clone(),
+            message,
+        };
+        let mut rc = floodgate_redis::StoreConfig::default();
+        if let Some(p) = &self.redis.prefix {
+            rc.prefix = p.clone();
+        }
+        if let Some(t) = self.redis.timeout {
+            rc.timeout = t;
+        }
+        rc.time = match self.redis.time {
+            RedisTime::Redis => floodgate_redis::TimeSource::Redis,
+            RedisTime::Caller => floodgate_redis::TimeSource::Caller,
+        };
+        let infos = builder.policy_infos()?;
+        let store = floodgate_redis::RedisStore::connect(url, rc)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let store = crate::RedisDecisionStore::new(std::sync::Arc::new(store), &infos)
+            .map_err(|e| fail(e.message))?;
+        Ok(builder.store(std::sync::Arc::new(store), "redis").build()?)
     }
 
     /// A limiter builder with everything but the store (in-process by default).

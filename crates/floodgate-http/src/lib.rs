@@ -39,6 +39,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod policy;
 pub mod proxy;
+pub mod redis_store;
 pub mod store;
 
 pub use key::{
@@ -48,4 +49,5 @@ pub use key::{
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{BuildError, MissingKey, RateLimiter, RateLimiterBuilder, StoreFailure, Verdict};
 pub use policy::{Policy, PolicyInfo, Route};
+pub use redis_store::RedisDecisionStore;
 pub use store::{DecisionStore, LocalStore, PolicyStats, StoreCheck, StoreError, TokioClock};

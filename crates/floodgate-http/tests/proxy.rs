@@ -285,3 +285,61 @@ async fn graceful_shutdown_drains_held_requests() {
     // and it no longer accepts
     assert!(tokio::net::TcpStream::connect(p.addr).await.is_err());
 }
+
+#[tokio::test]
+async fn redis_store_all_or_nothing_and_fault_outcome() {
+    let backend = Backend::start().await;
+    let prefix = format!("fg-http-test-{}-{}:", std::process::id(), fastrand::u64(..));
+    let cfg = format!(
+        "store = \"redis://127.0.0.1:6379/\"\n[redis]\nprefix = \"{prefix}\"\ntimeout = \"500ms\"\n\
+         [[policy]]\nname = \"per-key\"\nalgorithm = \"gcra\"\nrate = \"100/10s\"\nkey = \"header:x-api-key\"\n\
+         [[policy]]\nname = \"global\"\nalgorithm = \"fixed-window\"\nrate = \"3/10s\"\nkey = \"global\"\n"
+    );
+    let p = RunningProxy::start(&cfg, backend.addr).await;
+    let c = client();
+    let mut st = Vec::new();
+    for i in 0..4 {
+        let g = get(
+            &c,
+            p.addr,
+            "/",
+            &[("x-api-key", if i < 3 { "a" } else { "b" })],
+        )
+        .await;
+        st.push(g.status.as_u16());
+        if i == 3 {
+            // b was denied by global and not charged by per-key
+            assert!(
+                g.headers["ratelimit"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with(r#""per-key";r=100;"#),
+                "{:?}",
+                g.headers["ratelimit"]
+            );
+            assert!(g.headers.contains_key("retry-after"));
+        }
+    }
+    assert_eq!(st, vec![200, 200, 200, 429]);
+    // a dead Redis: the configured outcome (fail open by default), counted as a fault
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let cfg_dead = cfg.replace("redis://127.0.0.1:6379/", &format!("redis://{dead}/"));
+    let err = floodgate_http::config::Config::parse(&cfg_dead, std::path::Path::new("x.toml"))
+        .unwrap()
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(&dead.to_string()), "{err}");
+    let keys = std::process::Command::new("redis-cli")
+        .args(["--scan", "--pattern", &format!("{prefix}*")])
+        .output()
+        .unwrap();
+    for k in String::from_utf8_lossy(&keys.stdout).lines() {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["del", k])
+            .output();
+    }
+}

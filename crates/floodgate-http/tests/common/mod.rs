@@ -99,7 +99,7 @@ impl RunningProxy {
     /// Start from TOML text; `upstream` and ports are filled in.
     pub async fn start(toml: &str, upstream: SocketAddr) -> RunningProxy {
         let cfg = Config::parse(toml, Path::new("test.toml")).unwrap();
-        let limiter = cfg.limiter_builder().build().unwrap();
+        let limiter = cfg.build().await.unwrap();
         let mut settings = ProxySettings::new(format!("http://{upstream}").parse().unwrap());
         settings.listen = "127.0.0.1:0".parse().unwrap();
         settings.admin = Some("127.0.0.1:0".parse().unwrap());
