@@ -63,6 +63,7 @@ async fn long_keys_huge_costs_and_bad_times() {
         StoreConfig {
             prefix: prefix.clone(),
             max_key_len: 64,
+            timeout: Duration::from_secs(5),
             ..StoreConfig::default()
         },
     )

@@ -217,9 +217,10 @@ pub async fn assert_ttls_and_clean(store: &RedisStore, prefix: &str) -> usize {
 
 /// A plain multiplexed connection (for commands the store does not wrap).
 pub async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
     redis::Client::open(url)
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .unwrap()
 }
