@@ -1,0 +1,46 @@
+"""floodgate: rate limiting that names its guarantee at the window boundary.
+
+Every algorithm of the Rust core as a class taking keyword arguments in seconds::
+
+    from floodgate import TokenBucket
+    bucket = TokenBucket(capacity=10, refill_per_s=2.0)
+    if bucket.allow():          # monotonic clock; or bucket.allow(now=12.5)
+        ...
+    d = bucket.check()          # Decision(allowed=..., limit=..., remaining=..., retry_after=...)
+
+Classes: FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket (alias
+LeakyMeter), LeakyQueue, GCRA, all subclasses of Limiter; KeyedLimiter for per-key limits;
+Decision; ConfigError (a ValueError). throttle() is redis-cell's CL.THROTTLE over Redis.
+"""
+
+from floodgate._floodgate import (
+    GCRA,
+    ConfigError,
+    Decision,
+    FixedWindow,
+    KeyedLimiter,
+    LeakyBucket,
+    LeakyMeter,
+    LeakyQueue,
+    Limiter,
+    SlidingCounter,
+    SlidingLog,
+    TokenBucket,
+    __version__,
+)
+
+__all__ = [
+    "ConfigError",
+    "Decision",
+    "FixedWindow",
+    "GCRA",
+    "KeyedLimiter",
+    "LeakyBucket",
+    "LeakyMeter",
+    "LeakyQueue",
+    "Limiter",
+    "SlidingCounter",
+    "SlidingLog",
+    "TokenBucket",
+    "__version__",
+]

@@ -1,0 +1,152 @@
+"""Type stubs for floodgate's native module. Every time and duration is in seconds."""
+
+from typing import final
+
+__version__: str
+
+class ConfigError(ValueError):
+    """A limiter parameter that cannot work (zero limit, delay above burst, overflow...)."""
+
+@final
+class Decision:
+    """The outcome of one request. ``bool(decision)`` is ``decision.allowed``."""
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the request is admitted (after ``delay`` seconds for a LeakyQueue)."""
+    @property
+    def limit(self) -> int:
+        """The most units admitted at once from rest."""
+    @property
+    def remaining(self) -> int:
+        """Units that could still be admitted right now, after this request."""
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds until a request of the same cost would be admitted; None when allowed
+        or when it never can be (cost above the limit)."""
+    @property
+    def reset_after(self) -> float:
+        """Seconds until the limiter is back at full capacity if nothing else arrives."""
+    @property
+    def delay(self) -> float:
+        """Seconds to hold an admitted request before forwarding it (LeakyQueue only)."""
+    @property
+    def reason(self) -> str | None:
+        """Why it was denied ("rate limited" or cost above the limit); None when allowed."""
+    @property
+    def never(self) -> bool:
+        """True when the cost is above the limit: retrying can never succeed."""
+    def throttle_reply(self) -> tuple[int, int, int, int, int]:
+        """redis-cell's CL.THROTTLE reply: (limited, limit, remaining, retry_after_s,
+        reset_after_s), rounded up to whole seconds, -1 for no retry-after."""
+    def __bool__(self) -> bool: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class Limiter:
+    """Base class of the single-key limiters; not constructed directly.
+
+    ``now`` is seconds on the limiter's own time axis; when omitted, a monotonic clock
+    started when the limiter was created is read. ``cost`` is a whole number of units >= 0.
+    Raises ValueError for a negative/NaN/infinite ``now`` or a negative ``cost``.
+    """
+
+    def allow(self, now: float | None = None, cost: int = 1) -> bool:
+        """Decide and consume ``cost`` when admitted; True when admitted."""
+    def check(self, now: float | None = None, cost: int = 1) -> Decision:
+        """Decide and consume ``cost`` when admitted; the full Decision."""
+    def peek(self, now: float | None = None, cost: int = 1) -> Decision:
+        """The Decision ``check`` would return, consuming nothing."""
+    @property
+    def limit(self) -> int:
+        """The most units admitted at once from rest."""
+    @property
+    def kind(self) -> str:
+        """The algorithm's config name: "fixed-window", "token-bucket", "gcra", ..."""
+
+@final
+class FixedWindow(Limiter):
+    """At most ``limit`` per aligned window of ``window_s`` seconds; up to 2 x limit
+    across a boundary."""
+
+    def __init__(self, limit: int, window_s: float) -> None: ...
+
+@final
+class SlidingLog(Limiter):
+    """At most ``limit`` in any rolling window of ``window_s`` seconds, exactly."""
+
+    def __init__(self, limit: int, window_s: float) -> None: ...
+
+@final
+class SlidingCounter(Limiter):
+    """At most ``limit`` per aligned window; the weighted rolling estimate stays <= limit."""
+
+    def __init__(self, limit: int, window_s: float) -> None: ...
+
+@final
+class TokenBucket(Limiter):
+    """``capacity`` tokens refilled at ``refill_per_s`` per second (fractional allowed)."""
+
+    def __init__(self, capacity: int, refill_per_s: float) -> None: ...
+
+@final
+class LeakyBucket(Limiter):
+    """Leaky bucket as a meter: ``capacity`` at once, draining at ``rate_per_s``."""
+
+    def __init__(self, capacity: int, rate_per_s: float) -> None: ...
+
+LeakyMeter = LeakyBucket
+
+@final
+class LeakyQueue(Limiter):
+    """nginx ``limit_req rate=R burst=B [nodelay | delay=N]``; Decision.delay says how long
+    to hold an admitted request."""
+
+    def __init__(
+        self, rate_per_s: float, burst: int, nodelay: bool = False, delay: int | None = None
+    ) -> None: ...
+
+@final
+class GCRA(Limiter):
+    """Generic cell rate algorithm (redis-cell). Rate: ``rate_per_s``, or ``limit`` per
+    ``period_s``. Burst: ``capacity`` units at once, or ``burst`` = capacity - 1; default
+    ``limit`` or ceil(rate_per_s)."""
+
+    def __init__(
+        self,
+        rate_per_s: float | None = None,
+        capacity: int | None = None,
+        *,
+        burst: int | None = None,
+        limit: int | None = None,
+        period_s: float | None = None,
+    ) -> None: ...
+    @staticmethod
+    def from_cell(max_burst: int, count: int, period: int) -> GCRA:
+        """CL.THROTTLE's parameters: ``count`` per ``period`` seconds, bursts of max_burst + 1."""
+
+@final
+class KeyedLimiter:
+    """Per-key limits of ``algorithm`` (a Limiter used as a template), at most ``max_keys``
+    keys (default 100000). Keys are str or bytes ("a" and b"a" are the same key).
+    Thread-safe; `sweep`, `stats` and `len` release the GIL."""
+
+    def __init__(self, algorithm: Limiter, max_keys: int | None = None) -> None: ...
+    def allow(self, key: str | bytes, now: float | None = None, cost: int = 1) -> bool: ...
+    def check(self, key: str | bytes, now: float | None = None, cost: int = 1) -> Decision: ...
+    def peek(self, key: str | bytes, now: float | None = None, cost: int = 1) -> Decision: ...
+    def set_key_algorithm(self, key: str | bytes, algorithm: Limiter) -> None:
+        """Give ``key`` its own quota."""
+    def clear_key_algorithm(self, key: str | bytes) -> None:
+        """Return ``key`` to the default quota."""
+    def set_algorithm(self, algorithm: Limiter) -> None:
+        """Replace the default quota; per-key state is kept."""
+    def sweep(self, now: float | None = None) -> int:
+        """Drop keys back at full capacity (loses nothing); returns how many."""
+    def stats(self) -> dict[str, int]:
+        """{"keys", "idle_dropped", "evicted", "max_keys"}."""
+    @property
+    def max_keys(self) -> int: ...
+    @property
+    def algorithm(self) -> Limiter: ...
+    def __len__(self) -> int: ...

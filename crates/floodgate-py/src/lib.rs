@@ -1,0 +1,38 @@
+//! # floodgate-py
+//!
+//! The Python module `floodgate` (native part: `floodgate._floodgate`), built with PyO3 and
+//! maturin from [`floodgate_core`]: every algorithm as a class taking keyword arguments in
+//! seconds, `allow`/`check`/`peek` on an explicit time or a monotonic clock, a capped
+//! thread-safe keyed limiter, and redis-cell's `CL.THROTTLE` over Redis.
+//!
+//! Build and install: `pip install ./crates/floodgate-py` (see the README section
+//! "Python"). Tests are in `tests/` (pytest), run by `scripts/test.sh`.
+//!
+//! Units: seconds (`float`) at the Python boundary, [`floodgate_core::Nanos`] inside.
+
+mod args;
+mod decision;
+mod keyed;
+mod limiter;
+
+use pyo3::prelude::*;
+
+/// Rate limiting that names its guarantee at the window boundary (native part).
+#[pymodule]
+fn _floodgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("ConfigError", m.py().get_type::<args::ConfigError>())?;
+    m.add_class::<decision::PyDecision>()?;
+    m.add_class::<limiter::PyLimiter>()?;
+    m.add_class::<limiter::PyFixedWindow>()?;
+    m.add_class::<limiter::PySlidingLog>()?;
+    m.add_class::<limiter::PySlidingCounter>()?;
+    m.add_class::<limiter::PyTokenBucket>()?;
+    m.add_class::<limiter::PyLeakyBucket>()?;
+    // The leaky bucket as a meter, under the core's `Kind` name too: the same class.
+    m.add("LeakyMeter", m.getattr("LeakyBucket")?)?;
+    m.add_class::<limiter::PyLeakyQueue>()?;
+    m.add_class::<limiter::PyGcra>()?;
+    m.add_class::<keyed::PyKeyedLimiter>()?;
+    Ok(())
+}
