@@ -3,11 +3,13 @@ token bucket with the same semantics (capacity, continuous refill, monotonic clo
 
     python crates/floodgate-py/bench.py            # after installing the module
 
-Each line is the best of 5 timed runs of N calls in a plain `for` loop (the loop's own cost
-is included for every contender alike). Bounded: a few seconds in all.
+Each figure is the best of several rounds of N calls in a plain `for` loop (the loop's own cost
+is included for every contender alike); the contenders alternate within each round so a
+change of machine load hits both. Bounded: about ten seconds in all.
 """
 
 import argparse
+from functools import partial
 import threading
 import time
 
@@ -60,41 +62,36 @@ class PyKeyed:
             return b.allow(now, cost)
 
 
-def rate(fn, n, runs=5):
-    best = float("inf")
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, time.perf_counter() - t0)
-    return n / best
+def timed(fn, n):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return n / (time.perf_counter() - t0)
 
 
-def threaded_rate(make_fn, threads, n, runs=3):
-    best = float("inf")
-    for _ in range(runs):
-        fns = [make_fn(i) for i in range(threads)]
-        barrier = threading.Barrier(threads + 1)
+def threaded(make_fn, threads, n):
+    fns = [make_fn(i) for i in range(threads)]
+    barrier = threading.Barrier(threads + 1)
 
-        def run(fn):
-            barrier.wait()
-            for _ in range(n):
-                fn()
-
-        ts = [threading.Thread(target=run, args=(f,)) for f in fns]
-        for t in ts:
-            t.start()
+    def run(fn):
         barrier.wait()
-        t0 = time.perf_counter()
-        for t in ts:
-            t.join()
-        best = min(best, time.perf_counter() - t0)
-    return threads * n / best
+        for _ in range(n // threads):
+            fn()
+
+    ts = [threading.Thread(target=run, args=(f,)) for f in fns]
+    for t in ts:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    return threads * (n // threads) / (time.perf_counter() - t0)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-n", type=int, default=300_000, help="calls per timed run")
+    ap.add_argument("-n", type=int, default=200_000, help="calls per timed run")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds; each runs every case once")
     args = ap.parse_args()
     n = args.n
     cap, refill = 1_000_000_000, 1e6  # never empties: every call takes the same path
@@ -105,35 +102,37 @@ def main():
     fk = floodgate.KeyedLimiter(floodgate.TokenBucket(capacity=cap, refill_per_s=refill))
     pk = PyKeyed(cap, refill)
     keys = [f"user-{i}" for i in range(1000)]
-    rows = []
+    for k in keys:  # both stores hold the 1000 keys before timing
+        fk.allow(k)
+        pk.allow(k)
 
-    def add(name, per_s, base=None):
-        rows.append((name, per_s))
+    def cycling(allow):
+        it = iter(range(1 << 62))
+        return lambda: allow(keys[next(it) % 1000])
 
-    add("floodgate.TokenBucket.allow()", rate(fg.allow, n))
-    add("pure-Python token bucket allow()", rate(py.allow, n))
-    add("pure-Python token bucket + Lock", rate(pyl.allow, n))
-    add("floodgate.TokenBucket.allow(now)", rate(lambda: fg.allow(5.0), n))
-    add("pure-Python token bucket allow(now)", rate(lambda: py.allow(5.0), n))
-    it = iter(range(1 << 62))
-    add("floodgate.KeyedLimiter.allow(key), 1000 keys", rate(lambda: fk.allow(keys[next(it) % 1000]), n))
-    it = iter(range(1 << 62))
-    add("pure-Python dict of buckets + Lock, 1000 keys", rate(lambda: pk.allow(keys[next(it) % 1000]), n))
-    for threads in (1, 4):
-        add(
-            f"floodgate.KeyedLimiter.allow(key), {threads} thread(s)",
-            threaded_rate(lambda i: (lambda k=keys[i]: fk.allow(k)), threads, n // threads),
-        )
-        add(
-            f"pure-Python dict of buckets + Lock, {threads} thread(s)",
-            threaded_rate(lambda i: (lambda k=keys[i]: pk.allow(k)), threads, n // threads),
-        )
+    # (case, floodgate, pure Python): the same call on both sides, timed alternately.
+    cases = [
+        ("TokenBucket.allow() (monotonic clock)", lambda: timed(fg.allow, n), lambda: timed(py.allow, n)),
+        ("TokenBucket.allow() vs pure Python + threading.Lock", None, lambda: timed(pyl.allow, n)),
+        ("TokenBucket.allow(now) (explicit time)", lambda: timed(partial(fg.allow, 5.0), n), lambda: timed(partial(py.allow, 5.0), n)),
+        ("KeyedLimiter.allow(key), 1000 keys", lambda: timed(cycling(fk.allow), n), lambda: timed(cycling(pk.allow), n)),
+        ("KeyedLimiter.allow(key), 4 threads, a key each", lambda: threaded(lambda i: (lambda k=keys[i]: fk.allow(k)), 4, n),
+         lambda: threaded(lambda i: (lambda k=keys[i]: pk.allow(k)), 4, n)),
+    ]
+    best = {}
+    for _ in range(args.rounds):
+        for name, f, p in cases:
+            for side, fn in (("fg", f), ("py", p)):
+                if fn is not None:
+                    best[name, side] = max(best.get((name, side), 0.0), fn())
+    best["TokenBucket.allow() vs pure Python + threading.Lock", "fg"] = best[cases[0][0], "fg"]
 
-    ref = rows[1][1]
-    width = max(len(r[0]) for r in rows)
-    print(f"{'call':<{width}}  {'calls/s':>12}  {'vs pure Python':>14}")
-    for name, per_s in rows:
-        print(f"{name:<{width}}  {per_s:>12,.0f}  {per_s / ref:>13.2f}x")
+    print(f"floodgate {floodgate.__version__}, best of {args.rounds} rounds of {n:,} calls\n")
+    print("| call | floodgate calls/s | pure Python calls/s | floodgate / pure Python |")
+    print("|---|---:|---:|---:|")
+    for name, _, _ in cases:
+        f, p = best[name, "fg"], best[name, "py"]
+        print(f"| {name} | {f:,.0f} | {p:,.0f} | {f / p:.1f}x |")
 
 
 if __name__ == "__main__":
