@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Benchmark: requests/s and latency through `floodgate proxy` (in-process store) vs the
+# same backend directly vs nginx limit_req, same load tool (wrk), same run, loopback only.
+# Needs: nginx and wrk (apt-get install -y nginx wrk). nginx runs in the foreground with
+# its own prefix in a temp dir; the system service is never touched.
+#
+#   scripts/bench-proxy.sh [DURATION_S] [CONNECTIONS]      (defaults: 10 64)
+#
+# Runs per target: throughput (wrk -t2 -cCONNECTIONS), unloaded latency (wrk -t1 -c1: one
+# request at a time, so the difference to "direct" is the latency the proxy adds), and a
+# "mostly denied" throughput run (limit 100/s: nearly every request is rejected).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DUR=${1:-10}
+CONN=${2:-64}
+BACKEND=127.0.0.1:28000
+FG=127.0.0.1:28080
+NGX=127.0.0.1:28081
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
+command -v nginx >/dev/null && command -v wrk >/dev/null || {
+  echo "needs nginx and wrk: apt-get install -y nginx wrk" >&2; exit 1; }
+for p in 28000 28080 28081; do
+  if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
+done
+cargo build --release -q --bin floodgate
+cargo build --release -q -p floodgate-http --example bench_backend
+BIN=$CARGO_TARGET_DIR/release
+TMP=$(mktemp -d /tmp/fg-bench.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+wait_port() { for _ in $(seq 200); do (echo >/dev/tcp/${1%:*}/${1#*:}) 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
+
+nginx_conf() { # $1 = rate (r/s), $2 = burst
+  mkdir -p "$TMP/nginx/logs"
+  cat > "$TMP/nginx/nginx.conf" <<NGX
+worker_processes 2;
+daemon off;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/logs/error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $TMP/nginx/body; proxy_temp_path $TMP/nginx/proxy;
+  fastcgi_temp_path $TMP/nginx/fcgi; uwsgi_temp_path $TMP/nginx/uwsgi; scgi_temp_path $TMP/nginx/scgi;
+  limit_req_zone \$binary_remote_addr zone=perip:10m rate=${1}r/s;
+  limit_req_status 429;
+  upstream backend { server $BACKEND; keepalive 128; }
+  server {
+    listen $NGX;
+    location / {
+      limit_req zone=perip burst=$2 nodelay;
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+  }
+}
+NGX
+}
+
+start_targets() { # $1 = rate/s, $2 = burst
+  "$BIN/floodgate" proxy --listen $FG --upstream http://$BACKEND --rate "$1/s" --burst "$2" --nodelay --threads 2 2>"$TMP/fg.log" &
+  PIDS+=($!); FGPID=$!
+  nginx_conf "$1" "$2"
+  nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+  PIDS+=($!); NGPID=$!
+  wait_port $FG; wait_port $NGX
+}
+stop_targets() { kill $FGPID $NGPID 2>/dev/null || true; wait $FGPID $NGPID 2>/dev/null || true; }
+
+run() { # label url threads conns -> "label rps p50 p99 non2xx"
+  local out
+  out=$(wrk -t"$3" -c"$4" -d"${DUR}s" --latency "$2")
+  local rps p50 p99 non
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  non=$(awk '/Non-2xx/ {print $5}' <<<"$out"); non=${non:-0}
+  printf "%-30s %12s %10s %10s %10s\n" "$1" "$rps" "$p50" "$p99" "$non"
+}
+
+"$BIN/examples/bench_backend" $BACKEND 1 2>/dev/null & PIDS+=($!)
+wait_port $BACKEND
+echo "machine: $(nproc) cores, $(uname -r); nginx $(nginx -v 2>&1 | cut -d/ -f2); wrk $DUR s per run"
+printf "%-30s %12s %10s %10s %10s\n" "target" "requests/s" "p50" "p99" "non-2xx"
+
+# 1) limit far above the load: measures throughput and added latency
+start_targets 100000000 100000000
+sleep 0.5
+run "direct (backend)   c=$CONN" "http://$BACKEND/" 2 "$CONN"
+run "floodgate proxy    c=$CONN" "http://$FG/" 2 "$CONN"
+run "nginx limit_req    c=$CONN" "http://$NGX/" 2 "$CONN"
+run "direct (backend)   c=1" "http://$BACKEND/" 1 1
+run "floodgate proxy    c=1" "http://$FG/" 1 1
+run "nginx limit_req    c=1" "http://$NGX/" 1 1
+stop_targets
+
+# 2) limit 100/s: nearly every request is denied by the limiter
+start_targets 100 10
+sleep 0.5
+run "floodgate, mostly denied c=$CONN" "http://$FG/" 2 "$CONN"
+run "nginx, mostly denied c=$CONN" "http://$NGX/" 2 "$CONN"
+stop_targets
