@@ -14,6 +14,7 @@ import threading
 import time
 
 import floodgate
+import floodgate._floodgate
 
 
 class PyTokenBucket:
@@ -92,7 +93,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=200_000, help="calls per timed run")
     ap.add_argument("--rounds", type=int, default=7, help="rounds; each runs every case once")
+    ap.add_argument("--redis", metavar="URL", help="also time throttle() against this Redis (loopback)")
     args = ap.parse_args()
+    if floodgate._floodgate.BUILD_PROFILE != "release":
+        print("warning: this floodgate is a debug build (scripts/test-python.sh makes one); "
+              "install a release build to benchmark: pip install ./crates/floodgate-py\n")
     n = args.n
     cap, refill = 1_000_000_000, 1e6  # never empties: every call takes the same path
 
@@ -133,6 +138,20 @@ def main():
     for name, _, _ in cases:
         f, p = best[name, "fg"], best[name, "py"]
         print(f"| {name} | {f:,.0f} | {p:,.0f} | {f / p:.1f}x |")
+    if args.redis:
+        bench_throttle(args.redis)
+
+
+def bench_throttle(url, calls=5000):
+    """Sequential throttle() round trips, then 4 threads; the key refills within a second
+    (1,000,000 per 1 s), so it expires from Redis by itself right after."""
+    key = f"bench-{time.time_ns()}"
+    floodgate.throttle(key, 10, 1_000_000, 1, url=url)  # connect once, outside the timing
+    one = timed(lambda: floodgate.throttle(key, 10, 1_000_000, 1, url=url, timeout_s=1.0), calls)
+    four = threaded(
+        lambda i: (lambda: floodgate.throttle(key, 10, 1_000_000, 1, url=url, timeout_s=1.0)), 4, calls
+    )
+    print(f"\nthrottle() on {url}: {one:,.0f} calls/s from one thread, {four:,.0f} calls/s from 4 threads")
 
 
 if __name__ == "__main__":

@@ -60,23 +60,40 @@ pub fn py_float(v: f64) -> String {
     }
 }
 
-/// A cost in units: a non-negative `int`. Negative is a `ValueError` (not the
-/// `OverflowError` a plain unsigned conversion would raise), a float or str a `TypeError`.
-#[derive(Clone, Copy, Debug)]
-pub struct Cost(pub u64);
+/// Unit-count arguments that may be passed positionally with a default: a non-negative
+/// `int`. Negative is a `ValueError` (not the `OverflowError` a plain unsigned conversion
+/// would raise), a float or str a `TypeError` (which PyO3 prefixes with
+/// "argument 'NAME': ").
+macro_rules! unit_arg {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name(pub u64);
 
-impl<'a, 'py> FromPyObject<'a, 'py> for Cost {
-    type Error = PyErr;
+        impl<'a, 'py> FromPyObject<'a, 'py> for $name {
+            type Error = PyErr;
 
-    #[inline]
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Cost> {
-        match obj.extract::<u64>() {
-            Ok(v) => Ok(Cost(v)),
-            // A TypeError raised here is prefixed "argument 'cost': " by PyO3.
-            Err(_) => Err(uint_error(&obj, "cost", 0, false)),
+            #[inline]
+            fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<$name> {
+                match obj.extract::<u64>() {
+                    Ok(v) => Ok($name(v)),
+                    Err(_) => Err(uint_error(&obj, $what, 0, false)),
+                }
+            }
         }
-    }
+    };
 }
+
+unit_arg!(
+    /// A request's cost in units (`cost=`).
+    Cost,
+    "cost"
+);
+unit_arg!(
+    /// `CL.THROTTLE`'s quantity (`quantity=`).
+    Quantity,
+    "quantity"
+);
 
 /// A whole-number parameter named `what` (`limit`, `capacity`, `burst`...) whose smallest
 /// sensible value is `min` (used in the message for negative input; a zero where 1 is

@@ -14,6 +14,7 @@ mod args;
 mod decision;
 mod keyed;
 mod limiter;
+mod throttle;
 
 use pyo3::prelude::*;
 
@@ -21,6 +22,15 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _floodgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // "release" or "debug": benchmarks refuse to report figures of a debug build.
+    m.add(
+        "BUILD_PROFILE",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+    )?;
     m.add("ConfigError", m.py().get_type::<args::ConfigError>())?;
     m.add_class::<decision::PyDecision>()?;
     m.add_class::<limiter::PyLimiter>()?;
@@ -34,5 +44,11 @@ fn _floodgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::PyLeakyQueue>()?;
     m.add_class::<limiter::PyGcra>()?;
     m.add_class::<keyed::PyKeyedLimiter>()?;
+    m.add("RedisError", m.py().get_type::<throttle::RedisError>())?;
+    m.add(
+        "RedisTimeoutError",
+        m.py().get_type::<throttle::RedisTimeoutError>(),
+    )?;
+    m.add_function(wrap_pyfunction!(throttle::throttle, m)?)?;
     Ok(())
 }

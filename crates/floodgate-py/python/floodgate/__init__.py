@@ -10,7 +10,8 @@ Every algorithm of the Rust core as a class taking keyword arguments in seconds:
 
 Classes: FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket (alias
 LeakyMeter), LeakyQueue, GCRA, all subclasses of Limiter; KeyedLimiter for per-key limits;
-Decision; ConfigError (a ValueError). throttle() is redis-cell's CL.THROTTLE over Redis.
+Decision; ConfigError (a ValueError). throttle() is redis-cell's CL.THROTTLE on any Redis
+(RedisError, RedisTimeoutError when Redis cannot answer).
 """
 
 from floodgate._floodgate import (
@@ -23,10 +24,13 @@ from floodgate._floodgate import (
     LeakyMeter,
     LeakyQueue,
     Limiter,
+    RedisError,
+    RedisTimeoutError,
     SlidingCounter,
     SlidingLog,
     TokenBucket,
     __version__,
+    throttle,
 )
 
 __all__ = [
@@ -39,8 +43,11 @@ __all__ = [
     "LeakyMeter",
     "LeakyQueue",
     "Limiter",
+    "RedisError",
+    "RedisTimeoutError",
     "SlidingCounter",
     "SlidingLog",
     "TokenBucket",
     "__version__",
+    "throttle",
 ]

@@ -3,9 +3,36 @@
 from typing import final
 
 __version__: str
+BUILD_PROFILE: str
+"""``"release"`` or ``"debug"`` (how the native module was compiled)."""
 
 class ConfigError(ValueError):
     """A limiter parameter that cannot work (zero limit, delay above burst, overflow...)."""
+
+class RedisError(ConnectionError):
+    """Redis could not answer: unreachable, not Redis, an error reply, a broken connection."""
+
+class RedisTimeoutError(RedisError):
+    """Redis did not answer within the call's timeout."""
+
+def throttle(
+    key: str | bytes,
+    max_burst: int,
+    count: int,
+    period: int,
+    quantity: int = 1,
+    url: str = "redis://127.0.0.1:6379",
+    *,
+    prefix: str = "floodgate:",
+    timeout_s: float = 0.25,
+) -> tuple[int, int, int, int, int]:
+    """redis-cell's ``CL.THROTTLE key max_burst count period [quantity]`` on any Redis (no
+    module): ``(limited, limit, remaining, retry_after_s, reset_after_s)``. ``count`` per
+    ``period`` seconds, bursts of ``max_burst + 1``; ``quantity`` 0 only looks.
+    The connection (per url and prefix) is opened on first use (1 s connect limit) and
+    kept; the GIL is released while waiting.
+    Raises ValueError for bad arguments, RedisTimeoutError / RedisError when Redis cannot
+    answer."""
 
 @final
 class Decision:
