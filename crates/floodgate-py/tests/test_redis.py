@@ -223,6 +223,33 @@ def test_paused_redis_times_out_then_recovers(tmp_path):
         proc.wait(timeout=10)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_its_own_connection():
+    # The parent's I/O thread does not exist in a forked child (gunicorn pre-fork,
+    # multiprocessing): the child must notice and connect again instead of hanging.
+    k = key("fork")
+    assert throttle(k, 9, 1, 60)[2] == 9
+    pid = os.fork()
+    if pid == 0:  # child: exit 0 only if throttle answers correctly
+        code = 1
+        try:
+            code = 0 if throttle(k, 9, 1, 60, timeout_s=5.0)[2] == 8 else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung in throttle()")
+        time.sleep(0.02)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert throttle(k, 9, 1, 60)[2] == 7  # the parent's connection still works
+
+
 def test_exported_under_both_names():
     import rate_limiter
 
