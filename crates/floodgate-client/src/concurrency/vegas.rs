@@ -1,0 +1,142 @@
+//! TCP Vegas applied to concurrency.
+
+use std::time::Duration;
+
+use floodgate_core::time::duration_to_nanos;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{LimitAlgorithm, Sample, check_range, log10_root};
+use crate::ConfigError;
+
+/// Vegas settings (concurrency-limits' `VegasLimit` defaults; `min` is this crate's
+/// addition, 1 there).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VegasConfig {
+    /// Starting limit (default 20).
+    pub initial: usize,
+    /// Floor (default 1).
+    pub min: usize,
+    /// Ceiling (default 1000).
+    pub max: usize,
+    /// `limit = (1 - smoothing) x limit + smoothing x new`, in `(0, 1]` (default 1.0).
+    pub smoothing: f64,
+    /// `rtt_noload` is re-probed (reset to the current RTT) after about
+    /// `probe_multiplier x limit` samples, times a jitter in `[0.5, 1)` (default 30).
+    pub probe_multiplier: usize,
+    /// Seed of the probe jitter.
+    pub seed: u64,
+}
+
+impl Default for VegasConfig {
+    fn default() -> Self {
+        VegasConfig {
+            initial: 20,
+            min: 1,
+            max: 1000,
+            smoothing: 1.0,
+            probe_multiplier: 30,
+            seed: 0,
+        }
+    }
+}
+
+/// Vegas: `rtt_noload` is the minimum RTT seen (re-probed now and then);
+/// `queue = ceil(limit x (1 - rtt_noload / rtt))`; with `L = max(1, floor(log10(limit)))`,
+/// `alpha = 3L`, `beta = 6L`:
+///
+/// * drop: `limit - L`
+/// * `inflight x 2 < limit`: unchanged (app-limited)
+/// * `queue <= L`: `limit + beta`
+/// * `queue < alpha`: `limit + L`
+/// * `queue > beta`: `limit - L`
+/// * otherwise unchanged;
+///
+/// then clamp to `[min, max]` and smooth. A sample with a new minimum RTT, or one that
+/// triggers a probe, only updates `rtt_noload`.
+#[derive(Debug, Clone)]
+pub struct Vegas {
+    cfg: VegasConfig,
+    estimated: f64,
+    rtt_noload: u64,
+    probe_count: usize,
+    probe_jitter: f64,
+    rng: StdRng,
+}
+
+impl Vegas {
+    /// Validate and build.
+    pub fn new(cfg: VegasConfig) -> Result<Self, ConfigError> {
+        check_range(cfg.min, cfg.initial, cfg.max)?;
+        if !(cfg.smoothing > 0.0 && cfg.smoothing <= 1.0) {
+            return Err(ConfigError::Limit(format!(
+                "Vegas smoothing must be in (0, 1], got {}",
+                cfg.smoothing
+            )));
+        }
+        let mut rng = StdRng::seed_from_u64(cfg.seed);
+        let probe_jitter = rng.random_range(0.5..1.0);
+        Ok(Vegas {
+            cfg,
+            estimated: cfg.initial as f64,
+            rtt_noload: 0,
+            probe_count: 0,
+            probe_jitter,
+            rng,
+        })
+    }
+
+    /// The no-load RTT estimate (zero before the first sample).
+    pub fn rtt_noload(&self) -> Duration {
+        Duration::from_nanos(self.rtt_noload)
+    }
+
+    /// The limit before truncation to an integer.
+    pub fn estimated(&self) -> f64 {
+        self.estimated
+    }
+}
+
+impl LimitAlgorithm for Vegas {
+    fn limit(&self) -> usize {
+        self.estimated as usize
+    }
+
+    fn on_sample(&mut self, s: &Sample) -> usize {
+        let rtt = duration_to_nanos(s.rtt).max(1);
+        self.probe_count += 1;
+        if self.cfg.probe_multiplier > 0
+            && self.probe_jitter * (self.cfg.probe_multiplier as f64) * self.estimated
+                <= self.probe_count as f64
+        {
+            self.probe_jitter = self.rng.random_range(0.5..1.0);
+            self.probe_count = 0;
+            self.rtt_noload = rtt;
+            return self.limit();
+        }
+        if self.rtt_noload == 0 || rtt < self.rtt_noload {
+            self.rtt_noload = rtt;
+            return self.limit();
+        }
+        let limit = self.estimated;
+        let queue = (limit * (1.0 - self.rtt_noload as f64 / rtt as f64)).ceil();
+        let l = log10_root(limit as usize) as f64;
+        let (alpha, beta, threshold) = (3.0 * l, 6.0 * l, l);
+        let new = if s.dropped {
+            limit - l
+        } else if (s.inflight as f64) * 2.0 < limit {
+            return self.limit();
+        } else if queue <= threshold {
+            limit + beta
+        } else if queue < alpha {
+            limit + l
+        } else if queue > beta {
+            limit - l
+        } else {
+            return self.limit();
+        };
+        let new = new.clamp(self.cfg.min as f64, self.cfg.max as f64);
+        self.estimated = (1.0 - self.cfg.smoothing) * limit + self.cfg.smoothing * new;
+        self.limit()
+    }
+}

@@ -1,0 +1,66 @@
+//! # floodgate-client
+//!
+//! The client side of rate limiting: "the server-side limiter is the guardrail; the
+//! client-side limiter is the driver who slows down before the curve."
+//!
+//! * [`headers`]: read `RateLimit` / `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers),
+//!   `Retry-After` and legacy `X-RateLimit-*`, safely, with every wait capped. Pure.
+//! * [`pacing`]: spread the `r` remaining requests over the `t` seconds to reset, per host and
+//!   per policy, instead of bursting then pausing.
+//! * [`backoff`]: exponential backoff with full, equal or decorrelated jitter, a retry budget,
+//!   and the idempotency rule.
+//! * [`concurrency`]: adaptive concurrency limits (AIMD, Vegas, Gradient2, windowed) and a
+//!   limiter with permits, plus a load-shedding tower layer for servers.
+//! * [`Polite`]: the engine that ties them together, used by [`PoliteLayer`] (tower, for
+//!   hyper clients) and [`PoliteMiddleware`] (reqwest-middleware).
+//!
+//! Time is always injected ([`floodgate_core::Clock`]); [`TokioClock`] follows tokio's
+//! (pausable) clock so tests run on virtual time.
+#![warn(missing_docs)]
+
+pub mod backoff;
+pub mod concurrency;
+pub mod error;
+pub mod headers;
+pub mod pacing;
+pub mod polite;
+#[cfg(feature = "reqwest")]
+mod reqwest_mw;
+pub mod tower;
+
+pub use error::ConfigError;
+pub use polite::{Polite, PoliteConfig, PoliteStats};
+#[cfg(feature = "reqwest")]
+pub use reqwest_mw::PoliteMiddleware;
+pub use tower::{PoliteLayer, PoliteService, ReplayBody, Streaming};
+
+use floodgate_core::{Clock, Nanos};
+
+/// A [`Clock`] reading tokio's clock (ns since the clock was made), so that
+/// `tokio::time::pause()` and `advance()` drive pacing, budgets and RTT samples in tests.
+/// Must be created and read inside a tokio runtime.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        TokioClock {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Nanos {
+        Nanos::from(self.origin.elapsed())
+    }
+}

@@ -1,0 +1,285 @@
+//! Pacing: spread the requests a server still allows over the time it says they cover.
+//!
+//! A fixed window teaches clients a cyclic burst-pause: fire the `r` remaining requests at
+//! once, get 429s, wait for the reset, repeat. The [`Pacer`] instead schedules sends at
+//! `interval = t / r` apart when a server says `r` remaining and `t` seconds to reset, per
+//! host and per policy; the send time of a request is the latest of what each live policy
+//! of its host allows. When `r = 0` the next send waits for the reset plus a jitter of up to
+//! [`PacerConfig::reset_jitter`] x `t`, so that clients told the same reset do not all
+//! return at one instant. `Retry-After` blocks the whole host ([`Pacer::block_host`]).
+//!
+//! Time is [`Nanos`] from an injected clock: the pacer never reads one itself. Every wait it
+//! returns is at most [`PacerConfig::max_wait`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use floodgate_core::Nanos;
+use floodgate_core::time::duration_to_nanos;
+use rand::Rng;
+
+use crate::headers::Remaining;
+
+/// Pacer settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PacerConfig {
+    /// No wait returned is longer than this (default 60 s).
+    pub max_wait: Duration,
+    /// When a server says `r = 0`, the next send is at `reset + uniform(0, reset_jitter x t)`
+    /// (default 0.1). Clamped to `[0, 1]`; NaN reads as 0.
+    pub reset_jitter: f64,
+    /// Hosts tracked at most (default 10 000); past it, state of idle hosts is dropped and
+    /// new hosts are not paced until room frees up.
+    pub max_hosts: usize,
+    /// Policies tracked per host at most (default 16).
+    pub max_policies: usize,
+}
+
+impl Default for PacerConfig {
+    fn default() -> Self {
+        PacerConfig {
+            max_wait: Duration::from_secs(60),
+            reset_jitter: 0.1,
+            max_hosts: 10_000,
+            max_policies: 16,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    policy: String,
+    /// Earliest instant the next send may go.
+    next: Nanos,
+    /// Spacing between sends, ns.
+    interval: u64,
+    /// The advice is stale after this instant (the reset it described has passed).
+    until: Nanos,
+}
+
+#[derive(Debug, Default, Clone)]
+struct HostState {
+    blocked_until: Nanos,
+    slots: Vec<Slot>,
+}
+
+impl HostState {
+    fn idle(&self, now: Nanos) -> bool {
+        self.blocked_until <= now && self.slots.iter().all(|s| s.until <= now && s.next <= now)
+    }
+}
+
+/// Per-host, per-policy send schedule. Not synchronised: wrap it in a mutex to share.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    cfg: PacerConfig,
+    hosts: HashMap<String, HostState>,
+}
+
+impl Pacer {
+    /// A pacer with no advice yet (every send goes at once).
+    pub fn new(cfg: PacerConfig) -> Self {
+        Pacer {
+            cfg,
+            hosts: HashMap::new(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PacerConfig {
+        &self.cfg
+    }
+
+    /// Number of hosts with state.
+    pub fn hosts(&self) -> usize {
+        self.hosts.len()
+    }
+
+    fn host_mut(&mut self, host: &str, now: Nanos) -> Option<&mut HostState> {
+        if !self.hosts.contains_key(host) {
+            if self.hosts.len() >= self.cfg.max_hosts {
+                self.hosts.retain(|_, h| !h.idle(now));
+                if self.hosts.len() >= self.cfg.max_hosts {
+                    return None;
+                }
+            }
+            self.hosts.insert(host.to_owned(), HostState::default());
+        }
+        self.hosts.get_mut(host)
+    }
+
+    /// Take in the `RateLimit` advice of a response from `host` received at `now`.
+    /// Members without a reset are ignored (there is nothing to spread over).
+    pub fn observe<R: Rng + ?Sized>(
+        &mut self,
+        host: &str,
+        advice: &[Remaining],
+        now: Nanos,
+        rng: &mut R,
+    ) {
+        let cfg = self.cfg;
+        let jitter = if cfg.reset_jitter.is_nan() {
+            0.0
+        } else {
+            cfg.reset_jitter.clamp(0.0, 1.0)
+        };
+        let max_wait = duration_to_nanos(cfg.max_wait);
+        let Some(state) = self.host_mut(host, now) else {
+            return;
+        };
+        for r in advice.iter().take(cfg.max_policies) {
+            let Some(reset) = r.reset else { continue };
+            let t = duration_to_nanos(reset).min(max_wait);
+            let until = Nanos(now.0.saturating_add(t));
+            let idx = match state.slots.iter().position(|s| s.policy == r.name) {
+                Some(i) => i,
+                None if state.slots.len() < cfg.max_policies => {
+                    state.slots.push(Slot {
+                        policy: r.name.clone(),
+                        next: now,
+                        interval: 0,
+                        until,
+                    });
+                    state.slots.len() - 1
+                }
+                None => continue,
+            };
+            let slot = &mut state.slots[idx];
+            slot.until = until;
+            if r.remaining == 0 {
+                let extra = if jitter > 0.0 && t > 0 {
+                    rng.random_range(0..=((t as f64 * jitter) as u64))
+                } else {
+                    0
+                };
+                let at = Nanos(now.0.saturating_add(t).saturating_add(extra));
+                slot.next = slot.next.max(at);
+                slot.interval = 0;
+            } else {
+                slot.interval = t / r.remaining;
+                // Keep sends already scheduled by other in-flight requests, but never past
+                // the reset the server announced.
+                slot.next = slot.next.min(until);
+            }
+        }
+    }
+
+    /// Nothing may be sent to `host` before `until` (from a `Retry-After`).
+    pub fn block_host(&mut self, host: &str, until: Nanos, now: Nanos) {
+        let until = until.min(Nanos(
+            now.0.saturating_add(duration_to_nanos(self.cfg.max_wait)),
+        ));
+        if let Some(state) = self.host_mut(host, now) {
+            state.blocked_until = state.blocked_until.max(until);
+        }
+    }
+
+    /// Reserve the next send to `host`: returns how long to wait from `now` (at most
+    /// `max_wait`), and books the send so that the following caller is spaced after it.
+    pub fn reserve(&mut self, host: &str, now: Nanos) -> Duration {
+        let max_wait = duration_to_nanos(self.cfg.max_wait);
+        let Some(state) = self.hosts.get_mut(host) else {
+            return Duration::ZERO;
+        };
+        let mut at = now.max(state.blocked_until);
+        for s in &state.slots {
+            if s.until > now || s.next > now {
+                at = at.max(s.next);
+            }
+        }
+        let at = at.min(Nanos(now.0.saturating_add(max_wait)));
+        for s in &mut state.slots {
+            if s.until > now {
+                s.next = Nanos(at.0.saturating_add(s.interval));
+            }
+        }
+        at.saturating_since(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    fn rem(name: &str, r: u64, t: u64) -> Remaining {
+        Remaining {
+            name: name.into(),
+            remaining: r,
+            reset: Some(Duration::from_secs(t)),
+            limit: None,
+        }
+    }
+
+    #[test]
+    fn spreads_remaining_over_reset() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut p = Pacer::new(PacerConfig::default());
+        let now = Nanos::from_secs(100);
+        p.observe("h", &[rem("default", 10, 5)], now, &mut rng);
+        let waits: Vec<_> = (0..4).map(|_| p.reserve("h", now)).collect();
+        assert_eq!(
+            waits,
+            [0, 500, 1000, 1500].map(Duration::from_millis).to_vec()
+        );
+        // Another host is not affected.
+        assert_eq!(p.reserve("other", now), Duration::ZERO);
+    }
+
+    #[test]
+    fn zero_remaining_waits_for_reset_with_bounded_jitter() {
+        let mut rng = StdRng::seed_from_u64(2);
+        let cfg = PacerConfig::default();
+        let mut p = Pacer::new(cfg);
+        let now = Nanos::from_secs(1);
+        p.observe("h", &[rem("default", 0, 10)], now, &mut rng);
+        let w = p.reserve("h", now);
+        assert!(
+            w >= Duration::from_secs(10) && w <= Duration::from_secs(11),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn strictest_policy_wins() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut p = Pacer::new(PacerConfig::default());
+        let now = Nanos::ZERO;
+        p.observe(
+            "h",
+            &[rem("burst", 100, 10), rem("daily", 10, 10)],
+            now,
+            &mut rng,
+        );
+        p.reserve("h", now);
+        assert_eq!(p.reserve("h", now), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn block_and_cap() {
+        let mut p = Pacer::new(PacerConfig {
+            max_wait: Duration::from_secs(5),
+            ..PacerConfig::default()
+        });
+        let now = Nanos::from_secs(1);
+        p.block_host("h", Nanos::from_secs(1000), now);
+        assert_eq!(p.reserve("h", now), Duration::from_secs(5));
+        // Stale advice no longer paces.
+        let later = Nanos::from_secs(10);
+        assert_eq!(p.reserve("h", later), Duration::ZERO);
+    }
+
+    #[test]
+    fn host_cap_holds() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let mut p = Pacer::new(PacerConfig {
+            max_hosts: 3,
+            ..PacerConfig::default()
+        });
+        for i in 0..10 {
+            p.observe(&format!("h{i}"), &[rem("d", 1, 60)], Nanos::ZERO, &mut rng);
+        }
+        assert_eq!(p.hosts(), 3);
+    }
+}

@@ -1,0 +1,459 @@
+//! The policy engine shared by the tower layer and the reqwest middleware: pacing, backoff,
+//! the retry budget, and (optionally) an adaptive concurrency limiter.
+//!
+//! The integrations drive it per logical request:
+//!
+//! 1. [`Polite::begin`] once (counts the request into the retry budget);
+//! 2. before each attempt [`Polite::pace`] (how long to wait before sending);
+//! 3. after each attempt [`Polite::on_response`] or [`Polite::on_error`], which read the
+//!    headers into the pacer and say whether (and after how long) to retry.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use floodgate_core::{Clock, MonotonicClock, WallClock};
+use http::{HeaderMap, Method, StatusCode};
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::ConfigError;
+use crate::backoff::{Backoff, RetryBudget, RetryBudgetConfig, may_retry};
+use crate::concurrency::AdaptiveLimiter;
+use crate::headers::{HeaderLimits, read_advice};
+use crate::pacing::{Pacer, PacerConfig};
+
+/// Settings of a polite client. `Default` is a sensible production setting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoliteConfig {
+    /// Cap on every wait: pacing, `Retry-After`, backoff (default 60 s).
+    pub max_wait: Duration,
+    /// Pace sends from `RateLimit` / `X-RateLimit-*` advice (default true).
+    pub pacing: bool,
+    /// Jitter on a reset the server announced with `r = 0`, fraction of `t` (default 0.1).
+    pub reset_jitter: f64,
+    /// Exponential backoff when no `Retry-After` is given.
+    pub backoff: Backoff,
+    /// Attempts per request, the first included (default 4). Must be >= 1.
+    pub max_attempts: u32,
+    /// The retry budget.
+    pub budget: RetryBudgetConfig,
+    /// Statuses that are retried (default 429, 502, 503, 504). Transport errors are retried
+    /// too.
+    pub retry_statuses: Vec<StatusCode>,
+    /// `Retry-After` is honoured on these statuses (default 429 and 503), plus jitter.
+    pub retry_after_statuses: Vec<StatusCode>,
+    /// Jitter added to a `Retry-After` wait: `uniform(0, max(min, fraction x wait))`.
+    pub retry_after_jitter: f64,
+    /// Floor of the `Retry-After` jitter span (default 250 ms).
+    pub retry_after_jitter_min: Duration,
+    /// Retry non-idempotent requests too (default false: only GET, HEAD, OPTIONS, PUT,
+    /// DELETE, TRACE, or requests carrying an `Idempotency-Key`).
+    pub retry_non_idempotent: bool,
+    /// Bounds for header parsing (its `max_wait` is overridden by the one above).
+    pub header_limits: HeaderLimits,
+    /// Seed of the jitter; `None` seeds from the OS.
+    pub seed: Option<u64>,
+}
+
+impl Default for PoliteConfig {
+    fn default() -> Self {
+        PoliteConfig {
+            max_wait: Duration::from_secs(60),
+            pacing: true,
+            reset_jitter: 0.1,
+            backoff: Backoff::default(),
+            max_attempts: 4,
+            budget: RetryBudgetConfig::default(),
+            retry_statuses: vec![
+                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::BAD_GATEWAY,
+                StatusCode::SERVICE_UNAVAILABLE,
+                StatusCode::GATEWAY_TIMEOUT,
+            ],
+            retry_after_statuses: vec![
+                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::SERVICE_UNAVAILABLE,
+            ],
+            retry_after_jitter: 0.2,
+            retry_after_jitter_min: Duration::from_millis(250),
+            retry_non_idempotent: false,
+            header_limits: HeaderLimits::default(),
+            seed: None,
+        }
+    }
+}
+
+/// Counters, for tests, metrics and the comparison example.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoliteStats {
+    /// Logical requests begun.
+    pub requests: u64,
+    /// Attempts sent (requests + retries).
+    pub attempts: u64,
+    /// Retries sent.
+    pub retries: u64,
+    /// Responses with status 429.
+    pub throttled: u64,
+    /// Retries refused because the budget was spent.
+    pub budget_exhausted: u64,
+    /// Total time spent waiting by pacing, ns.
+    pub paced_nanos: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    attempts: AtomicU64,
+    retries: AtomicU64,
+    throttled: AtomicU64,
+    budget_exhausted: AtomicU64,
+    paced_nanos: AtomicU64,
+}
+
+/// What to do after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Hand this response (or error) to the caller.
+    Done,
+    /// Retry after this wait.
+    RetryAfter(Duration),
+}
+
+/// Facts about the request that decide whether it may be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// Attempts already sent for this request (1 after the first).
+    pub sent: u32,
+    /// The method is idempotent, an `Idempotency-Key` is present, or the caller opted in.
+    pub retryable: bool,
+    /// The body can be sent again (empty or buffered).
+    pub replayable: bool,
+    /// The previous backoff sleep (for decorrelated jitter), zero at first.
+    pub previous_sleep: Duration,
+}
+
+impl Attempt {
+    /// The first attempt of a request with `method` and `headers`.
+    pub fn first(engine: &Polite, method: &Method, headers: &HeaderMap, replayable: bool) -> Self {
+        Attempt {
+            sent: 0,
+            retryable: may_retry(method, headers, engine.cfg.retry_non_idempotent),
+            replayable,
+            previous_sleep: Duration::ZERO,
+        }
+    }
+}
+
+/// The shared engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Polite {
+    cfg: Arc<PoliteConfig>,
+    pacer: Arc<Mutex<Pacer>>,
+    budget: Arc<Mutex<RetryBudget>>,
+    rng: Arc<Mutex<StdRng>>,
+    clock: Arc<dyn Clock>,
+    wall: Arc<dyn Clock>,
+    limiter: Option<AdaptiveLimiter>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for Polite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Polite")
+            .field("cfg", &self.cfg)
+            .field("limiter", &self.limiter)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Polite {
+    /// An engine on the monotonic clock (pacing) and the wall clock (HTTP dates).
+    pub fn new(cfg: PoliteConfig) -> Result<Self, ConfigError> {
+        Self::with_clocks(cfg, Arc::new(MonotonicClock::new()), Arc::new(WallClock))
+    }
+
+    /// An engine on the given clocks: `clock` for pacing and budgets (any origin), `wall`
+    /// for `Retry-After` dates (ns since the Unix epoch).
+    pub fn with_clocks(
+        cfg: PoliteConfig,
+        clock: Arc<dyn Clock>,
+        wall: Arc<dyn Clock>,
+    ) -> Result<Self, ConfigError> {
+        cfg.backoff.validate()?;
+        if cfg.max_attempts == 0 {
+            return Err(ConfigError::ZeroAttempts);
+        }
+        for f in [cfg.reset_jitter, cfg.retry_after_jitter] {
+            if !(0.0..=1.0).contains(&f) {
+                return Err(ConfigError::BadPercent(f));
+            }
+        }
+        let budget = RetryBudget::new(cfg.budget)?;
+        let pacer = Pacer::new(PacerConfig {
+            max_wait: cfg.max_wait,
+            reset_jitter: cfg.reset_jitter,
+            max_policies: cfg.header_limits.max_members,
+            ..PacerConfig::default()
+        });
+        let rng = match cfg.seed {
+            Some(s) => StdRng::seed_from_u64(s),
+            None => StdRng::from_os_rng(),
+        };
+        Ok(Polite {
+            cfg: Arc::new(cfg),
+            pacer: Arc::new(Mutex::new(pacer)),
+            budget: Arc::new(Mutex::new(budget)),
+            rng: Arc::new(Mutex::new(rng)),
+            clock,
+            wall,
+            limiter: None,
+            counters: Arc::default(),
+        })
+    }
+
+    /// Also limit concurrency with `limiter` (shared: clone it to watch `limit()`).
+    pub fn with_limiter(mut self, limiter: AdaptiveLimiter) -> Self {
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PoliteConfig {
+        &self.cfg
+    }
+
+    /// The concurrency limiter, if any.
+    pub fn limiter(&self) -> Option<&AdaptiveLimiter> {
+        self.limiter.as_ref()
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> PoliteStats {
+        let c = &self.counters;
+        PoliteStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            attempts: c.attempts.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            throttled: c.throttled.load(Ordering::Relaxed),
+            budget_exhausted: c.budget_exhausted.load(Ordering::Relaxed),
+            paced_nanos: c.paced_nanos.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Count a new logical request (once, before its first attempt).
+    pub fn begin(&self) {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.budget.lock().deposit(self.clock.now());
+    }
+
+    /// Book the next send to `host` and return how long to wait before it (zero when
+    /// pacing is off or there is no advice). Call before every attempt.
+    pub fn pace(&self, host: &str) -> Duration {
+        self.counters.attempts.fetch_add(1, Ordering::Relaxed);
+        if !self.cfg.pacing {
+            return Duration::ZERO;
+        }
+        let w = self.pacer.lock().reserve(host, self.clock.now());
+        self.counters.paced_nanos.fetch_add(
+            floodgate_core::time::duration_to_nanos(w),
+            Ordering::Relaxed,
+        );
+        w
+    }
+
+    fn wall_now(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_nanos(self.wall.now().0)
+    }
+
+    /// Take in a response from `host`; returns whether to retry it. `attempt.sent` is the
+    /// number of attempts sent so far (1 after the first). On a retry verdict the budget
+    /// has been charged and `attempt` updated.
+    pub fn on_response(
+        &self,
+        host: &str,
+        status: StatusCode,
+        headers: &HeaderMap,
+        attempt: &mut Attempt,
+    ) -> Verdict {
+        let now = self.clock.now();
+        let limits = HeaderLimits {
+            max_wait: self.cfg.max_wait,
+            ..self.cfg.header_limits
+        };
+        let advice = read_advice(headers, self.wall_now(), &limits);
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            self.counters.throttled.fetch_add(1, Ordering::Relaxed);
+        }
+        let retry_after = advice
+            .retry_after
+            .filter(|_| self.cfg.retry_after_statuses.contains(&status));
+        {
+            let mut pacer = self.pacer.lock();
+            if self.cfg.pacing {
+                let mut rng = self.rng.lock();
+                pacer.observe(host, &advice.remaining, now, &mut *rng);
+            }
+            if let Some(ra) = retry_after {
+                // Retry-After takes precedence and holds every request to this host.
+                pacer.block_host(host, now.saturating_add(ra), now);
+            }
+        }
+        if !self.cfg.retry_statuses.contains(&status) {
+            return Verdict::Done;
+        }
+        match retry_after {
+            Some(ra) => self.retry(attempt, Some(ra)),
+            None => self.retry(attempt, None),
+        }
+    }
+
+    /// A transport error (connection refused, reset, timeout): retry with backoff if allowed.
+    pub fn on_error(&self, attempt: &mut Attempt) -> Verdict {
+        self.retry(attempt, None)
+    }
+
+    fn retry(&self, attempt: &mut Attempt, retry_after: Option<Duration>) -> Verdict {
+        if !attempt.retryable || !attempt.replayable || attempt.sent >= self.cfg.max_attempts {
+            return Verdict::Done;
+        }
+        if !self.budget.lock().try_withdraw(self.clock.now()) {
+            self.counters
+                .budget_exhausted
+                .fetch_add(1, Ordering::Relaxed);
+            return Verdict::Done;
+        }
+        let mut rng = self.rng.lock();
+        let wait = match retry_after {
+            Some(ra) => {
+                let span = ra
+                    .mul_f64(self.cfg.retry_after_jitter)
+                    .max(self.cfg.retry_after_jitter_min);
+                let extra = rng.random_range(0..=floodgate_core::time::duration_to_nanos(span));
+                ra + Duration::from_nanos(extra)
+            }
+            None => {
+                let d = self.cfg.backoff.delay(
+                    attempt.sent.saturating_sub(1),
+                    attempt.previous_sleep,
+                    &mut *rng,
+                );
+                attempt.previous_sleep = d;
+                d
+            }
+        }
+        .min(self.cfg.max_wait);
+        self.counters.retries.fetch_add(1, Ordering::Relaxed);
+        Verdict::RetryAfter(wait)
+    }
+}
+
+/// The pacing key of a URI: its authority (`host:port`), or `""`.
+pub fn host_key(uri: &http::Uri) -> String {
+    uri.authority()
+        .map(|a| a.as_str().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate_core::{ManualClock, Nanos};
+
+    fn engine(cfg: PoliteConfig) -> (Polite, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(Nanos::from_secs(10)));
+        let wall = Arc::new(ManualClock::new(Nanos::from_secs(1_700_000_000)));
+        let p = Polite::with_clocks(
+            PoliteConfig {
+                seed: Some(1),
+                ..cfg
+            },
+            clock.clone(),
+            wall,
+        )
+        .unwrap();
+        (p, clock)
+    }
+
+    #[test]
+    fn retry_after_takes_precedence_and_blocks_host() {
+        let (p, _) = engine(PoliteConfig::default());
+        p.begin();
+        let mut a = Attempt::first(&p, &Method::GET, &HeaderMap::new(), true);
+        assert_eq!(p.pace("h"), Duration::ZERO);
+        a.sent = 1;
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "3".parse().unwrap());
+        h.insert("ratelimit", r#""d";r=0;t=1"#.parse().unwrap());
+        let Verdict::RetryAfter(w) = p.on_response("h", StatusCode::TOO_MANY_REQUESTS, &h, &mut a)
+        else {
+            panic!()
+        };
+        assert!(
+            w >= Duration::from_secs(3) && w <= Duration::from_millis(3600),
+            "{w:?}"
+        );
+        // Every other request to the host waits too.
+        assert_eq!(p.pace("h"), Duration::from_secs(3));
+        assert_eq!(p.stats().throttled, 1);
+    }
+
+    #[test]
+    fn non_idempotent_and_unreplayable_are_not_retried() {
+        let (p, _) = engine(PoliteConfig::default());
+        let mut a = Attempt::first(&p, &Method::POST, &HeaderMap::new(), true);
+        a.sent = 1;
+        assert_eq!(p.on_error(&mut a), Verdict::Done);
+        let mut a = Attempt::first(&p, &Method::GET, &HeaderMap::new(), false);
+        a.sent = 1;
+        assert_eq!(p.on_error(&mut a), Verdict::Done);
+        let mut a = Attempt::first(&p, &Method::GET, &HeaderMap::new(), true);
+        a.sent = 1;
+        assert!(matches!(p.on_error(&mut a), Verdict::RetryAfter(_)));
+    }
+
+    #[test]
+    fn attempts_are_capped() {
+        let (p, _) = engine(PoliteConfig {
+            max_attempts: 3,
+            ..Default::default()
+        });
+        let mut a = Attempt::first(&p, &Method::GET, &HeaderMap::new(), true);
+        let mut retries = 0;
+        for sent in 1..10 {
+            a.sent = sent;
+            if p.on_response(
+                "h",
+                StatusCode::SERVICE_UNAVAILABLE,
+                &HeaderMap::new(),
+                &mut a,
+            ) == Verdict::Done
+            {
+                break;
+            }
+            retries += 1;
+        }
+        assert_eq!(retries, 2);
+    }
+
+    #[test]
+    fn bad_config_is_rejected() {
+        assert_eq!(
+            Polite::new(PoliteConfig {
+                max_attempts: 0,
+                ..Default::default()
+            })
+            .unwrap_err(),
+            ConfigError::ZeroAttempts
+        );
+        assert!(
+            Polite::new(PoliteConfig {
+                retry_after_jitter: f64::NAN,
+                ..Default::default()
+            })
+            .is_err()
+        );
+    }
+}
