@@ -346,7 +346,7 @@ pub fn parse_legacy(
         } else {
             secs
         };
-        if !(delta > 0.0) {
+        if delta.is_nan() || delta <= 0.0 {
             return None;
         }
         Some(

@@ -146,20 +146,24 @@ impl Pacer {
             };
             let slot = &mut state.slots[idx];
             slot.until = until;
-            if r.remaining == 0 {
-                let extra = if jitter > 0.0 && t > 0 {
-                    rng.random_range(0..=((t as f64 * jitter) as u64))
-                } else {
-                    0
-                };
-                let at = Nanos(now.0.saturating_add(t).saturating_add(extra));
-                slot.next = slot.next.max(at);
-                slot.interval = 0;
-            } else {
-                slot.interval = t / r.remaining;
-                // Keep sends already scheduled by other in-flight requests, but never past
-                // the reset the server announced.
-                slot.next = slot.next.min(until);
+            match t.checked_div(r.remaining) {
+                None => {
+                    // r = 0: nothing left until the reset; return at a jittered instant after it.
+                    let extra = if jitter > 0.0 && t > 0 {
+                        rng.random_range(0..=((t as f64 * jitter) as u64))
+                    } else {
+                        0
+                    };
+                    let at = Nanos(now.0.saturating_add(t).saturating_add(extra));
+                    slot.next = slot.next.max(at);
+                    slot.interval = 0;
+                }
+                Some(interval) => {
+                    slot.interval = interval;
+                    // Keep sends already scheduled by other in-flight requests, but never
+                    // past the reset the server announced.
+                    slot.next = slot.next.min(until);
+                }
             }
         }
     }
