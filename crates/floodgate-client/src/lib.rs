@@ -14,6 +14,35 @@
 //! * [`Polite`]: the engine that ties them together, used by [`PoliteLayer`] (tower, for
 //!   hyper clients) and [`PoliteMiddleware`] (reqwest-middleware).
 //!
+//! A hyper client with pacing, retries and an adaptive concurrency limit (the README's
+//! example):
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use floodgate_client::concurrency::{AdaptiveLimiter, Gradient2, Gradient2Config, Windowed, WindowedConfig};
+//! use floodgate_client::{Polite, PoliteConfig, PoliteLayer};
+//! use floodgate_core::MonotonicClock;
+//! use http_body_util::Full;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use std::sync::Arc;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = AdaptiveLimiter::new(
+//!     Windowed::new(Gradient2::new(Gradient2Config::default())?, WindowedConfig::default()),
+//!     Arc::new(MonotonicClock::new()),
+//! );
+//! let engine = Polite::new(PoliteConfig::default())?.with_limiter(limiter.clone());
+//! let mut client = ServiceBuilder::new()
+//!     .layer(PoliteLayer::new(engine))
+//!     .service(Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>());
+//! let req = http::Request::get("http://127.0.0.1:8080/").body(Full::new(Bytes::new()))?;
+//! let resp = client.ready().await?.call(req).await?;
+//! println!("{} (limit {}, in flight {})", resp.status(), limiter.limit(), limiter.inflight());
+//! # Ok(()) }
+//! ```
+//!
 //! Time is always injected ([`floodgate_core::Clock`]); [`TokioClock`] follows tokio's
 //! (pausable) clock so tests run on virtual time.
 #![warn(missing_docs)]

@@ -6,11 +6,12 @@ mod common;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use common::{Behavior, MethodKind, RetryAfter, TestServer, mean_std};
+use common::{Behavior, FloodgateProxy, MethodKind, RetryAfter, TestServer, mean_std};
 use floodgate_client::backoff::{Backoff, Jitter, RetryBudgetConfig};
 use floodgate_client::{
     Polite, PoliteConfig, PoliteLayer, PoliteMiddleware, PoliteService, Streaming,
 };
+use floodgate_core::{Kind, Spec};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -72,12 +73,10 @@ async fn naive_worker(client: Hyper, url: String, requests: usize) -> u64 {
 async fn polite_client_gets_far_fewer_429s_than_naive_at_the_same_load() {
     const WORKERS: usize = 10;
     const PER_WORKER: usize = 6;
-    let limited = || Behavior::Limited {
-        limit: 20,
-        window: Duration::from_secs(1),
-    };
-    let naive_server = TestServer::start(limited()).await;
-    let polite_server = TestServer::start(limited()).await;
+    // The floodgate proxy in front of a backend: a fixed window of 20 per second for all.
+    let spec = || Spec::new(Kind::FixedWindow, "20/s".parse().expect("rate"));
+    let naive_server = FloodgateProxy::start(spec()).await;
+    let polite_server = FloodgateProxy::start(spec()).await;
 
     let naive = {
         let url = naive_server.url("/");
@@ -87,10 +86,11 @@ async fn polite_client_gets_far_fewer_429s_than_naive_at_the_same_load() {
             let tasks: Vec<_> = (0..WORKERS)
                 .map(|_| tokio::spawn(naive_worker(client.clone(), url.clone(), PER_WORKER)))
                 .collect();
+            let mut throttled = 0;
             for t in tasks {
-                t.await.expect("worker");
+                throttled += t.await.expect("worker");
             }
-            start.elapsed()
+            (throttled, start.elapsed())
         })
     };
     let polite_engine = engine(PoliteConfig {
@@ -125,10 +125,10 @@ async fn polite_client_gets_far_fewer_429s_than_naive_at_the_same_load() {
             start.elapsed()
         })
     };
-    let naive_time = naive.await.expect("naive");
+    let (n_429, naive_time) = naive.await.expect("naive");
     let polite_time = polite.await.expect("polite");
-    let (n_ok, n_429) = (naive_server.count(200), naive_server.count(429));
-    let (p_ok, p_429) = (polite_server.count(200), polite_server.count(429));
+    let p_429 = polite_engine.stats().throttled;
+    let (n_ok, p_ok) = (naive_server.backend.total(), polite_server.backend.total());
     println!("naive:  {n_ok} ok, {n_429} x 429 in {naive_time:?}");
     println!(
         "polite: {p_ok} ok, {p_429} x 429 in {polite_time:?} ({:?})",

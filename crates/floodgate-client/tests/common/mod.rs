@@ -217,6 +217,38 @@ fn set_retry_after(h: &mut http::HeaderMap, ra: RetryAfter) {
     h.insert("retry-after", v.parse().expect("header"));
 }
 
+/// The floodgate proxy (crate floodgate-http) on loopback in front of a backend that always
+/// answers 200, limiting all clients together with one policy named "default".
+pub struct FloodgateProxy {
+    pub addr: SocketAddr,
+    pub backend: TestServer,
+}
+
+impl FloodgateProxy {
+    pub async fn start(spec: floodgate_core::Spec) -> FloodgateProxy {
+        use floodgate_http::proxy::{Proxy, ProxySettings};
+        use floodgate_http::{KeySource, Policy, RateLimiter};
+        let backend = TestServer::start(Behavior::Always(StatusCode::OK, None)).await;
+        let limiter = RateLimiter::builder()
+            .policy(Policy::new("default", spec).key(KeySource::global()))
+            .build()
+            .expect("limiter");
+        let upstream = format!("http://{}", backend.addr).parse().expect("uri");
+        let settings = ProxySettings {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..ProxySettings::new(upstream)
+        };
+        let proxy = Proxy::bind(limiter, &settings).await.expect("bind proxy");
+        let addr = proxy.local_addr();
+        tokio::spawn(proxy.run(std::future::pending()));
+        FloodgateProxy { addr, backend }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+}
+
 /// Mean and standard deviation of durations, in seconds.
 pub fn mean_std(xs: &[Duration]) -> (f64, f64) {
     let n = xs.len().max(1) as f64;
