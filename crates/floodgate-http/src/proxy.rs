@@ -7,6 +7,9 @@
 //!   `Transfer-Encoding`, `Upgrade`) are not forwarded either way.
 //! * Upstream unreachable or failing: 502. No response head within the upstream
 //!   timeout: 504. Both counted in `floodgate_upstream_errors_total`.
+//! * A request body that fails on the client's side (malformed chunked framing, the
+//!   client hanging up mid-body) is the client's fault: 400 (if the client still
+//!   listens), logged at debug, not counted as an upstream error.
 //! * Shutdown (the future given to [`Proxy::run`], e.g. [`shutdown_signal`]): stop
 //!   accepting, let in-flight requests (held ones included) finish, for at most the grace
 //!   period.
@@ -14,7 +17,9 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -92,10 +97,44 @@ pub enum ProxyError {
 /// The body of a proxied response: the upstream's, or a short error body.
 pub type ForwardBody = Either<Incoming, Full<Bytes>>;
 
+/// The client's request body on its way upstream, watched: when reading it fails
+/// (malformed framing, the client hanging up), `failed` is set, so that the failed
+/// upstream call is not blamed on the upstream.
+#[derive(Debug)]
+pub struct ClientBody {
+    inner: Incoming,
+    failed: Arc<AtomicBool>,
+}
+
+impl http_body::Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Err(_))) = &r {
+            this.failed.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Forwards requests to one upstream over a pooled client.
 #[derive(Clone)]
 pub struct Forward {
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, ClientBody>,
     scheme: Scheme,
     authority: Authority,
     timeout: Duration,
@@ -217,12 +256,24 @@ impl Service<Request<Incoming>> for Forward {
                     parts.headers.insert(X_FORWARDED_FOR.clone(), v);
                 }
             }
+            let failed = Arc::new(AtomicBool::new(false));
+            let body = ClientBody {
+                inner: body,
+                failed: failed.clone(),
+            };
             let req = Request::from_parts(parts, body);
             match tokio::time::timeout(this.timeout, this.client.request(req)).await {
                 Ok(Ok(resp)) => {
                     let (mut parts, body) = resp.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
                     Ok(Response::from_parts(parts, Either::Left(body)))
+                }
+                Ok(Err(e)) if failed.load(Ordering::Relaxed) => {
+                    tracing::debug!(error = %e, "the client's request body failed");
+                    Ok(this.error(
+                        StatusCode::BAD_REQUEST,
+                        "the request body is malformed or ended early",
+                    ))
                 }
                 Ok(Err(e)) => {
                     this.metrics.upstream_error("connect");

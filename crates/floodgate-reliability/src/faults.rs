@@ -21,6 +21,8 @@
 //! * **no hang**: every request is answered within the case's bound: the store timeout
 //!   (plus the upstream timeout for a slow upstream) plus a slack for a loaded machine.
 //! * **no panic**: both proxies are alive at the end and their stderr has no "panicked".
+//! * **blame**: without an upstream fault, `floodgate_upstream_errors_total` stays 0 (a
+//!   client hanging up mid-body is not an upstream failure).
 //! * **resume**: the first normal decision on a `w` key sent after recovery comes within
 //!   `resume_within` (1 s) of it.
 //! * **lost / duplicated**: requests without a response, 2xx responses the backend never
@@ -179,7 +181,7 @@ impl Settings {
             after: Duration::from_millis(1500),
             workers: 3,
             gap: Duration::from_millis(10),
-            slack: Duration::from_millis(300),
+            slack: Duration::from_millis(450),
             net_delay: Duration::from_millis(80),
             resume_within: Duration::from_secs(1),
             hang: Duration::from_secs(10),
@@ -734,6 +736,8 @@ fn analyse(
     let sent = mine.len() as u64 + my_probes.len() as u64 + rude;
     let counted = metric_sum(metrics, "floodgate_requests_total", "");
     let (lost_count, dup_count) = (sent.saturating_sub(counted), counted.saturating_sub(sent));
+    // only an upstream fault may be counted as one
+    let upstream_errors = metric_sum(metrics, "floodgate_upstream_errors_total", "");
     // admitted versus charged, per `w` key
     let (mut admitted_total, mut charged_total, mut uncharged) = (0u64, 0u64, 0u64);
     let mut charge_note = String::new();
@@ -781,7 +785,7 @@ fn analyse(
     let spurious_budget = (mine.len() as u64 / 20).max(5);
     if spurious > spurious_budget {
         fails.push(format!(
-            "{spurious} degraded answers outside the fault (budget {spurious_budget})"
+            "{spurious} degraded answers while the store was not down (budget {spurious_budget})"
         ));
     }
     if over_bound > 0 {
@@ -789,6 +793,11 @@ fn analyse(
             "{over_bound} requests over {} ms (max {} ms)",
             bound.as_millis(),
             max_took.as_millis()
+        ));
+    }
+    if fault.upstream_status().is_none() && upstream_errors > 0 {
+        fails.push(format!(
+            "{upstream_errors} upstream errors counted without an upstream fault"
         ));
     }
     if fault.must_degrade() && degraded_during == 0 {
@@ -826,4 +835,196 @@ fn analyse(
         max_took.as_millis(),
         bound.as_millis(),
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    //! The checker itself: a clean synthetic run passes, and each kind of violation is
+    //! caught.
+    use super::*;
+
+    struct Fixture {
+        s: Settings,
+        tl: Timeline,
+        t0: Instant,
+        samples: Vec<Sample>,
+        probes: Vec<Sample>,
+        seen: HashMap<u64, u32>,
+        extra_counted: i64,
+    }
+
+    fn sample(t0: Instant, id: u64, sent_ms: u64, took_ms: u64, status: u16, rl: bool) -> Sample {
+        Sample {
+            target: 1,
+            key: "w0".into(),
+            id,
+            sent: t0 + Duration::from_millis(sent_ms),
+            took: Duration::from_millis(took_ms),
+            status: Some(status),
+            ratelimit: rl,
+            remaining: None,
+            delayed: false,
+            error: None,
+        }
+    }
+
+    /// The deny proxy (target 1) through a Redis pause from 1 s to 2 s: 503 during it.
+    fn fixture() -> Fixture {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let tl = Timeline {
+            fault: t0 + ms(1000),
+            fault_done: t0 + ms(1001),
+            recover: t0 + ms(2000),
+            recovered: t0 + ms(2001),
+        };
+        let mut samples = Vec::new();
+        for i in 0..400u64 {
+            let sent = i * 10;
+            let degraded = (1001..1990).contains(&sent);
+            let (status, rl) = if degraded { (503, false) } else { (200, true) };
+            samples.push(sample(t0, i + 1, sent, 5, status, rl));
+        }
+        let admitted = samples.iter().filter(|x| x.ratelimit).count() as u64;
+        let mut probe = sample(t0, 10_000, 4100, 5, 200, true);
+        probe.remaining = Some(LIMIT - admitted - 1);
+        let seen = samples
+            .iter()
+            .chain([&probe])
+            .filter(|x| x.status == Some(200))
+            .map(|x| (x.id, 1))
+            .collect();
+        Fixture {
+            s: Settings::fast(PathBuf::from("/nonexistent")),
+            tl,
+            t0,
+            samples,
+            probes: vec![probe],
+            seen,
+            extra_counted: 0,
+        }
+    }
+
+    fn check(f: &Fixture, fault: Fault) -> Analysis {
+        let counted = (f.samples.len() as i64 + f.probes.len() as i64 + f.extra_counted) as u64;
+        let metrics = format!(
+            "floodgate_requests_total{{outcome=\"passed\"}} {counted}\nfloodgate_upstream_errors_total{{kind=\"connect\"}} 0\n"
+        );
+        let mut an = Analysis::default();
+        analyse(
+            &mut an, fault, &f.s, 1, &f.samples, &f.probes, &f.tl, &f.seen, &metrics, 0, true,
+        );
+        an
+    }
+
+    #[test]
+    fn a_clean_run_passes() {
+        let an = check(&fixture(), Fault::RedisPaused);
+        assert!(an.fail.is_empty(), "{:?}", an.fail);
+        assert_eq!((an.lost, an.duplicated), (0, 0));
+        assert!(an.detail[0].contains("resumed"), "{:?}", an.detail);
+    }
+
+    #[test]
+    fn fail_open_on_a_fail_closed_proxy_is_off_policy() {
+        let mut f = fixture();
+        f.samples[150].status = Some(200); // during the fault, without RateLimit
+        let id = f.samples[150].id;
+        f.seen.insert(id, 1);
+        let an = check(&f, Fault::RedisPaused);
+        assert!(
+            an.fail.iter().any(|m| m.contains("off policy")),
+            "{:?}",
+            an.fail
+        );
+    }
+
+    #[test]
+    fn a_request_past_the_bound_is_a_hang() {
+        let mut f = fixture();
+        f.samples[50].took = Duration::from_secs(2);
+        let an = check(&f, Fault::RedisPaused);
+        assert!(
+            an.fail.iter().any(|m| m.contains("requests over")),
+            "{:?}",
+            an.fail
+        );
+    }
+
+    #[test]
+    fn no_normal_decision_after_recovery_fails() {
+        let mut f = fixture();
+        for x in f.samples.iter_mut().filter(|x| x.sent >= f.tl.recover) {
+            x.status = Some(503);
+            x.ratelimit = false;
+        }
+        let an = check(&f, Fault::RedisPaused);
+        assert!(
+            an.fail.iter().any(|m| m.contains("never resumed")),
+            "{:?}",
+            an.fail
+        );
+        // and a late resume is caught too
+        let mut f = fixture();
+        for x in f
+            .samples
+            .iter_mut()
+            .filter(|x| x.sent >= f.tl.recover && x.sent < f.t0 + Duration::from_millis(3300))
+        {
+            x.status = Some(503);
+            x.ratelimit = false;
+        }
+        let an = check(&f, Fault::RedisPaused);
+        assert!(
+            an.fail.iter().any(|m| m.contains("resumed after")),
+            "{:?}",
+            an.fail
+        );
+    }
+
+    #[test]
+    fn lost_and_duplicated_decisions_are_counted() {
+        let mut f = fixture();
+        let (a, b) = (f.samples[10].id, f.samples[20].id);
+        f.seen.remove(&a); // admitted, never reached the backend
+        f.seen.insert(b, 2); // reached it twice
+        let an = check(&f, Fault::RedisPaused);
+        assert_eq!((an.lost, an.duplicated), (1, 1), "{:?}", an.fail);
+        let mut f = fixture();
+        f.extra_counted = -1; // the proxy counted one request fewer than were sent
+        assert_eq!(check(&f, Fault::RedisPaused).lost, 1);
+        let mut f = fixture();
+        f.extra_counted = 2;
+        assert_eq!(check(&f, Fault::RedisPaused).duplicated, 2);
+        let mut f = fixture();
+        let r = f.probes[0].remaining.unwrap();
+        f.probes[0].remaining = Some(r + 3); // Redis charged 3 fewer than were admitted
+        assert_eq!(check(&f, Fault::RedisPaused).lost, 3);
+    }
+
+    #[test]
+    fn a_redis_outage_without_degraded_answers_fails() {
+        let mut f = fixture();
+        for x in &mut f.samples {
+            x.status = Some(200);
+            x.ratelimit = true;
+            f.seen.insert(x.id, 1);
+        }
+        let admitted = f.samples.len() as u64;
+        f.probes[0].remaining = Some(LIMIT - admitted - 1);
+        let an = check(&f, Fault::RedisPaused);
+        assert!(
+            an.fail.iter().any(|m| m.contains("no degraded")),
+            "{:?}",
+            an.fail
+        );
+        // while flushed scripts must not degrade at all
+        assert!(check(&f, Fault::RedisScriptFlush).fail.is_empty());
+        assert!(
+            check(&fixture(), Fault::RedisScriptFlush)
+                .fail
+                .iter()
+                .any(|m| m.contains("store was not down")),
+        );
+    }
 }
