@@ -142,6 +142,15 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             settings.upstream,
             settings.listen
         );
+        if let Some(f) = cfg.as_ref().and_then(|c| c.fleet()) {
+            println!(
+                "fleet: {} over {} nodes ({}), self {}",
+                f.strategy(),
+                f.nodes().len(),
+                f.nodes().join(", "),
+                f.self_node()
+            );
+        }
         return Ok(());
     }
     tracing_subscriber::fmt()

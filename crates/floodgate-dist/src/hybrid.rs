@@ -127,6 +127,25 @@ impl<K: Hash + Eq + Clone> HybridNode<K> {
         Finish::Admit
     }
 
+    /// Give back `units` admitted for `key` but not used (a request admitted here and then
+    /// denied by another policy, all-or-nothing). They were charged to the shared counter
+    /// already, so they return to the key's lease (and are lost if it has expired): the
+    /// bound above still holds.
+    pub fn refund(&mut self, key: &K, units: u64) {
+        if let Some(l) = self.leases.get_mut(key) {
+            l.units = l.units.saturating_add(units);
+        }
+    }
+
+    /// `(unspent units of the lease, units the shared counter said remained at its last
+    /// answer)` for `key`, if this node holds a live lease for it.
+    pub fn lease(&self, key: &K, now: Nanos) -> Option<(u64, u64)> {
+        self.leases
+            .get(key)
+            .filter(|l| l.expires > now)
+            .map(|l| (l.units, l.remaining))
+    }
+
     /// Units leased to this node and not yet spent (expired leases count as zero).
     pub fn leased(&self, now: Nanos) -> u64 {
         self.leases
@@ -161,5 +180,28 @@ impl<K: Hash + Eq + Clone> HybridNode<K> {
                 demand: 0,
             },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn refund_returns_units_to_a_live_lease_only() {
+        let mut n = HybridNode::new(10, 0, 1_000, 16);
+        let k = 7u32;
+        assert_eq!(n.begin(&k, Nanos(0), 1), Step::Ask { units: 1 });
+        let d = Decision::allow(100, 50, Duration::ZERO);
+        assert_eq!(n.finish(&k, Nanos(0), 1, 4, &d), Finish::Admit);
+        assert_eq!(n.lease(&k, Nanos(1)), Some((3, 50)));
+        n.refund(&k, 2);
+        assert_eq!(n.lease(&k, Nanos(1)), Some((5, 50)));
+        assert_eq!(n.leased(Nanos(1)), 5);
+        // expired: nothing held, a refund is lost
+        assert_eq!(n.lease(&k, Nanos(1_000)), None);
+        n.refund(&9, 3); // unknown key: nothing happens
+        assert_eq!(n.lease(&9, Nanos(1)), None);
     }
 }

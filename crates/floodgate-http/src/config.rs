@@ -46,6 +46,13 @@
 //! timeout = "50ms"                     # per call; slower is a store error
 //! time = "redis"                       # Redis TIME (shared clock) or "caller"
 //!
+//! [fleet]                              # optional: N proxies sharing the limits
+//! strategy = "sticky"                  # sticky | local | shared | hybrid
+//! nodes = ["127.0.0.1:8080", "127.0.0.1:8081", "127.0.0.1:8082"]
+//! self = "127.0.0.1:8080"              # this node's advertised address (in nodes)
+//! # lease = 10                         # hybrid: most units leased per round trip
+//! # lease_ttl = "1s"                   # hybrid: lease lifetime
+//!
 //! [[policy]]
 //! name = "per-ip"
 //! algorithm = "leaky-queue"            # fixed-window, sliding-log, sliding-counter,
@@ -88,6 +95,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
+use crate::fleet::{Fleet, FleetError, Strategy};
 use crate::headers::{HeaderOptions, ResetFormat};
 use crate::key::{ClientIpConfig, ForwardedHeader, KeyPart, KeySource};
 use crate::limiter::{MissingKey, RateLimiterBuilder, StoreFailure};
@@ -152,6 +160,8 @@ de_str!(de_kind, Kind, "algorithm", |s: &str| s.parse::<Kind>());
 de_str!(de_upstream, Uri, "upstream", parse_upstream);
 de_str!(de_store, StoreSpec, "store", |s: &str| s
     .parse::<StoreSpec>());
+de_str!(de_strategy, Strategy, "strategy", |s: &str| s
+    .parse::<Strategy>());
 
 fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     de_duration(d).map(Some)
@@ -336,6 +346,8 @@ pub struct Config {
     /// The Redis store's settings (with `store = "redis://..."`).
     #[serde(default)]
     pub redis: RedisSection,
+    /// A fleet of proxies sharing the limits.
+    pub fleet: Option<Spanned<FleetSection>>,
     /// The policies.
     #[serde(rename = "policy", default)]
     pub policies: Vec<Spanned<PolicySection>>,
@@ -469,6 +481,40 @@ pub struct AllowlistSection {
     /// Header-derived keys.
     #[serde(default)]
     pub keys: Vec<String>,
+}
+
+/// `[fleet]`: this proxy is one of N sharing the limits (see [`crate::fleet`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSection {
+    /// sticky | local | shared | hybrid.
+    #[serde(deserialize_with = "de_strategy")]
+    pub strategy: Strategy,
+    /// Every node's advertised `host:port`, this one included.
+    pub nodes: Vec<String>,
+    /// This node's advertised `host:port`.
+    #[serde(rename = "self")]
+    pub self_node: String,
+    /// Hybrid: the most units leased per round trip (default 10).
+    pub lease: Option<u64>,
+    /// Hybrid: lease lifetime (default 1 s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub lease_ttl: Option<Duration>,
+}
+
+impl FleetSection {
+    /// The validated fleet.
+    pub fn fleet(&self) -> Result<Fleet, FleetError> {
+        Fleet::new(
+            self.strategy,
+            self.nodes.iter().cloned(),
+            self.self_node.clone(),
+        )?
+        .with_lease(
+            self.lease.unwrap_or(crate::fleet::DEFAULT_LEASE),
+            self.lease_ttl.unwrap_or(crate::fleet::DEFAULT_LEASE_TTL),
+        )
+    }
 }
 
 /// `[redis]`.
@@ -685,6 +731,32 @@ impl Config {
         if cfg.delay.max_waiting == Some(0) {
             return Err(invalid(None, "delay.max_waiting must be at least 1".into()));
         }
+        if let Some(f) = &cfg.fleet {
+            let span = Some(f.span());
+            let at = |e: FleetError| invalid(span.clone(), format!("fleet: {e}"));
+            let strategy = f.get_ref().fleet().map_err(at)?.strategy();
+            let redis = matches!(cfg.store, StoreSpec::Redis(_));
+            if strategy.needs_shared_store() && !redis {
+                return Err(at(FleetError::NeedsSharedStore(strategy)));
+            }
+            if !strategy.needs_shared_store() && redis {
+                return Err(at(FleetError::NeedsLocalStore(strategy)));
+            }
+            if strategy == Strategy::Hybrid
+                && let Some((i, p)) = cfg.policies.iter().enumerate().find(|(_, p)| {
+                    let p = p.get_ref();
+                    p.algorithm == Kind::LeakyQueue && !p.nodelay
+                })
+            {
+                return Err(invalid(
+                    Some(p.span()),
+                    format!(
+                        "policy[{i}] {:?}: fleet strategy \"hybrid\" admits from leases at once; a delaying leaky-queue cannot be leased (set nodelay = true or algorithm = \"gcra\")",
+                        p.get_ref().name
+                    ),
+                ));
+            }
+        }
         Ok(cfg)
     }
 
@@ -697,7 +769,14 @@ impl Config {
         Config::parse(&src, path)
     }
 
-    /// Build the limiter with its store: in-process, or connect to Redis.
+    /// The `[fleet]`, validated (`None` without one).
+    pub fn fleet(&self) -> Option<Fleet> {
+        // validated in parse()
+        self.fleet.as_ref().and_then(|f| f.get_ref().fleet().ok())
+    }
+
+    /// Build the limiter with its store: in-process, or connect to Redis (with the
+    /// `hybrid` fleet strategy, a [`crate::HybridStore`] on it).
     pub async fn build(&self) -> Result<crate::RateLimiter, BuildConfigError> {
         let builder = self.limiter_builder();
         let StoreSpec::Redis(url) = &self.store else {
@@ -723,16 +802,49 @@ impl Config {
         let store = floodgate_redis::RedisStore::connect(url, rc)
             .await
             .map_err(|e| fail(e.to_string()))?;
-        let store = crate::RedisDecisionStore::new(std::sync::Arc::new(store), &infos)
-            .map_err(|e| fail(e.message))?;
-        Ok(builder.store(std::sync::Arc::new(store), "redis").build()?)
+        let store = std::sync::Arc::new(store);
+        let fleet = self.fleet();
+        let builder = match &fleet {
+            Some(f) if f.strategy() == Strategy::Hybrid => {
+                let hybrid =
+                    crate::HybridStore::new(store, &infos, f, self.max_keys.unwrap_or(1_000_000))
+                        .map_err(|e| fail(e.message))?;
+                builder.store(std::sync::Arc::new(hybrid), "hybrid")
+            }
+            _ => {
+                let shared =
+                    crate::RedisDecisionStore::new(store, &infos).map_err(|e| fail(e.message))?;
+                builder.store(std::sync::Arc::new(shared), "redis")
+            }
+        };
+        let builder = match fleet {
+            Some(f) if f.strategy().needs_shared_store() => builder.fleet(f),
+            _ => builder,
+        };
+        Ok(builder.build()?)
     }
 
-    /// A limiter builder with everything but the store (in-process by default).
+    /// A limiter builder with everything but the store (in-process by default), and the
+    /// fleet when its strategy counts in process (`sticky`, `local`; [`build`](Self::build)
+    /// adds `shared` and `hybrid` with their store). With `sticky`, the nodes given as
+    /// `ip:port` are trusted proxies, so that a forwarded request's client IP (appended to
+    /// `X-Forwarded-For` by the forwarding node) is the key on the owner too.
     pub fn limiter_builder(&self) -> RateLimiterBuilder {
+        let fleet = self.fleet().filter(|f| !f.strategy().needs_shared_store());
+        let mut trusted_proxies = self.client_ip.trusted_proxies.clone();
+        if let Some(f) = fleet.as_ref().filter(|f| f.strategy() == Strategy::Sticky) {
+            for n in f.nodes() {
+                if let Ok(a) = n.parse::<SocketAddr>() {
+                    let net = IpNet::from(a.ip().to_canonical());
+                    if !trusted_proxies.contains(&net) {
+                        trusted_proxies.push(net);
+                    }
+                }
+            }
+        }
         let mut b = crate::RateLimiter::builder()
             .client_ip(ClientIpConfig {
-                trusted_proxies: self.client_ip.trusted_proxies.clone(),
+                trusted_proxies,
                 header: match self.client_ip.header {
                     HeaderChoice::XForwardedFor => ForwardedHeader::XForwardedFor,
                     HeaderChoice::Forwarded => ForwardedHeader::Forwarded,
@@ -792,6 +904,9 @@ impl Config {
                     .key(p.key.clone().map_or_else(KeySource::ip, |k| k.0))
                     .dry_run(p.dry_run),
             );
+        }
+        if let Some(f) = fleet {
+            b = b.fleet(f);
         }
         for r in &self.routes {
             let mut route = Route::prefix(r.prefix.clone()).methods(r.methods.iter().cloned());
@@ -876,5 +991,119 @@ mod tests {
         let e = err("[[policy]]\nname = \"a\\\"b\"\nrate = \"1/s\"\n");
         assert!(e.contains("printable ASCII"), "{e}");
         assert!(err("").contains("no [[policy]]"));
+    }
+
+    const POLICY: &str = "[[policy]]\nname = \"p\"\nalgorithm = \"gcra\"\nrate = \"10/s\"\n";
+
+    fn fleet_err(store: &str, fleet: &str) -> String {
+        err(&format!("{store}{POLICY}[fleet]\n{fleet}"))
+    }
+
+    #[test]
+    fn fleet_errors_are_clear_and_located() {
+        let nodes = "nodes = [\"127.0.0.1:8081\", \"127.0.0.1:8082\"]\n";
+        let e = fleet_err(
+            "",
+            &format!("strategy = \"sticky\"\n{nodes}self = \"127.0.0.1:9999\"\n"),
+        );
+        assert!(
+            e.starts_with("floodgate.toml:5:1: fleet: self \"127.0.0.1:9999\" is not in nodes [127.0.0.1:8081, 127.0.0.1:8082]"),
+            "{e}"
+        );
+        let e = fleet_err("", "strategy = \"local\"\nnodes = []\nself = \"a:1\"\n");
+        assert!(e.contains("fleet: nodes is empty"), "{e}");
+        let e = fleet_err(
+            "",
+            &format!("strategy = \"round-robin\"\n{nodes}self = \"127.0.0.1:8081\"\n"),
+        );
+        assert!(
+            e.starts_with("floodgate.toml:6:12: ")
+                && e.contains("unknown strategy \"round-robin\""),
+            "{e}"
+        );
+        for strategy in ["shared", "hybrid"] {
+            let e = fleet_err(
+                "",
+                &format!("strategy = \"{strategy}\"\n{nodes}self = \"127.0.0.1:8081\"\n"),
+            );
+            assert!(
+                e.contains(&format!(
+                    "strategy \"{strategy}\" needs a shared store: set store = \"redis://"
+                )),
+                "{e}"
+            );
+        }
+        let redis = "store = \"redis://127.0.0.1:6379/\"\n";
+        for strategy in ["sticky", "local"] {
+            let e = fleet_err(
+                redis,
+                &format!("strategy = \"{strategy}\"\n{nodes}self = \"127.0.0.1:8081\"\n"),
+            );
+            assert!(e.contains("counts in process on each node"), "{e}");
+        }
+        let e = fleet_err("", &format!("strategy = \"local\"\n{nodes}\n"));
+        assert!(e.contains("missing field `self`"), "{e}");
+        let e = fleet_err(
+            "",
+            "strategy = \"local\"\nnodes = [\"localhost\"]\nself = \"localhost\"\n",
+        );
+        assert!(e.contains("node \"localhost\" is not host:port"), "{e}");
+        let e = fleet_err(
+            redis,
+            &format!("strategy = \"hybrid\"\n{nodes}self = \"127.0.0.1:8081\"\nlease = 0\n"),
+        );
+        assert!(e.contains("lease must be at least 1"), "{e}");
+        let e = err(&format!(
+            "{redis}[[policy]]\nname = \"q\"\nrate = \"10/s\"\n[fleet]\nstrategy = \"hybrid\"\n{nodes}self = \"127.0.0.1:8081\"\n"
+        ));
+        assert!(e.contains("a delaying leaky-queue cannot be leased"), "{e}");
+    }
+
+    #[test]
+    fn fleet_local_enforces_the_share_and_sticky_names_owners() {
+        let nodes = "nodes = [\"127.0.0.1:8081\", \"127.0.0.1:8082\", \"127.0.0.1:8083\"]\n";
+        let src =
+            format!("{POLICY}[fleet]\nstrategy = \"local\"\n{nodes}self = \"127.0.0.1:8082\"\n");
+        let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
+        let l = cfg.limiter_builder().build().unwrap();
+        // 10/s with capacity 10 over 3 nodes: ceil(10/3) = 4 at once, 10/3 per second
+        assert_eq!(l.policies()[0].spec.capacity, Some(4));
+        assert_eq!(
+            l.policies()[0].spec.rate.emission_interval_nanos(),
+            300_000_000
+        );
+        assert!(l.owner_of(&http::Request::new(())).is_none(), "not sticky");
+
+        let src = format!(
+            "[[policy]]\nname = \"k\"\nalgorithm = \"gcra\"\nrate = \"10/s\"\nkey = \"header:x-api-key\"\n[fleet]\nstrategy = \"sticky\"\n{nodes}self = \"127.0.0.1:8082\"\n"
+        );
+        let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
+        let l = cfg.limiter_builder().build().unwrap();
+        assert_eq!(
+            l.policies()[0].spec.capacity,
+            None,
+            "sticky keeps the full limit"
+        );
+        let fleet = cfg.fleet().unwrap();
+        let mut owners = std::collections::BTreeMap::new();
+        for i in 0..60 {
+            let req = http::Request::builder()
+                .header("x-api-key", format!("key-{i}"))
+                .extension(crate::PeerAddr(([127, 0, 0, 1], 5000).into()))
+                .body(())
+                .unwrap();
+            let owner = l.owner_of(&req).unwrap().to_string();
+            let key = l.routing_key(&req).unwrap();
+            assert_eq!(key, format!("k\x1fkey-{i}").into_bytes());
+            assert_eq!(owner, fleet.owner(&key));
+            *owners.entry(owner).or_insert(0) += 1;
+        }
+        assert_eq!(owners.len(), 3, "{owners:?}");
+        // no key: decided where it arrives
+        let req = http::Request::builder()
+            .extension(crate::PeerAddr(([127, 0, 0, 1], 5000).into()))
+            .body(())
+            .unwrap();
+        assert!(l.owner_of(&req).is_none());
     }
 }

@@ -11,6 +11,8 @@
 //!   `Retry-After` with jitter, `X-RateLimit-Delay-Ms`.
 //! * [`metrics`]: Prometheus text exposition.
 //! * [`config`]: the TOML configuration of the proxy (also usable for the layer).
+//! * [`fleet`]: N nodes sharing limits: sticky (rendezvous owners), local share, shared
+//!   (Redis), hybrid (leases, [`HybridStore`]); [`sticky`] forwards in the proxy.
 //!
 //! ```
 //! use floodgate_core::{Kind, Rate, Spec};
@@ -32,7 +34,9 @@
 
 pub mod config;
 pub mod deny;
+pub mod fleet;
 pub mod headers;
+pub mod hybrid_store;
 pub mod key;
 pub mod layer;
 pub mod limiter;
@@ -40,8 +44,11 @@ pub mod metrics;
 pub mod policy;
 pub mod proxy;
 pub mod redis_store;
+pub mod sticky;
 pub mod store;
 
+pub use fleet::{Fleet, FleetError, Strategy};
+pub use hybrid_store::HybridStore;
 pub use key::{
     ClientIpConfig, ForwardedHeader, KeyError, KeyExtractor, KeyPart, KeySource, PeerAddr,
     RequestInfo,

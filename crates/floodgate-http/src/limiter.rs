@@ -14,6 +14,7 @@ use http_body_util::Full;
 use ipnet::IpNet;
 
 use crate::deny::{short_response, wants_problem_json};
+use crate::fleet::{Fleet, FleetError, Strategy};
 use crate::headers::{self, HeaderOptions, X_RATELIMIT_DELAY_MS, ceil_millis};
 use crate::key::{
     ClientIpConfig, KeyError, PeerFn, RequestInfo, in_nets, peer_from_extension, resolve_client_ip,
@@ -70,6 +71,9 @@ pub enum BuildError {
     /// Another invalid setting.
     #[error("{0}")]
     Invalid(String),
+    /// The fleet does not fit the store (shared/hybrid without a shared store, say).
+    #[error("fleet: {0}")]
+    Fleet(#[from] crate::fleet::FleetError),
 }
 
 /// Builds a [`RateLimiter`].
@@ -91,6 +95,7 @@ pub struct RateLimiterBuilder {
     max_key_len: usize,
     store: Option<Arc<dyn DecisionStore>>,
     store_name: &'static str,
+    fleet: Option<Fleet>,
 }
 
 impl Default for RateLimiterBuilder {
@@ -113,6 +118,7 @@ impl Default for RateLimiterBuilder {
             max_key_len: 256,
             store: None,
             store_name: "memory",
+            fleet: None,
         }
     }
 }
@@ -208,21 +214,41 @@ impl RateLimiterBuilder {
         self
     }
 
-    /// The policies as a store sees them (to build a custom store before `build`).
+    /// This node is one of a fleet sharing the limits with `fleet`'s strategy (see
+    /// [`crate::fleet`]): `local` enforces [`floodgate_dist::local_share`] of every policy,
+    /// `sticky` lets [`RateLimiter::owner_of`] say which node owns a request's key, and
+    /// `shared` / `hybrid` require a shared [`store`](Self::store) (checked by `build`).
+    pub fn fleet(mut self, fleet: Fleet) -> Self {
+        self.fleet = Some(fleet);
+        self
+    }
+
+    /// The policies as a store sees them (to build a custom store before `build`). Under
+    /// the `local` fleet strategy, each spec is already this node's share.
     pub fn policy_infos(&self) -> Result<Vec<PolicyInfo>, BuildError> {
         let mut infos = Vec::with_capacity(self.policies.len());
         for (index, p) in self.policies.iter().enumerate() {
-            let algorithm = p.validate().map_err(|source| BuildError::Policy {
+            let policy_err = |source| BuildError::Policy {
                 name: p.name.clone(),
                 source,
-            })?;
+            };
+            let mut algorithm = p.validate().map_err(policy_err)?;
             if self.policies[..index].iter().any(|q| q.name == p.name) {
                 return Err(BuildError::DuplicatePolicy(p.name.clone()));
+            }
+            let mut spec = p.spec.clone();
+            if let Some(f) = self
+                .fleet
+                .as_ref()
+                .filter(|f| f.strategy() == Strategy::Local)
+            {
+                spec = floodgate_dist::local_share(&spec, f.nodes().len()).map_err(policy_err)?;
+                algorithm = spec.build().map_err(policy_err)?;
             }
             infos.push(PolicyInfo {
                 index,
                 name: p.name.clone(),
-                spec: p.spec.clone(),
+                spec,
                 algorithm,
             });
         }
@@ -289,6 +315,15 @@ impl RateLimiterBuilder {
         }
         // longest prefix first; stable, so among equal prefixes the first listed wins
         compiled.sort_by_key(|r| std::cmp::Reverse(r.route.prefix.len()));
+        if let Some(f) = &self.fleet {
+            let shared = self.store.as_ref().is_some_and(|s| s.shared());
+            if f.strategy().needs_shared_store() && !shared {
+                return Err(FleetError::NeedsSharedStore(f.strategy()).into());
+            }
+            if !f.strategy().needs_shared_store() && shared {
+                return Err(FleetError::NeedsLocalStore(f.strategy()).into());
+            }
+        }
         let store: Arc<dyn DecisionStore> = match self.store {
             Some(s) => s,
             None => Arc::new(LocalStore::new(&infos, self.max_keys).map_err(|source| {
@@ -320,6 +355,7 @@ impl RateLimiterBuilder {
                 max_waiting: self.max_waiting,
                 waiting: AtomicUsize::new(0),
                 max_key_len: self.max_key_len,
+                fleet: self.fleet,
             }),
         })
     }
@@ -345,6 +381,7 @@ struct Inner {
     waiting: AtomicUsize,
     max_key_len: usize,
     metrics: Arc<Metrics>,
+    fleet: Option<Fleet>,
 }
 
 /// The shared rate-limiting engine. Cloning is cheap and every clone shares the same
@@ -421,6 +458,85 @@ impl RateLimiter {
     /// The policies, in index order.
     pub fn policies(&self) -> &[PolicyInfo] {
         &self.inner.infos
+    }
+
+    /// The fleet this node belongs to, if any.
+    pub fn fleet(&self) -> Option<&Fleet> {
+        self.inner.fleet.as_ref()
+    }
+
+    /// The key a fleet routes `req` by: `policy name, 0x1f, key` of the first enforced
+    /// policy of the matching route that is counted per key (not `global`), else of the
+    /// route's first policy. `None` when no route matches, the client is allowlisted or the
+    /// key cannot be extracted (the request is then decided where it arrives).
+    pub fn routing_key<B>(&self, req: &Request<B>) -> Option<Vec<u8>> {
+        let inner = &*self.inner;
+        let route = inner
+            .routes
+            .iter()
+            .find(|r| r.route.matches(req.method(), req.uri().path()))?;
+        let peer = (inner.peer)(req.extensions());
+        let client_ip = resolve_client_ip(peer, req.headers(), &inner.client_ip);
+        if let Ok(ip) = &client_ip
+            && !inner.allow_nets.is_empty()
+            && in_nets(*ip, &inner.allow_nets)
+        {
+            return None;
+        }
+        let per_key = |idx: &usize| {
+            let p = &inner.policies[*idx];
+            !p.dry_run
+                && !p
+                    .key
+                    .0
+                    .iter()
+                    .all(|k| matches!(k, crate::key::KeyPart::Global))
+        };
+        let (idx, _) = route
+            .checks
+            .iter()
+            .find(|(i, _)| per_key(i))
+            .or_else(|| {
+                route
+                    .checks
+                    .iter()
+                    .find(|(i, _)| !inner.policies[*i].dry_run)
+            })
+            .or_else(|| route.checks.first())?;
+        let policy = &inner.policies[*idx];
+        let info = RequestInfo {
+            method: req.method(),
+            uri: req.uri(),
+            headers: req.headers(),
+            extensions: req.extensions(),
+            client_ip,
+        };
+        let key = policy
+            .key
+            .extract(&info, &inner.client_ip, inner.max_key_len)
+            .ok()?;
+        if policy.key.is_header() && inner.allow_keys.contains(&key) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(policy.name.len() + 1 + key.len());
+        out.extend_from_slice(policy.name.as_bytes());
+        out.push(0x1f);
+        out.extend_from_slice(&key);
+        Some(out)
+    }
+
+    /// Sticky fleets: the node that owns `req`'s key (see [`routing_key`](Self::routing_key)),
+    /// or `None` when this limiter is not in a sticky fleet or the request has no routing
+    /// key. A caller in library use sends the request (or the client) to that node; this
+    /// node's own address is [`Fleet::self_node`].
+    pub fn owner_of<B>(&self, req: &Request<B>) -> Option<&str> {
+        let fleet = self
+            .inner
+            .fleet
+            .as_ref()
+            .filter(|f| f.strategy() == Strategy::Sticky)?;
+        let key = self.routing_key(req)?;
+        Some(fleet.owner(&key))
     }
 
     /// Requests being held by leaky queues right now.

@@ -13,6 +13,7 @@
 //! | `floodgate_store_evicted_total` | counter | `policy`: live keys evicted to respect the key cap |
 //! | `floodgate_proxy_request_duration_seconds` | histogram | proxy: whole request, first byte in to response head out |
 //! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect, timeout |
+//! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -37,6 +38,11 @@ struct OutcomeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
     policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    event: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -116,6 +122,7 @@ pub struct Metrics {
     /// Proxy: request latency, seconds.
     pub proxy_seconds: Histogram,
     upstream_errors: Family<KindLabels, Counter>,
+    fleet: Family<EventLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -202,7 +209,14 @@ impl Metrics {
             "Proxy: upstream failures (connect = 502, timeout = 504)",
             upstream_errors.clone(),
         );
+        let fleet = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "floodgate_fleet_requests",
+            "Sticky fleet: requests forwarded to their owner node, received from a node, decided here because the owner was unreachable, failed at the owner",
+            fleet.clone(),
+        );
         Metrics {
+            fleet,
             registry,
             decisions,
             requests,
@@ -240,6 +254,16 @@ impl Metrics {
         self.upstream_errors
             .get_or_create(&KindLabels { kind })
             .inc();
+    }
+
+    /// Count a sticky-fleet event: `"forwarded"`, `"received"`, `"fallback"`, `"failed"`.
+    pub fn fleet(&self, event: &'static str) {
+        self.fleet.get_or_create(&EventLabels { event }).inc();
+    }
+
+    /// The count of a sticky-fleet event.
+    pub fn fleet_count(&self, event: &'static str) -> u64 {
+        self.fleet.get_or_create(&EventLabels { event }).get()
     }
 
     /// Refresh the store gauges from `stats` (indexed like the policies).

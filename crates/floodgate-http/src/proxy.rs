@@ -10,6 +10,8 @@
 //! * A request body that fails on the client's side (malformed chunked framing, the
 //!   client hanging up mid-body) is the client's fault: 400 (if the client still
 //!   listens), logged at debug, not counted as an upstream error.
+//! * In a sticky fleet ([`crate::sticky`]), requests whose key another node owns are
+//!   forwarded to that node first.
 //! * Shutdown (the future given to [`Proxy::run`], e.g. [`shutdown_signal`]): stop
 //!   accepting, let in-flight requests (held ones included) finish, for at most the grace
 //!   period.
@@ -42,6 +44,7 @@ use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
 use crate::metrics::Metrics;
+use crate::sticky::{FleetService, Sticky};
 
 /// Proxy settings (the non-limiter part of the config).
 #[derive(Debug, Clone)]
@@ -92,6 +95,9 @@ pub enum ProxyError {
     /// The upstream URI is unusable.
     #[error("upstream {0}")]
     Upstream(String),
+    /// The fleet's nodes are unusable (a name that does not resolve, say).
+    #[error("fleet: {0}")]
+    Fleet(String),
 }
 
 /// The body of a proxied response: the upstream's, or a short error body.
@@ -161,7 +167,7 @@ static HOP_BY_HOP: [HeaderName; 8] = [
     HeaderName::from_static("upgrade"),
 ];
 
-fn strip_hop_by_hop(h: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     // headers named in Connection are hop-by-hop too
     let named: Vec<HeaderName> = h
         .get_all(http::header::CONNECTION)
@@ -295,7 +301,7 @@ pub struct Proxy {
     listener: TcpListener,
     admin: Option<TcpListener>,
     limiter: RateLimiter,
-    service: RateLimitService<Forward>,
+    service: FleetService,
     grace: Duration,
 }
 
@@ -326,7 +332,14 @@ impl Proxy {
         Ok(Proxy {
             listener,
             admin,
-            service: RateLimitService::new(forward, limiter.clone()),
+            service: FleetService::new(
+                RateLimitService::new(forward, limiter.clone()),
+                Sticky::new(
+                    &limiter,
+                    settings.connect_timeout,
+                    settings.upstream_timeout,
+                )?,
+            ),
             limiter,
             grace: settings.shutdown_grace,
         })

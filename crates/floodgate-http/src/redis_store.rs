@@ -125,4 +125,8 @@ impl DecisionStore for RedisDecisionStore {
     ) -> BoxFuture<'a, Result<MultiDecision, StoreError>> {
         Box::pin(self.check_all(checks))
     }
+
+    fn shared(&self) -> bool {
+        true
+    }
 }

@@ -66,6 +66,12 @@ pub trait DecisionStore: Send + Sync + 'static {
     fn stats(&self) -> Vec<PolicyStats> {
         Vec::new()
     }
+
+    /// Whether every node of a fleet using this store decides on the same counters
+    /// (Redis: true; in process: false). The `shared` and `hybrid` fleet strategies need it.
+    fn shared(&self) -> bool {
+        false
+    }
 }
 
 impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
@@ -77,6 +83,9 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
     }
     fn stats(&self) -> Vec<PolicyStats> {
         (**self).stats()
+    }
+    fn shared(&self) -> bool {
+        (**self).shared()
     }
 }
 
