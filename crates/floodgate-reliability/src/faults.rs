@@ -372,7 +372,14 @@ async fn case(fault: Fault, s: Settings) -> Result<Row, HarnessError> {
         Fault::ClientDisconnect => injected = 0,
     }
     let t_fault_done = Instant::now();
-    let fault_end = t_fault + s.fault_for;
+    // a slow upstream answers one request per upstream timeout per client: hold it long
+    // enough for every client to be answered (504) more than once within the fault
+    let fault_end = t_fault
+        + if fault == Fault::UpstreamSlow {
+            s.fault_for.max(s.upstream_timeout * 3)
+        } else {
+            s.fault_for
+        };
     match fault {
         Fault::RedisScriptFlush => {
             while Instant::now() < fault_end {
