@@ -42,22 +42,26 @@ async fn backend() -> (SocketAddr, Log) {
             };
             let lg = lg.clone();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req: hyper::Request<_>| {
-                    let h = |n: &str| {
-                        req.headers()
-                            .get(n)
-                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-                    };
-                    lg.lock().unwrap().push(Arrival {
-                        key: h("x-api-key").unwrap_or_default(),
-                        forwarded_by: h("floodgate-forwarded-by"),
-                    });
-                    async {
-                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(
-                            b"ok",
-                        ))))
-                    }
-                });
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let h = |n: &str| {
+                            req.headers()
+                                .get(n)
+                                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                        };
+                        lg.lock().unwrap().push(Arrival {
+                            key: h("x-api-key").unwrap_or_default(),
+                            forwarded_by: h("floodgate-forwarded-by"),
+                        });
+                        async move {
+                            // echo the body: it must stream through a forwarding node
+                            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                            Ok::<_, Infallible>(hyper::Response::new(Full::new(
+                                body.unwrap_or_else(|_| Bytes::from_static(b"body failed")),
+                            )))
+                        }
+                    },
+                );
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(s), svc)
                     .await;
@@ -328,6 +332,25 @@ async fn hybrid_three_proxies_stay_within_the_limit_plus_nodes_times_lease() {
     assert!(total >= 40, "most of the burst is admitted: {total}");
     assert!(total <= limit + 15, "{total} > {limit} + 15 in {span:.3}s");
     assert!(total < 180, "not N times the limit: {total}");
+    // leases saved round trips while the key was far from its limit
+    let (mut leased, mut trips) = (0, 0);
+    for n in &f.nodes {
+        leased += metric(
+            &c,
+            n.admin,
+            "floodgate_store_events_total{event=\"lease_admit\"}",
+        )
+        .await;
+        trips += metric(
+            &c,
+            n.admin,
+            "floodgate_store_events_total{event=\"round_trip\"}",
+        )
+        .await;
+    }
+    eprintln!("hybrid: {leased} checks admitted from leases, {trips} round trips for 240 requests");
+    assert!(leased > 0, "no lease was spent");
+    assert!(trips < 240, "{trips} round trips");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -412,6 +435,26 @@ async fn sticky_non_owners_forward_to_the_owner_which_counts_exactly() {
         30 * keys.len() as u64 * 2 / 3,
         "exactly the non-owner entries"
     );
+
+    // a body streams through the forwarding node to the owner and back
+    let fresh = (0..)
+        .map(|i| format!("k-body-{i}"))
+        .find(|k| ring.owner(format!("api\x1f{k}").as_bytes()).unwrap() == names[1])
+        .unwrap();
+    let payload = Bytes::from(vec![b'x'; 100_000]);
+    let req = hyper::Request::post(format!("http://{}/upload", f.nodes[0].listen))
+        .header("x-api-key", &fresh)
+        .body(Full::new(payload.clone()))
+        .unwrap();
+    let r = c.request(req).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers().contains_key("ratelimit"),
+        "the owner's headers come back"
+    );
+    assert_eq!(r.into_body().collect().await.unwrap().to_bytes(), payload);
+    let last = log.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(last.forwarded_by.as_deref(), Some(names[0].as_str()));
 
     // the owner of a key goes away: its requests are decided where they arrive (fallback)
     let mut f = f;

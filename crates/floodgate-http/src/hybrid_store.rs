@@ -232,4 +232,12 @@ impl DecisionStore for HybridStore {
     fn shared(&self) -> bool {
         true
     }
+
+    fn events(&self) -> Vec<(&'static str, u64)> {
+        let c = self.counters();
+        vec![
+            ("lease_admit", c.lease_admits),
+            ("round_trip", c.round_trips),
+        ]
+    }
 }

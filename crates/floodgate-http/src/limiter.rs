@@ -452,6 +452,9 @@ impl RateLimiter {
     /// The Prometheus text exposition, with the store's key gauges refreshed.
     pub fn render_metrics(&self) -> String {
         self.inner.metrics.update_store(&self.inner.store.stats());
+        self.inner
+            .metrics
+            .update_store_events(&self.inner.store.events());
         self.inner.metrics.encode()
     }
 

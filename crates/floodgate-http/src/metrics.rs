@@ -13,6 +13,7 @@
 //! | `floodgate_store_evicted_total` | counter | `policy`: live keys evicted to respect the key cap |
 //! | `floodgate_proxy_request_duration_seconds` | histogram | proxy: whole request, first byte in to response head out |
 //! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect, timeout |
+//! | `floodgate_store_events_total` | counter | `event`: the store's own counters (hybrid: `lease_admit` = checks admitted from a local lease, `round_trip` = calls to the shared counter) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -123,6 +124,7 @@ pub struct Metrics {
     pub proxy_seconds: Histogram,
     upstream_errors: Family<KindLabels, Counter>,
     fleet: Family<EventLabels, Counter>,
+    store_events: Family<EventLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -215,8 +217,15 @@ impl Metrics {
             "Sticky fleet: requests forwarded to their owner node, received from a node, decided here because the owner was unreachable, failed at the owner",
             fleet.clone(),
         );
+        let store_events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "floodgate_store_events",
+            "Decision store events (hybrid: lease_admit, round_trip)",
+            store_events.clone(),
+        );
         Metrics {
             fleet,
+            store_events,
             registry,
             decisions,
             requests,
@@ -264,6 +273,17 @@ impl Metrics {
     /// The count of a sticky-fleet event.
     pub fn fleet_count(&self, event: &'static str) -> u64 {
         self.fleet.get_or_create(&EventLabels { event }).get()
+    }
+
+    /// Bring the store event counters up to `events` (monotonic totals from the store).
+    pub fn update_store_events(&self, events: &[(&'static str, u64)]) {
+        for &(event, total) in events {
+            let c = self.store_events.get_or_create(&EventLabels { event });
+            let seen = c.get();
+            if total > seen {
+                c.inc_by(total - seen);
+            }
+        }
     }
 
     /// Refresh the store gauges from `stats` (indexed like the policies).

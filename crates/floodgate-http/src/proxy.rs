@@ -112,6 +112,25 @@ pub struct ClientBody {
     failed: Arc<AtomicBool>,
 }
 
+impl ClientBody {
+    /// Watch `inner`; the flag is set when reading it fails.
+    pub(crate) fn watch(inner: Incoming) -> (ClientBody, Arc<AtomicBool>) {
+        let failed = Arc::new(AtomicBool::new(false));
+        (
+            ClientBody {
+                inner,
+                failed: failed.clone(),
+            },
+            failed,
+        )
+    }
+
+    /// The body itself.
+    pub(crate) fn into_inner(self) -> Incoming {
+        self.inner
+    }
+}
+
 impl http_body::Body for ClientBody {
     type Data = Bytes;
     type Error = hyper::Error;

@@ -14,11 +14,13 @@
 //!   was sent): the request is decided here, locally (counted as `fallback`), and the
 //!   owner is skipped for [`DOWN_FOR`] before the next attempt. That is the moment a
 //!   sticky fleet over-admits: the key gets a fresh burst on this node.
+//! * A request body that fails on the client's side is a 400, as in [`crate::proxy`].
 //! * Counted in `floodgate_fleet_requests_total{event="forwarded|received|fallback|failed"}`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, ToSocketAddrs};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -36,7 +38,7 @@ use crate::deny::short_response;
 use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
-use crate::proxy::{Forward, ForwardBody, ProxyError, strip_hop_by_hop};
+use crate::proxy::{ClientBody, Forward, ForwardBody, ProxyError, strip_hop_by_hop};
 
 /// The header marking a request forwarded by a fleet node.
 pub static FORWARDED_BY: HeaderName = HeaderName::from_static("floodgate-forwarded-by");
@@ -51,7 +53,7 @@ pub type FleetBody = Either<ForwardBody, Full<Bytes>>;
 
 struct Peer {
     addr: String,
-    conn: tokio::sync::Mutex<Option<SendRequest<Incoming>>>,
+    conn: tokio::sync::Mutex<Option<SendRequest<ClientBody>>>,
     down_until: Mutex<Option<Instant>>,
 }
 
@@ -61,7 +63,7 @@ impl Peer {
             Some(Instant::now() + DOWN_FOR);
     }
 
-    async fn sender(&self, connect_timeout: Duration) -> Result<SendRequest<Incoming>, String> {
+    async fn sender(&self, connect_timeout: Duration) -> Result<SendRequest<ClientBody>, String> {
         if let Some(until) = *self.down_until.lock().unwrap_or_else(|p| p.into_inner())
             && Instant::now() < until
         {
@@ -241,6 +243,7 @@ impl Sticky {
         parts
             .headers
             .insert(FORWARDED_BY.clone(), self.self_value.clone());
+        let (body, body_failed) = ClientBody::watch(body);
         let req = Request::from_parts(parts, body);
         match tokio::time::timeout(self.timeout, sender.try_send_request(req)).await {
             Ok(Ok(resp)) => {
@@ -257,7 +260,17 @@ impl Sticky {
                     *peer.conn.lock().await = None;
                     let (mut parts, body) = req.into_parts();
                     (parts.uri, parts.version, parts.headers) = original;
-                    Sent::Unsent(Request::from_parts(parts, body), e.into_error().to_string())
+                    Sent::Unsent(
+                        Request::from_parts(parts, body.into_inner()),
+                        e.into_error().to_string(),
+                    )
+                }
+                None if body_failed.load(Ordering::Relaxed) => {
+                    tracing::debug!(error = %e.into_error(), "the client's request body failed");
+                    Sent::Response(error(
+                        StatusCode::BAD_REQUEST,
+                        "the request body is malformed or ended early",
+                    ))
                 }
                 None => {
                     self.metrics().fleet("failed");

@@ -72,6 +72,13 @@ pub trait DecisionStore: Send + Sync + 'static {
     fn shared(&self) -> bool {
         false
     }
+
+    /// Monotonic event counters of the store, `(event, count)`, exported as
+    /// `floodgate_store_events_total{event}` (the hybrid store: `lease_admit`,
+    /// `round_trip`); empty by default.
+    fn events(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
@@ -86,6 +93,9 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
     }
     fn shared(&self) -> bool {
         (**self).shared()
+    }
+    fn events(&self) -> Vec<(&'static str, u64)> {
+        (**self).events()
     }
 }
 
