@@ -2,6 +2,7 @@
 //! this binary turns them into messages with `anyhow`.
 
 mod proxy_cmd;
+mod server_cmd;
 mod simulate_cmd;
 mod simulate_dist;
 mod throttle_cmd;
@@ -26,6 +27,9 @@ enum Command {
     /// Rate-limiting reverse proxy: `--config floodgate.toml`, or
     /// `--listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 --rate 10/s --burst 20 [--nodelay | --delay N]`.
     Proxy(proxy_cmd::ProxyArgs),
+    /// A central rate limit service: Envoy's RLS v3 over gRPC, CL.THROTTLE over RESP, and
+    /// HTTP/JSON, configured by a YAML or TOML file and hot-reloaded.
+    Server(server_cmd::ServerArgs),
 }
 
 fn main() {
@@ -34,6 +38,7 @@ fn main() {
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Throttle(args) => throttle_cmd::run(args),
         Command::Proxy(args) => proxy_cmd::run(args),
+        Command::Server(args) => server_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("floodgate: error: {e:#}");

@@ -193,6 +193,47 @@ where
         decision
     }
 
+    /// [`check`](Self::check) with parameters given by the caller instead of the limiter's
+    /// own (or the key's): redis-cell's `CL.THROTTLE` passes the limit with every call and
+    /// keeps only the state per key. The state is shared with calls using other
+    /// parameters, as redis-cell shares the key's TAT.
+    ///
+    /// Eviction still ranks keys by the limiter's default algorithm's
+    /// [`Algorithm::full_at`], so use this only with a family whose `full_at` does not
+    /// depend on the parameters (GCRA: the TAT).
+    ///
+    /// ```
+    /// use floodgate_core::algorithms::Gcra;
+    /// use floodgate_core::{KeyedLimiter, Nanos};
+    ///
+    /// let cells = KeyedLimiter::new(Gcra::from_cell(0, 1, 1)?, 1000)?;
+    /// let now = Nanos::from_secs(1_700_000_000);
+    /// let d = cells.check_with("k", &Gcra::from_cell(15, 30, 60)?, now, 1);
+    /// assert_eq!(d.throttle_reply(), [0, 16, 15, -1, 2]);
+    /// let d = cells.check_with("k", &Gcra::from_cell(15, 30, 60)?, now, 1);
+    /// assert_eq!(d.throttle_reply(), [0, 16, 14, -1, 4]);
+    /// # Ok::<(), floodgate_core::ConfigError>(())
+    /// ```
+    pub fn check_with<Q>(&self, key: &Q, algorithm: &A, now: Nanos, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut guard = self.shard(hash).lock();
+        let shard = &mut *guard;
+        if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            return algorithm.check(state, now, cost);
+        }
+        let mut state = A::State::default();
+        let (decision, pending) = algorithm.decide(&state, now, cost);
+        if let Some(p) = pending {
+            algorithm.apply(&mut state, p);
+            self.insert(shard, hash, key.to_owned(), state, now);
+        }
+        decision
+    }
+
     /// What [`check`](Self::check) would answer, consuming nothing and inserting nothing.
     pub fn peek<Q>(&self, key: &Q, now: Nanos, cost: u64) -> Decision
     where
@@ -459,5 +500,29 @@ mod tests {
         l.check(&2, Nanos::from_secs(10), 1);
         assert_eq!(l.sweep(Nanos::from_secs(10)), 1);
         assert_eq!(l.len(), 1);
+    }
+
+    #[test]
+    fn check_with_uses_the_callers_parameters_on_shared_state() {
+        let l: KeyedLimiter<String, _> = KeyedLimiter::new(gcra(1), 100).unwrap();
+        let t = Nanos::from_secs(1_700_000_000);
+        let cell = Gcra::from_cell(15, 30, 60).unwrap();
+        assert_eq!(
+            l.check_with("k", &cell, t, 0).throttle_reply(),
+            [0, 16, 16, -1, 0]
+        );
+        assert!(l.is_empty(), "a peek inserts nothing");
+        assert_eq!(
+            l.check_with("k", &cell, t, 1).throttle_reply(),
+            [0, 16, 15, -1, 2]
+        );
+        assert_eq!(
+            l.check_with("k", &cell, t, 1).throttle_reply(),
+            [0, 16, 14, -1, 4]
+        );
+        // the default (capacity 1) was not used, and another key is untouched
+        assert_eq!(l.len(), 1);
+        assert!(l.check("other", t, 1).allowed);
+        assert!(!l.check("other", t, 1).allowed);
     }
 }

@@ -1,0 +1,203 @@
+//! The config file as written: YAML or TOML, deserialized as-is. [`crate::config`] turns
+//! it into checked settings and rules; nothing here is validated beyond its type.
+//!
+//! The descriptor shape is Envoy's ratelimit service's (`domain`, `descriptors` of `key`,
+//! optional `value`, `rate_limit: {unit, requests_per_unit, name, replaces, unlimited}`,
+//! `shadow_mode`, `detailed_metric`, `value_to_metric`, nested `descriptors`), so an
+//! Envoy ratelimit file is a valid floodgate file. Extensions are listed on each field.
+
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Where the three front doors listen.
+    #[serde(default)]
+    pub listen: ListenFile,
+    /// Where limiter state lives.
+    #[serde(default)]
+    pub store: StoreFile,
+    /// Response headers (RateLimit draft fields, Retry-After jitter, Envoy's X-RateLimit).
+    #[serde(default)]
+    pub headers: HeadersFile,
+    /// Caps on requests (descriptor counts, sizes).
+    #[serde(default)]
+    pub limits: LimitsFile,
+    /// Defaults for every rate limit.
+    #[serde(default)]
+    pub defaults: DefaultsFile,
+    /// `error` (default) or `allow` (Envoy's behaviour: every descriptor OK, no limit).
+    pub unknown_domain: Option<String>,
+    /// Named limits for the HTTP API's `{"key": ..., "policy": NAME}` form.
+    #[serde(default)]
+    pub policies: std::collections::BTreeMap<String, RateLimitFile>,
+    /// Several domains in one file.
+    #[serde(default)]
+    pub domains: Vec<DomainFile>,
+    /// Envoy's one-domain file form: `domain` and `descriptors` at the top level.
+    pub domain: Option<String>,
+    /// Envoy's one-domain file form.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorFile>,
+}
+
+/// `listen:` addresses (`host:port`, or `off` to disable a front door).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenFile {
+    /// gRPC (Envoy RLS v3 and health). Default `127.0.0.1:8081` (Envoy ratelimit's port).
+    pub grpc: Option<String>,
+    /// HTTP (`/v1/check`, `/metrics`, `/healthz`). Default `127.0.0.1:8080`.
+    pub http: Option<String>,
+    /// RESP (`CL.THROTTLE`). Default `127.0.0.1:16379`; never 6379.
+    pub resp: Option<String>,
+}
+
+/// `store:` where state lives.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreFile {
+    /// `memory` (default) or `redis`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// In-process store: most keys per rate limit (default 100 000); `CL.THROTTLE` keys
+    /// (default 1 000 000) are set by `resp_max_keys`.
+    pub max_keys: Option<u64>,
+    /// In-process store: most keys `CL.THROTTLE` holds.
+    pub resp_max_keys: Option<u64>,
+    /// Redis settings (used when `type: redis`).
+    #[serde(default)]
+    pub redis: RedisFile,
+}
+
+/// `store.redis:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisFile {
+    /// `redis://[user:pass@]host:port[/db]` or `rediss://`. Default `redis://127.0.0.1:6379`.
+    pub url: Option<String>,
+    /// Key prefix (default `floodgate:`).
+    pub prefix: Option<String>,
+    /// Per-call timeout, e.g. `50ms` (default 50 ms).
+    pub timeout: Option<String>,
+    /// Connect timeout (default 1 s).
+    pub connect_timeout: Option<String>,
+    /// `fail-open` (default) or `fail-closed`.
+    pub fault_policy: Option<String>,
+    /// How long the circuit breaker stays open after a failure (default 250 ms).
+    pub breaker_open_for: Option<String>,
+    /// Keys in each limit's local cache of denials (default 100 000; 0 disables).
+    pub deny_cache_keys: Option<u64>,
+}
+
+/// `headers:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadersFile {
+    /// Emit `RateLimit-Policy` and `RateLimit` (default true).
+    pub ratelimit: Option<bool>,
+    /// Emit Envoy ratelimit's `X-RateLimit-Limit/Remaining/Reset` (default false).
+    pub x_ratelimit: Option<bool>,
+    /// Retry-After = ceil(retry + uniform(0, jitter)); default `1s`, `0s` disables.
+    pub retry_after_jitter: Option<String>,
+}
+
+/// `limits:` caps on what one request may carry.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    /// Most descriptors in one request (default 64).
+    pub max_descriptors: Option<u64>,
+    /// Most entries in one descriptor (default 16).
+    pub max_entries: Option<u64>,
+    /// Longest descriptor key or value, in bytes (default 1024).
+    pub max_value_bytes: Option<u64>,
+    /// Largest request body or gRPC message, in bytes (default 1 MiB).
+    pub max_request_bytes: Option<u64>,
+}
+
+/// `defaults:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultsFile {
+    /// Algorithm of every limit that names none (default `gcra`).
+    pub algorithm: Option<String>,
+}
+
+/// One domain: Envoy's file shape.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainFile {
+    /// The domain name requests carry.
+    pub domain: String,
+    /// The rules.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorFile>,
+}
+
+/// One descriptor rule (Envoy's shape; `rate_limits` is floodgate's).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DescriptorFile {
+    /// The entry key to match.
+    pub key: String,
+    /// The value to match; absent: any value, each value limited on its own. A value
+    /// ending in `*` matches values by prefix (Envoy's wildcard), each value on its own.
+    pub value: Option<String>,
+    /// The limit (Envoy).
+    pub rate_limit: Option<RateLimitFile>,
+    /// Several limits on this descriptor, checked all-or-nothing (floodgate).
+    #[serde(default)]
+    pub rate_limits: Vec<RateLimitFile>,
+    /// Evaluate and count, never deny (Envoy).
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Metrics labelled with the full descriptor including values (Envoy).
+    #[serde(default)]
+    pub detailed_metric: bool,
+    /// Metrics labelled with this entry's value (Envoy).
+    #[serde(default)]
+    pub value_to_metric: bool,
+    /// Nested rules.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorFile>,
+}
+
+/// One limit: Envoy's `rate_limit` block plus floodgate's fields.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitFile {
+    /// Name (headers, statuses, `replaces`) (Envoy).
+    pub name: Option<String>,
+    /// Names of limits this one replaces when both match a request (Envoy).
+    #[serde(default)]
+    pub replaces: Vec<ReplaceFile>,
+    /// `second`, `minute`, `hour`, `day`, `week`, `month` (30 d), `year` (365 d) (Envoy).
+    pub unit: Option<String>,
+    /// Requests per unit (Envoy); 0 blocks every request.
+    pub requests_per_unit: Option<u64>,
+    /// Never limited (Envoy).
+    #[serde(default)]
+    pub unlimited: bool,
+    /// Any window instead of `unit`: `30s`, `1.5m`, `250ms` (floodgate).
+    pub window: Option<String>,
+    /// `COUNT/PERIOD` instead of `requests_per_unit` + `unit`: `100/30s` (floodgate).
+    pub rate: Option<String>,
+    /// `gcra` (default), `fixed-window`, `sliding-log`, `sliding-counter`, `token-bucket`,
+    /// `leaky-meter`, `leaky-queue` (floodgate).
+    pub algorithm: Option<String>,
+    /// Requests admitted at once above one (capacity = burst + 1), as nginx and
+    /// redis-cell (floodgate).
+    pub burst: Option<u64>,
+    /// Requests admitted at once from rest (default: the rate's count) (floodgate).
+    pub capacity: Option<u64>,
+}
+
+/// An entry of `replaces`.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaceFile {
+    /// The name of the replaced limit.
+    pub name: String,
+}

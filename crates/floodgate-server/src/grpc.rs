@@ -1,0 +1,178 @@
+//! Front door 1: Envoy's rate limit service, `envoy.service.ratelimit.v3.RateLimitService/
+//! ShouldRateLimit`, over gRPC (types from the `envoy-types` crate), plus the standard gRPC
+//! health service.
+//!
+//! * `hits_addend` is the cost of every descriptor (0 means 1, as in Envoy); a descriptor's
+//!   own `hits_addend` overrides it (0 there peeks).
+//! * One `DescriptorStatus` per descriptor: `code`, `current_limit` (requests per unit,
+//!   unit, name; a window that is not one unit reports `UNKNOWN` and the limit's name),
+//!   `limit_remaining`, `duration_until_reset`.
+//! * `response_headers_to_add`: the RateLimit fields and, when over limit, `Retry-After`.
+//! * Bad requests get `INVALID_ARGUMENT`, unknown domains `NOT_FOUND` (or OK with no
+//!   limit under `unknown_domain: allow`), store errors `INTERNAL`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use tonic::{Request, Response, Status as GrpcStatus};
+
+use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Matched, Outcome};
+
+/// The gRPC service over a shared [`Engine`].
+#[derive(Debug, Clone)]
+pub struct RlsService {
+    engine: Arc<Engine>,
+}
+
+impl RlsService {
+    /// The service.
+    pub fn new(engine: Arc<Engine>) -> RlsService {
+        RlsService { engine }
+    }
+
+    /// The tonic server of this service, accepting messages up to `max_bytes`.
+    pub fn into_server(self, max_bytes: usize) -> RateLimitServiceServer<RlsService> {
+        RateLimitServiceServer::new(self).max_decoding_message_size(max_bytes)
+    }
+}
+
+fn pb_duration(d: std::time::Duration) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn clamp_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// The RLS response for an outcome.
+pub fn response(outcome: &Outcome) -> RateLimitResponse {
+    let statuses = outcome
+        .statuses
+        .iter()
+        .map(|s| {
+            let code = if s.over_limit {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            };
+            match (s.matched, s.binding()) {
+                (Matched::Limited, Some((l, d))) => DescriptorStatus {
+                    code: code as i32,
+                    current_limit: Some(RateLimit {
+                        name: l.def.name.clone(),
+                        requests_per_unit: clamp_u32(l.def.requests_per_unit),
+                        unit: l.def.unit as i32,
+                    }),
+                    limit_remaining: clamp_u32(d.remaining),
+                    duration_until_reset: Some(pb_duration(d.reset_after)),
+                    quota: None,
+                },
+                _ => DescriptorStatus {
+                    code: code as i32,
+                    ..Default::default()
+                },
+            }
+        })
+        .collect();
+    RateLimitResponse {
+        overall_code: if outcome.over_limit {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        } as i32,
+        statuses,
+        response_headers_to_add: outcome
+            .headers
+            .iter()
+            .map(|(k, v)| HeaderValue {
+                key: (*k).to_string(),
+                value: v.clone(),
+                raw_value: Vec::new(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The gRPC status of a request that could not be checked.
+pub fn error_status(e: &CheckError) -> GrpcStatus {
+    if e.is_not_found() {
+        GrpcStatus::not_found(e.to_string())
+    } else if e.is_internal() {
+        GrpcStatus::internal(e.to_string())
+    } else {
+        GrpcStatus::invalid_argument(e.to_string())
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RlsService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
+        let start = Instant::now();
+        let req = request.get_ref();
+        let metrics = self.engine.metrics();
+        let default_cost = u64::from(req.hits_addend.max(1));
+        let mut descriptors = Vec::with_capacity(req.descriptors.len());
+        for (i, d) in req.descriptors.iter().enumerate() {
+            if d.is_negative_hits {
+                metrics.request("grpc", "invalid", start.elapsed());
+                return Err(GrpcStatus::invalid_argument(format!(
+                    "descriptor {i}: is_negative_hits (refunds) is not supported"
+                )));
+            }
+            if d.limit.is_some() {
+                metrics.request("grpc", "invalid", start.elapsed());
+                return Err(GrpcStatus::invalid_argument(format!(
+                    "descriptor {i}: a limit override in the request is not supported; configure the limit in the server"
+                )));
+            }
+            descriptors.push(DescriptorIn {
+                entries: d
+                    .entries
+                    .iter()
+                    .map(|e| Entry {
+                        key: &e.key,
+                        value: &e.value,
+                    })
+                    .collect(),
+                cost: d.hits_addend.map_or(default_cost, |h| h.value),
+            });
+        }
+        match self.engine.check(&req.domain, &descriptors).await {
+            Ok(outcome) => {
+                let result = if outcome.over_limit {
+                    "over_limit"
+                } else {
+                    "ok"
+                };
+                let resp = response(&outcome);
+                metrics.request("grpc", result, start.elapsed());
+                Ok(Response::new(resp))
+            }
+            Err(e) => {
+                let result = match &e {
+                    CheckError::UnknownDomain { .. } => "unknown_domain",
+                    e if e.is_internal() => "error",
+                    _ => "invalid",
+                };
+                metrics.request("grpc", result, start.elapsed());
+                Err(error_status(&e))
+            }
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! Front door 3: HTTP/JSON, and the operations endpoints.
+//!
+//! * `POST /v1/check`: `{"domain": "edge", "descriptors": [[{"key": "user", "value": "42"}]],
+//!   "cost": 1}` (Envoy's descriptors; a descriptor may also be
+//!   `{"entries": [...], "cost": 2}`), or `{"policy": "api", "key": "user:42", "cost": 1}`
+//!   (a named policy of the config applied to any key). `domain` may be left out when
+//!   one domain is configured, `policy` when one policy is. Answers `200` when allowed,
+//!   `429` when over limit, with the decision as JSON and the headers a proxy should copy
+//!   both in the body (`headers`) and on the response itself.
+//! * `GET /metrics`: Prometheus (OpenMetrics text).
+//! * `GET /healthz`: `200 {"status":"serving"}`, `503` while shutting down.
+//!
+//! Bad requests get `400` (`413` for a body above `limits.max_request_bytes`, `404` for an
+//! unknown domain or policy, `405` for a wrong method), always with `{"error": "..."}`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Matched, Outcome};
+
+/// State shared by the HTTP handlers.
+#[derive(Debug)]
+pub struct HttpState {
+    /// The limiter.
+    pub engine: Arc<Engine>,
+    /// Set when shutdown begins: `/healthz` answers 503.
+    pub shutting_down: AtomicBool,
+}
+
+/// The router.
+pub fn router(state: Arc<HttpState>) -> Router {
+    Router::new()
+        .route("/v1/check", post(check).fallback(method_not_allowed))
+        .route("/metrics", get(metrics).fallback(method_not_allowed))
+        .route("/healthz", get(healthz).fallback(method_not_allowed))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({ "error": message.into() }))).into_response()
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no such endpoint; try POST /v1/check, GET /metrics, GET /healthz",
+    )
+}
+
+async fn method_not_allowed() -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed on this endpoint",
+    )
+}
+
+async fn healthz(State(s): State<Arc<HttpState>>) -> Response {
+    if s.shutting_down.load(Ordering::Relaxed) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    }
+    let generation = s.engine.current().id;
+    axum::Json(json!({ "status": "serving", "config_generation": generation })).into_response()
+}
+
+async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.engine.metrics().render(),
+    )
+        .into_response()
+}
+
+/// Milliseconds, rounded up (never earlier than the truth).
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+fn bad(msg: impl Into<String>) -> (StatusCode, String) {
+    (StatusCode::BAD_REQUEST, msg.into())
+}
+
+fn as_cost(v: &Value, at: &str) -> Result<u64, (StatusCode, String)> {
+    v.as_u64()
+        .ok_or_else(|| bad(format!("{at} must be a non-negative integer, got {v}")))
+}
+
+fn entries<'a>(v: &'a Value, at: &str) -> Result<Vec<Entry<'a>>, (StatusCode, String)> {
+    let list = v.as_array().ok_or_else(|| {
+        bad(format!(
+            "{at} must be a list of {{\"key\", \"value\"}} objects"
+        ))
+    })?;
+    list.iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let obj = e
+                .as_object()
+                .ok_or_else(|| bad(format!("{at}[{i}] must be an object with key and value")))?;
+            if let Some(k) = obj.keys().find(|k| *k != "key" && *k != "value") {
+                return Err(bad(format!(
+                    "{at}[{i}]: unknown field {k:?} (expected key, value)"
+                )));
+            }
+            let key = obj
+                .get("key")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(format!("{at}[{i}].key must be a string")))?;
+            let value = match obj.get("value") {
+                None => "",
+                Some(v) => v
+                    .as_str()
+                    .ok_or_else(|| bad(format!("{at}[{i}].value must be a string")))?,
+            };
+            Ok(Entry { key, value })
+        })
+        .collect()
+}
+
+/// Check the JSON body; `Ok` carries the outcome, `Err` the status and message.
+async fn run_check(engine: &Engine, body: &[u8]) -> Result<Outcome, (StatusCode, String)> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("the body must be a JSON object"))?;
+    const FIELDS: [&str; 5] = ["domain", "descriptors", "key", "policy", "cost"];
+    if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(bad(format!(
+            "unknown field {k:?}; expected {}",
+            FIELDS.join(", ")
+        )));
+    }
+    let cost = match obj.get("cost") {
+        None => 1,
+        Some(c) => as_cost(c, "cost")?,
+    };
+    let string = |name: &str| -> Result<Option<&str>, (StatusCode, String)> {
+        match obj.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(bad(format!("{name} must be a string, got {other}"))),
+        }
+    };
+    let generation = engine.current();
+    let to_http = |e: CheckError| {
+        let status = if e.is_not_found() {
+            StatusCode::NOT_FOUND
+        } else if e.is_internal() {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        (status, e.to_string())
+    };
+    match (obj.get("descriptors"), string("key")?) {
+        (Some(_), Some(_)) => Err(bad(
+            "give either descriptors (with domain) or key (with policy), not both",
+        )),
+        (None, None) => Err(bad(
+            "the body needs descriptors (with domain) or key (with policy)",
+        )),
+        (None, Some(key)) => {
+            if obj.contains_key("domain") {
+                return Err(bad(
+                    "domain goes with descriptors; the key form takes a policy",
+                ));
+            }
+            let policy = match string("policy")? {
+                Some(p) => p.to_string(),
+                None if generation.rules.policies.len() == 1 => generation
+                    .rules
+                    .policies
+                    .keys()
+                    .next()
+                    .cloned()
+                    .unwrap_or_default(),
+                None => {
+                    return Err(bad(format!(
+                        "policy is required; configured policies: {}",
+                        generation
+                            .rules
+                            .policies
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            };
+            engine
+                .check_policy(&policy, key, cost)
+                .await
+                .map_err(to_http)
+        }
+        (Some(descs), None) => {
+            if obj.contains_key("policy") {
+                return Err(bad(
+                    "policy goes with key; the descriptors form takes a domain",
+                ));
+            }
+            let domain = match string("domain")? {
+                Some(d) => d.to_string(),
+                None if generation.rules.domains.len() == 1 => generation
+                    .rules
+                    .domains
+                    .keys()
+                    .next()
+                    .cloned()
+                    .unwrap_or_default(),
+                None => {
+                    return Err(bad(format!(
+                        "domain is required; configured domains: {}",
+                        generation
+                            .rules
+                            .domains
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            };
+            let list = descs
+                .as_array()
+                .ok_or_else(|| bad("descriptors must be a list"))?;
+            let max = generation.rules.caps.max_descriptors;
+            if list.len() > max {
+                return Err(bad(format!(
+                    "{} descriptors is more than the maximum of {max} (limits.max_descriptors)",
+                    list.len()
+                )));
+            }
+            let mut descriptors = Vec::with_capacity(list.len());
+            for (i, d) in list.iter().enumerate() {
+                let at = format!("descriptors[{i}]");
+                let (es, c) = match d {
+                    Value::Array(_) => (entries(d, &at)?, cost),
+                    Value::Object(o) => {
+                        if let Some(k) = o.keys().find(|k| *k != "entries" && *k != "cost") {
+                            return Err(bad(format!(
+                                "{at}: unknown field {k:?} (expected entries, cost)"
+                            )));
+                        }
+                        let es = entries(
+                            o.get("entries")
+                                .ok_or_else(|| bad(format!("{at}.entries is missing")))?,
+                            &format!("{at}.entries"),
+                        )?;
+                        let c = match o.get("cost") {
+                            None => cost,
+                            Some(c) => as_cost(c, &format!("{at}.cost"))?,
+                        };
+                        (es, c)
+                    }
+                    _ => {
+                        return Err(bad(format!(
+                            "{at} must be a list of entries or {{\"entries\", \"cost\"}}"
+                        )));
+                    }
+                };
+                descriptors.push(DescriptorIn {
+                    entries: es,
+                    cost: c,
+                });
+            }
+            engine.check(&domain, &descriptors).await.map_err(to_http)
+        }
+    }
+}
+
+fn opt_ms(d: Option<Duration>) -> Value {
+    d.map_or(Value::Null, |d| ms(d).into())
+}
+
+/// The JSON of an outcome.
+pub fn outcome_json(o: &Outcome) -> Value {
+    let all: Vec<_> = o
+        .statuses
+        .iter()
+        .flat_map(|s| s.limits.iter().filter(move |_| !s.shadow).cloned())
+        .collect();
+    let binding = crate::headers::binding(&all).map(|(_, d)| *d);
+    let descriptors: Vec<Value> = o
+        .statuses
+        .iter()
+        .map(|s| {
+            json!({
+                "code": if s.over_limit { "OVER_LIMIT" } else { "OK" },
+                "matched": match s.matched {
+                    Matched::NoRule => "no_rule",
+                    Matched::Unlimited => "unlimited",
+                    Matched::Limited => "limited",
+                },
+                "shadow": s.shadow,
+                "limits": s.limits.iter().map(|(l, d)| json!({
+                    "name": l.def.name,
+                    "algorithm": l.def.algorithm(),
+                    "requests_per_unit": l.def.requests_per_unit,
+                    "unit": l.def.unit.name(),
+                    "window_ms": ms(l.def.window),
+                    "allowed": d.allowed,
+                    "limit": d.limit,
+                    "remaining": d.remaining,
+                    "retry_after_ms": opt_ms(d.retry_after.filter(|_| !d.allowed)),
+                    "reset_after_ms": ms(d.reset_after),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let headers: serde_json::Map<String, Value> = o
+        .headers
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), Value::String(v.clone())))
+        .collect();
+    json!({
+        "allowed": !o.over_limit,
+        "code": if o.over_limit { "OVER_LIMIT" } else { "OK" },
+        "limit": binding.map(|d| d.limit),
+        "remaining": binding.map(|d| d.remaining),
+        "retry_after_ms": opt_ms(binding.and_then(|d| d.retry_after.filter(|_| !d.allowed))),
+        "reset_after_ms": binding.map(|d| ms(d.reset_after)),
+        "delay_ms": ms(o.delay),
+        "descriptors": descriptors,
+        "headers": headers,
+    })
+}
+
+async fn check(State(s): State<Arc<HttpState>>, body: Body) -> Response {
+    let start = Instant::now();
+    let engine = &s.engine;
+    let max = engine.current().rules.caps.max_request_bytes;
+    let bytes = match axum::body::to_bytes(body, max).await {
+        Ok(b) => b,
+        Err(_) => {
+            engine.metrics().request("http", "invalid", start.elapsed());
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body is larger than {max} bytes (limits.max_request_bytes)"),
+            );
+        }
+    };
+    match run_check(engine, &bytes).await {
+        Ok(outcome) => {
+            let status = if outcome.over_limit {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            let mut resp = (status, axum::Json(outcome_json(&outcome))).into_response();
+            for (k, v) in &outcome.headers {
+                if let (Ok(k), Ok(v)) =
+                    (HeaderName::try_from(*k), HeaderValue::try_from(v.as_str()))
+                {
+                    resp.headers_mut().insert(k, v);
+                }
+            }
+            let result = if outcome.over_limit {
+                "over_limit"
+            } else {
+                "ok"
+            };
+            engine.metrics().request("http", result, start.elapsed());
+            resp
+        }
+        Err((status, msg)) => {
+            let result = match status {
+                StatusCode::NOT_FOUND => "unknown_domain",
+                StatusCode::INTERNAL_SERVER_ERROR => "error",
+                _ => "invalid",
+            };
+            engine.metrics().request("http", result, start.elapsed());
+            error(status, msg)
+        }
+    }
+}

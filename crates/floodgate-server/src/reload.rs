@@ -1,0 +1,165 @@
+//! Config hot reload: on `SIGHUP` and when the file changes on disk.
+//!
+//! A reload reads and checks the whole file first; a file that does not load is logged
+//! with its error, counted (`floodgate_config_reloads_total{result="error"}`,
+//! `floodgate_config_last_reload_success 0`), and the running config keeps serving. A
+//! good file replaces the rules atomically: requests already in flight finish on the old
+//! rules, the next ones see the new rules, and limits whose identity did not change keep
+//! their counters (see [`crate::engine`]). Listen addresses and the store are read at
+//! startup only: a reload that changes them is applied for its rules and the rest is
+//! reported as needing a restart.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{EventKind, RecursiveMode, Watcher};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{self, Settings};
+use crate::engine::Engine;
+use crate::metrics::ResultLabels;
+
+/// Reloads the config file into an [`Engine`].
+#[derive(Debug)]
+pub struct Reloader {
+    path: PathBuf,
+    engine: Arc<Engine>,
+    startup: Settings,
+    last_text: std::sync::Mutex<Option<String>>,
+}
+
+impl Reloader {
+    /// A reloader of `path` into `engine`; `startup` are the file's settings at startup.
+    pub fn new(path: PathBuf, engine: Arc<Engine>, startup: Settings) -> Reloader {
+        let text = std::fs::read_to_string(&path).ok();
+        Reloader {
+            path,
+            engine,
+            startup,
+            last_text: std::sync::Mutex::new(text),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reload now. Returns the new generation, or the error (already logged and counted).
+    pub fn reload(&self) -> Result<u64, String> {
+        let metrics = self.engine.metrics().clone();
+        let fail = |message: String| {
+            tracing::error!(file = %self.path.display(), error = %message, "config reload rejected; the previous config keeps serving");
+            metrics
+                .reloads
+                .get_or_create(&ResultLabels { result: "error" })
+                .inc();
+            metrics.last_reload_success.set(0);
+            Err(message)
+        };
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) => {
+                return fail(format!(
+                    "{}: cannot read the config file: {e}",
+                    self.path.display()
+                ));
+            }
+        };
+        *self.last_text.lock().unwrap_or_else(|p| p.into_inner()) = Some(text.clone());
+        let cfg = match config::parse(&self.path, &text) {
+            Ok(c) => c,
+            Err(e) => return fail(e.to_string()),
+        };
+        if cfg.settings != self.startup {
+            tracing::warn!(file = %self.path.display(), "listen addresses and store settings changed: they take effect after a restart; the new rules are applied now");
+        }
+        match self.engine.reload(cfg.rules) {
+            Ok(id) => {
+                tracing::info!(file = %self.path.display(), generation = id, "config reloaded");
+                metrics
+                    .reloads
+                    .get_or_create(&ResultLabels { result: "ok" })
+                    .inc();
+                metrics.last_reload_success.set(1);
+                Ok(id)
+            }
+            Err(e) => fail(format!("{}: {e}", self.path.display())),
+        }
+    }
+
+    /// Reload if the file's content differs from the last one read (file watcher events
+    /// come in bursts and for neighbouring files).
+    pub fn reload_if_changed(&self) -> Option<Result<u64, String>> {
+        let now = std::fs::read_to_string(&self.path).ok();
+        let same = *self.last_text.lock().unwrap_or_else(|p| p.into_inner()) == now;
+        if same { None } else { Some(self.reload()) }
+    }
+}
+
+/// Reload on every `SIGHUP` until `shutdown` fires.
+pub async fn on_sighup(reloader: Arc<Reloader>, mut shutdown: watch::Receiver<bool>) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; reload on file change only");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the config");
+                let r = reloader.clone();
+                let _ = tokio::task::spawn_blocking(move || r.reload()).await;
+            }
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Watch the config file's directory and reload when the file changes (debounced by
+/// `debounce`). Returns the watcher, which must be kept alive, and the task.
+pub fn watch_file(
+    reloader: Arc<Reloader>,
+    debounce: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) -> notify::Result<(notify::RecommendedWatcher, tokio::task::JoinHandle<()>)> {
+    let path =
+        std::path::absolute(reloader.path()).unwrap_or_else(|_| reloader.path().to_path_buf());
+    let dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let name = path.file_name().map(|n| n.to_os_string());
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        let Ok(ev) = res else { return };
+        if matches!(ev.kind, EventKind::Access(_)) {
+            return;
+        }
+        if ev
+            .paths
+            .iter()
+            .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
+        {
+            let _ = tx.try_send(());
+        }
+    })?;
+    // Watch the directory, not the file: editors and config managers replace files by
+    // renaming a new one over them, which a watch on the old inode would miss.
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                got = rx.recv() => {
+                    if got.is_none() { return; }
+                    tokio::time::sleep(debounce).await;
+                    while rx.try_recv().is_ok() {}
+                    let r = reloader.clone();
+                    let _ = tokio::task::spawn_blocking(move || r.reload_if_changed()).await;
+                }
+                _ = shutdown.changed() => return,
+            }
+        }
+    });
+    Ok((watcher, task))
+}

@@ -1,0 +1,597 @@
+//! Front door 2: a small Redis-protocol (RESP2) listener answering redis-cell's
+//! `CL.THROTTLE key max_burst count period [quantity]`, so any Redis client can use
+//! floodgate as a throttle service. Also `PING`, `ECHO`, `QUIT`, `COMMAND` (an empty
+//! list, enough for `redis-cli`), `CLIENT ...` and `SELECT` (accepted and ignored, as
+//! client libraries send them on connect); anything else is an unknown-command error.
+//!
+//! The parser takes RESP arrays of bulk strings (what clients send) and inline commands
+//! (what a human types in `telnet`), pipelined. It refuses, with an error reply and a
+//! close (as Redis does on a protocol error), arrays above [`RespLimits::max_args`],
+//! bulk strings above [`RespLimits::max_bulk`], lines above [`RespLimits::max_line`],
+//! and anything that is not RESP. It never panics on any input (property-tested).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use floodgate_core::algorithms::Gcra;
+use floodgate_core::{Clock, KeyedLimiter, WallClock};
+use floodgate_redis::{RedisStore, ThrottleArgs};
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+
+/// Caps on what one command may carry.
+#[derive(Debug, Clone, Copy)]
+pub struct RespLimits {
+    /// Most elements in one command array.
+    pub max_args: usize,
+    /// Longest bulk string, bytes.
+    pub max_bulk: usize,
+    /// Longest inline command or header line, bytes.
+    pub max_line: usize,
+}
+
+impl Default for RespLimits {
+    fn default() -> Self {
+        RespLimits {
+            max_args: 64,
+            max_bulk: 64 * 1024,
+            max_line: 64 * 1024,
+        }
+    }
+}
+
+/// Input that is not RESP, or above a cap. The connection is closed after replying.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// `*N` with N not an integer or above the cap.
+    #[error("Protocol error: invalid multibulk length")]
+    BadArrayLength,
+    /// `$N` with N not an integer or above the cap.
+    #[error("Protocol error: invalid bulk length")]
+    BadBulkLength,
+    /// An array element that is not a bulk string.
+    #[error("Protocol error: expected '$', got '{0}'")]
+    ExpectedBulk(char),
+    /// A bulk string not followed by CRLF.
+    #[error("Protocol error: bulk string not terminated by CRLF")]
+    MissingCrlf,
+    /// A line longer than the cap without CRLF.
+    #[error("Protocol error: too big inline request")]
+    LineTooLong,
+    /// An array with more elements than the cap.
+    #[error("Protocol error: {0} arguments is more than the maximum of {1}")]
+    TooManyArgs(usize, usize),
+    /// A bulk string above the cap.
+    #[error("Protocol error: bulk of {0} bytes is more than the maximum of {1}")]
+    BulkTooLong(usize, usize),
+}
+
+/// A parsed command (its arguments; empty for a line to ignore) and the bytes it used.
+pub type Parsed = Option<(Vec<Vec<u8>>, usize)>;
+
+fn find_crlf(buf: &[u8], from: usize, max_line: usize) -> Result<Option<usize>, ProtocolError> {
+    let end = buf
+        .len()
+        .min(from.saturating_add(max_line).saturating_add(2));
+    match buf[from..end].windows(2).position(|w| w == b"\r\n") {
+        Some(p) => Ok(Some(from + p)),
+        None if buf.len() - from > max_line + 1 => Err(ProtocolError::LineTooLong),
+        None => Ok(None),
+    }
+}
+
+fn parse_int(bytes: &[u8]) -> Option<i64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// Parse one command from the front of `buf`. `Ok(None)`: more bytes are needed.
+/// `Ok(Some((args, used)))`: a command (empty `args` for an empty line or `*0`, which
+/// get no reply) and how many bytes it took.
+pub fn parse_command(
+    buf: &[u8],
+    limits: &RespLimits,
+) -> Result<Parsed, ProtocolError> {
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    if buf[0] != b'*' {
+        // Inline command: one line, split on spaces and tabs.
+        let Some(end) = find_crlf(buf, 0, limits.max_line)? else {
+            // A bare "\n" ends an inline command too (telnet, nc).
+            return match buf.iter().position(|&b| b == b'\n') {
+                Some(p) if p <= limits.max_line => {
+                    Ok(Some((split_inline(&buf[..p], limits)?, p + 1)))
+                }
+                Some(_) => Err(ProtocolError::LineTooLong),
+                None if buf.len() > limits.max_line => Err(ProtocolError::LineTooLong),
+                None => Ok(None),
+            };
+        };
+        return Ok(Some((split_inline(&buf[..end], limits)?, end + 2)));
+    }
+    let Some(end) = find_crlf(buf, 1, 32)? else {
+        return Ok(None);
+    };
+    let n = parse_int(&buf[1..end]).ok_or(ProtocolError::BadArrayLength)?;
+    if n <= 0 {
+        return Ok(Some((Vec::new(), end + 2)));
+    }
+    let n = n as usize;
+    if n > limits.max_args {
+        return Err(ProtocolError::TooManyArgs(n, limits.max_args));
+    }
+    let mut pos = end + 2;
+    let mut args = Vec::with_capacity(n);
+    for _ in 0..n {
+        if pos >= buf.len() {
+            return Ok(None);
+        }
+        if buf[pos] != b'$' {
+            return Err(ProtocolError::ExpectedBulk(char::from(buf[pos])));
+        }
+        let Some(end) = find_crlf(buf, pos + 1, 32)? else {
+            return Ok(None);
+        };
+        let len = parse_int(&buf[pos + 1..end]).ok_or(ProtocolError::BadBulkLength)?;
+        if len < 0 {
+            return Err(ProtocolError::BadBulkLength);
+        }
+        let len = len as usize;
+        if len > limits.max_bulk {
+            return Err(ProtocolError::BulkTooLong(len, limits.max_bulk));
+        }
+        let start = end + 2;
+        if buf.len() < start + len + 2 {
+            return Ok(None);
+        }
+        if &buf[start + len..start + len + 2] != b"\r\n" {
+            return Err(ProtocolError::MissingCrlf);
+        }
+        args.push(buf[start..start + len].to_vec());
+        pos = start + len + 2;
+    }
+    Ok(Some((args, pos)))
+}
+
+fn split_inline(line: &[u8], limits: &RespLimits) -> Result<Vec<Vec<u8>>, ProtocolError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let args: Vec<Vec<u8>> = line
+        .split(|&b| b == b' ' || b == b'\t')
+        .filter(|s| !s.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    if args.len() > limits.max_args {
+        return Err(ProtocolError::TooManyArgs(args.len(), limits.max_args));
+    }
+    Ok(args)
+}
+
+/// Where `CL.THROTTLE` keeps its state.
+#[derive(Debug)]
+pub enum ThrottleStore {
+    /// In process: the TAT per key, at most `max_keys` keys (idle keys go first).
+    Memory(KeyedLimiter<Vec<u8>, Gcra>),
+    /// In Redis, by the GCRA script (same answers as redis-cell).
+    Redis(Arc<RedisStore>),
+}
+
+impl ThrottleStore {
+    /// An in-process store of at most `max_keys` keys.
+    pub fn memory(max_keys: usize) -> Result<ThrottleStore, floodgate_core::ConfigError> {
+        // The default algorithm is never used to decide (every call brings its own); GCRA's
+        // eviction order (the TAT) does not depend on parameters.
+        Ok(ThrottleStore::Memory(KeyedLimiter::new(
+            Gcra::from_cell(0, 1, 1)?,
+            max_keys,
+        )?))
+    }
+}
+
+/// The usage error of `CL.THROTTLE`, as redis-cell words it.
+pub const THROTTLE_USAGE: &str =
+    "Usage: CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]";
+
+/// One reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `+OK`.
+    Simple(&'static str),
+    /// `-ERR ...`.
+    Error(String),
+    /// `$n ...`.
+    Bulk(Vec<u8>),
+    /// `*n` of integers.
+    Ints(Vec<i64>),
+    /// `*0`.
+    EmptyArray,
+}
+
+impl Reply {
+    /// Append the RESP encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Reply::Simple(s) => {
+                out.push(b'+');
+                out.extend_from_slice(s.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Error(e) => {
+                out.push(b'-');
+                // An error line must not contain CR or LF.
+                out.extend(
+                    e.bytes()
+                        .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+                );
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Bulk(b) => {
+                out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Ints(v) => {
+                out.extend_from_slice(format!("*{}\r\n", v.len()).as_bytes());
+                for i in v {
+                    out.extend_from_slice(format!(":{i}\r\n").as_bytes());
+                }
+            }
+            Reply::EmptyArray => out.extend_from_slice(b"*0\r\n"),
+        }
+    }
+}
+
+fn quote_args(args: &[Vec<u8>]) -> String {
+    args.iter()
+        .take(8)
+        .map(|a| {
+            let s = String::from_utf8_lossy(&a[..a.len().min(128)]).into_owned();
+            format!("'{s}' ")
+        })
+        .collect()
+}
+
+/// The RESP front door's state: the throttle store and the metrics.
+#[derive(Debug)]
+pub struct RespService {
+    store: ThrottleStore,
+    metrics: Arc<Metrics>,
+    limits: RespLimits,
+}
+
+impl RespService {
+    /// A service over `store`.
+    pub fn new(store: ThrottleStore, metrics: Arc<Metrics>, limits: RespLimits) -> RespService {
+        RespService {
+            store,
+            metrics,
+            limits,
+        }
+    }
+
+    /// Execute one command. Returns the reply and whether to close the connection.
+    pub async fn execute(&self, args: &[Vec<u8>]) -> (Reply, bool) {
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+        let arity = |ok: bool, reply: Reply| {
+            if ok {
+                reply
+            } else {
+                Reply::Error(format!(
+                    "ERR wrong number of arguments for '{}' command",
+                    name.to_ascii_lowercase()
+                ))
+            }
+        };
+        match name.as_str() {
+            "CL.THROTTLE" => (self.throttle(args).await, false),
+            "PING" => match args.len() {
+                1 => (Reply::Simple("PONG"), false),
+                2 => (Reply::Bulk(args[1].clone()), false),
+                _ => (arity(false, Reply::EmptyArray), false),
+            },
+            "ECHO" => (
+                arity(
+                    args.len() == 2,
+                    Reply::Bulk(args.get(1).cloned().unwrap_or_default()),
+                ),
+                false,
+            ),
+            "QUIT" => (Reply::Simple("OK"), true),
+            "COMMAND" => (Reply::EmptyArray, false),
+            "CLIENT" | "SELECT" => (Reply::Simple("OK"), false),
+            _ => (
+                Reply::Error(format!(
+                    "ERR unknown command '{}', with args beginning with: {}",
+                    String::from_utf8_lossy(&args[0][..args[0].len().min(128)]),
+                    quote_args(&args[1..])
+                )),
+                false,
+            ),
+        }
+    }
+
+    async fn throttle(&self, args: &[Vec<u8>]) -> Reply {
+        let start = Instant::now();
+        let reply = self.throttle_inner(args).await;
+        let result = match &reply {
+            Reply::Ints(v) if v[0] == 1 => "over_limit",
+            Reply::Ints(_) => "ok",
+            Reply::Error(e) if e.starts_with("ERR store") => "error",
+            _ => "invalid",
+        };
+        if matches!(result, "ok" | "over_limit") {
+            self.metrics
+                .decisions
+                .get_or_create(&crate::metrics::DecisionLabels {
+                    domain: "(resp)".into(),
+                    descriptor: "CL.THROTTLE".into(),
+                    outcome: if result == "ok" { "ok" } else { "over_limit" },
+                })
+                .inc();
+        }
+        self.metrics.request("resp", result, start.elapsed());
+        reply
+    }
+
+    async fn throttle_inner(&self, args: &[Vec<u8>]) -> Reply {
+        if !(5..=6).contains(&args.len()) {
+            return Reply::Error(format!("ERR {THROTTLE_USAGE}"));
+        }
+        let s = |i: usize| String::from_utf8_lossy(&args[i]).into_owned();
+        let parsed =
+            match ThrottleArgs::parse(&s(2), &s(3), &s(4), args.get(5).map(|_| s(5)).as_deref()) {
+                Ok(p) => p,
+                Err(e) => return Reply::Error(format!("ERR {e}")),
+            };
+        let key = &args[1];
+        match &self.store {
+            ThrottleStore::Memory(cells) => {
+                let gcra = match parsed.gcra() {
+                    Ok(g) => g,
+                    Err(e) => return Reply::Error(format!("ERR {e}")),
+                };
+                let d = cells.check_with(&key[..], &gcra, WallClock.now(), parsed.quantity);
+                Reply::Ints(d.throttle_reply().to_vec())
+            }
+            ThrottleStore::Redis(store) => match store.throttle(key, &parsed).await {
+                Ok(r) => Reply::Ints(r.to_vec()),
+                Err(e) if e.is_fault() => Reply::Error(format!("ERR store unavailable: {e}")),
+                Err(e) => Reply::Error(format!("ERR {e}")),
+            },
+        }
+    }
+
+    /// Serve one connection until the client quits, sends garbage, or `shutdown` fires.
+    pub async fn serve_connection(
+        self: Arc<Self>,
+        mut stream: TcpStream,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let _ = stream.set_nodelay(true);
+        let mut buf: Vec<u8> = Vec::with_capacity(4096);
+        let mut out: Vec<u8> = Vec::with_capacity(4096);
+        loop {
+            // Answer every complete command in the buffer (pipelining).
+            let mut used = 0;
+            let mut close = false;
+            loop {
+                match parse_command(&buf[used..], &self.limits) {
+                    Ok(Some((args, n))) => {
+                        used += n;
+                        if args.is_empty() {
+                            continue;
+                        }
+                        let (reply, quit) = self.execute(&args).await;
+                        reply.encode(&mut out);
+                        if quit {
+                            close = true;
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        Reply::Error(format!("ERR {e}")).encode(&mut out);
+                        self.metrics
+                            .request("resp", "invalid", std::time::Duration::ZERO);
+                        close = true;
+                        break;
+                    }
+                }
+            }
+            buf.drain(..used);
+            if !out.is_empty() {
+                if stream.write_all(&out).await.is_err() {
+                    return;
+                }
+                out.clear();
+            }
+            if close || *shutdown.borrow() {
+                let _ = stream.shutdown().await;
+                return;
+            }
+            tokio::select! {
+                r = stream.read_buf(&mut buf) => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                },
+                _ = shutdown.changed() => {
+                    let _ = stream.shutdown().await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Accept connections on `listener` until `shutdown` fires; each connection finishes the
+/// commands it has received, then closes.
+pub async fn serve(
+    listener: TcpListener,
+    service: Arc<RespService>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tasks.spawn(service.clone().serve_connection(stream, shutdown.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "RESP accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            },
+            _ = shutdown.changed() => break,
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &[u8]) -> Result<Parsed, ProtocolError> {
+        parse_command(s, &RespLimits::default())
+    }
+
+    fn args(v: &[&str]) -> Vec<Vec<u8>> {
+        v.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn arrays_inline_and_partial_input() {
+        let cmd = b"*3\r\n$4\r\nPING\r\n$0\r\n\r\n$3\r\na b\r\n";
+        assert_eq!(
+            parse(cmd).unwrap(),
+            Some((args(&["PING", "", "a b"]), cmd.len()))
+        );
+        for cut in 0..cmd.len() {
+            assert_eq!(parse(&cmd[..cut]).unwrap(), None, "cut at {cut}");
+        }
+        assert_eq!(
+            parse(b"PING  x\r\nrest").unwrap(),
+            Some((args(&["PING", "x"]), 9))
+        );
+        assert_eq!(parse(b"PING\n").unwrap(), Some((args(&["PING"]), 5)));
+        assert_eq!(parse(b"\r\n").unwrap(), Some((vec![], 2)));
+        assert_eq!(parse(b"*0\r\n").unwrap(), Some((vec![], 4)));
+        assert_eq!(parse(b"*-1\r\n").unwrap(), Some((vec![], 5)));
+    }
+
+    #[test]
+    fn malformed_and_oversized_input_is_an_error() {
+        assert_eq!(parse(b"*x\r\n"), Err(ProtocolError::BadArrayLength));
+        assert_eq!(
+            parse(b"*1\r\n:1\r\n"),
+            Err(ProtocolError::ExpectedBulk(':'))
+        );
+        assert_eq!(parse(b"*1\r\n$-1\r\n"), Err(ProtocolError::BadBulkLength));
+        assert_eq!(
+            parse(b"*1\r\n$2\r\nabc\r\n"),
+            Err(ProtocolError::MissingCrlf)
+        );
+        assert_eq!(parse(b"*65\r\n"), Err(ProtocolError::TooManyArgs(65, 64)));
+        assert_eq!(
+            parse(b"*1\r\n$99999999999\r\n"),
+            Err(ProtocolError::BulkTooLong(99_999_999_999, 64 * 1024))
+        );
+        assert_eq!(
+            parse(b"*1\r\n$9999999999999999999999\r\n"),
+            Err(ProtocolError::BadBulkLength)
+        );
+        assert_eq!(parse(&[b'*'; 100]), Err(ProtocolError::LineTooLong));
+        assert_eq!(parse(&vec![b'a'; 70_000]), Err(ProtocolError::LineTooLong));
+        let many = format!("{}\r\n", "a ".repeat(100));
+        assert_eq!(
+            parse(many.as_bytes()),
+            Err(ProtocolError::TooManyArgs(100, 64))
+        );
+    }
+
+    #[test]
+    fn never_panics_on_random_bytes() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let alphabet = b"*$:+-\r\n0123456789-abcPING ";
+        for _ in 0..20_000 {
+            let len = rng.usize(0..40);
+            let v: Vec<u8> = (0..len)
+                .map(|_| alphabet[rng.usize(0..alphabet.len())])
+                .collect();
+            if let Ok(Some((_, used))) = parse(&v) {
+                assert!(used <= v.len() && used > 0);
+            }
+        }
+    }
+
+    #[test]
+    fn replies_encode_as_resp() {
+        let mut out = Vec::new();
+        Reply::Ints(vec![0, 16, 15, -1, 2]).encode(&mut out);
+        Reply::Error("ERR a\r\nb".into()).encode(&mut out);
+        Reply::Bulk(b"hi".to_vec()).encode(&mut out);
+        assert_eq!(
+            out,
+            b"*5\r\n:0\r\n:16\r\n:15\r\n:-1\r\n:2\r\n-ERR a  b\r\n$2\r\nhi\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn throttle_answers_as_redis_cell() {
+        let s = RespService::new(
+            ThrottleStore::memory(1000).unwrap(),
+            Arc::new(Metrics::new(None)),
+            RespLimits::default(),
+        );
+        let run = |v: &[&str]| {
+            let a = args(v);
+            let s = &s;
+            async move { s.execute(&a).await.0 }
+        };
+        assert_eq!(
+            run(&["CL.THROTTLE", "k", "15", "30", "60"]).await,
+            Reply::Ints(vec![0, 16, 15, -1, 2])
+        );
+        assert_eq!(
+            run(&["cl.throttle", "k", "15", "30", "60"]).await,
+            Reply::Ints(vec![0, 16, 14, -1, 4])
+        );
+        assert_eq!(
+            run(&["CL.THROTTLE", "k2", "15", "30", "60", "0"]).await,
+            Reply::Ints(vec![0, 16, 16, -1, 0])
+        );
+        assert_eq!(
+            run(&["CL.THROTTLE", "k3", "4", "1", "1", "6"]).await,
+            Reply::Ints(vec![1, 5, 5, -1, 0])
+        );
+        assert_eq!(
+            run(&["CL.THROTTLE", "k"]).await,
+            Reply::Error(format!("ERR {THROTTLE_USAGE}"))
+        );
+        assert_eq!(
+            run(&["CL.THROTTLE", "k", "15", "3o", "60"]).await,
+            Reply::Error("ERR count must be an integer, got \"3o\"".into())
+        );
+        assert_eq!(
+            run(&["CL.THROTTLE", "k", "15", "30", "0"]).await,
+            Reply::Error("ERR zero rates are not supported (period is 0)".into())
+        );
+        let Reply::Error(e) = run(&["CL.THROTTLE", "k", "18446744073709551615", "30", "60"]).await
+        else {
+            panic!()
+        };
+        assert!(e.starts_with("ERR "), "{e}");
+        assert_eq!(run(&["PING"]).await, Reply::Simple("PONG"));
+        assert_eq!(run(&["ping", "x"]).await, Reply::Bulk(b"x".to_vec()));
+        assert_eq!(
+            run(&["FLUSHALL", "now"]).await,
+            Reply::Error("ERR unknown command 'FLUSHALL', with args beginning with: 'now' ".into())
+        );
+    }
+}

@@ -1,0 +1,255 @@
+//! Starting and stopping the whole service: the store, the engine, the three front doors,
+//! the reload watchers, and a graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use floodgate_redis::RedisStore;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::config::{Config, Settings, StoreSettings};
+use crate::engine::{Engine, StoreHandle};
+use crate::grpc::RlsService;
+use crate::http::{HttpState, router};
+use crate::metrics::Metrics;
+use crate::reload::{self, Reloader};
+use crate::resp::{RespLimits, RespService, ThrottleStore};
+
+/// Why the server could not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// A listen address is taken or not ours.
+    #[error("cannot listen for {front} on {addr}: {source}")]
+    Bind {
+        /// `grpc`, `http` or `resp`.
+        front: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Redis is configured but cannot be reached.
+    #[error("cannot start the Redis store: {0}")]
+    Redis(#[from] floodgate_redis::Error),
+    /// The rules cannot be instantiated on this store.
+    #[error("{path}: {message}")]
+    Rules {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The file watcher cannot start.
+    #[error("cannot watch {path} for changes: {source}")]
+    Watch {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: notify::Error,
+    },
+}
+
+/// How to start.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The config file (for reloads and messages).
+    pub path: PathBuf,
+    /// Watch the file and reload on change (and on SIGHUP).
+    pub watch: bool,
+    /// Debounce of file change events.
+    pub debounce: Duration,
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct Running {
+    /// The bound gRPC address.
+    pub grpc: Option<SocketAddr>,
+    /// The bound HTTP address.
+    pub http: Option<SocketAddr>,
+    /// The bound RESP address.
+    pub resp: Option<SocketAddr>,
+    /// The shared limiter.
+    pub engine: Arc<Engine>,
+    /// The reloader.
+    pub reloader: Arc<Reloader>,
+    shutdown: watch::Sender<bool>,
+    http_state: Arc<HttpState>,
+    health: tonic_health::server::HealthReporter,
+    tasks: JoinSet<()>,
+    watcher: Option<notify::RecommendedWatcher>,
+}
+
+async fn bind(
+    front: &'static str,
+    addr: Option<SocketAddr>,
+) -> Result<Option<TcpListener>, StartError> {
+    match addr {
+        None => Ok(None),
+        Some(addr) => TcpListener::bind(addr)
+            .await
+            .map(Some)
+            .map_err(|source| StartError::Bind {
+                front,
+                addr,
+                source,
+            }),
+    }
+}
+
+/// Start everything `config` asks for. `settings` are the effective settings (the
+/// file's, with command-line overrides); `config.settings` are the file's, against which
+/// reloads are compared.
+pub async fn start(
+    config: Config,
+    settings: Settings,
+    options: Options,
+) -> Result<Running, StartError> {
+    let (store, throttle, redis) = match &settings.store {
+        StoreSettings::Memory {
+            max_keys,
+            resp_max_keys,
+        } => (
+            StoreHandle::Memory {
+                max_keys: *max_keys,
+            },
+            ThrottleStore::memory(*resp_max_keys).map_err(|e| StartError::Rules {
+                path: options.path.clone(),
+                message: format!("store.resp_max_keys: {e}"),
+            })?,
+            None,
+        ),
+        StoreSettings::Redis { url, config } => {
+            let s = Arc::new(RedisStore::connect(url, config.clone()).await?);
+            (
+                StoreHandle::Redis(s.clone()),
+                ThrottleStore::Redis(s.clone()),
+                Some(s),
+            )
+        }
+    };
+    let metrics = Arc::new(Metrics::new(redis));
+    let max_bytes = config.rules.caps.max_request_bytes;
+    let engine = Arc::new(Engine::new(config.rules, store, metrics.clone()).map_err(
+        |message| StartError::Rules {
+            path: options.path.clone(),
+            message,
+        },
+    )?);
+    let grpc_l = bind("grpc", settings.grpc).await?;
+    let http_l = bind("http", settings.http).await?;
+    let resp_l = bind("resp", settings.resp).await?;
+    let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+    let (grpc, http, resp) = (addr(&grpc_l), addr(&http_l), addr(&resp_l));
+
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<RateLimitServiceServer<RlsService>>()
+        .await;
+
+    if let Some(listener) = grpc_l {
+        let svc = RlsService::new(engine.clone()).into_server(max_bytes);
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let mut rx = shutdown_rx.clone();
+        tasks.spawn(async move {
+            let r = tonic::transport::Server::builder()
+                .add_service(health_service)
+                .add_service(svc)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = rx.wait_for(|stop| *stop).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "gRPC server failed");
+            }
+        });
+    }
+    let http_state = Arc::new(HttpState {
+        engine: engine.clone(),
+        shutting_down: false.into(),
+    });
+    if let Some(listener) = http_l {
+        let app = router(http_state.clone());
+        let mut rx = shutdown_rx.clone();
+        tasks.spawn(async move {
+            let r = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|stop| *stop).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        });
+    }
+    if let Some(listener) = resp_l {
+        let svc = Arc::new(RespService::new(
+            throttle,
+            metrics.clone(),
+            RespLimits::default(),
+        ));
+        tasks.spawn(crate::resp::serve(listener, svc, shutdown_rx.clone()));
+    }
+
+    let reloader = Arc::new(Reloader::new(
+        options.path.clone(),
+        engine.clone(),
+        config.settings,
+    ));
+    let mut watcher = None;
+    if options.watch {
+        tasks.spawn(reload::on_sighup(reloader.clone(), shutdown_rx.clone()));
+        let (w, task) = reload::watch_file(reloader.clone(), options.debounce, shutdown_rx.clone())
+            .map_err(|source| StartError::Watch {
+                path: options.path.clone(),
+                source,
+            })?;
+        watcher = Some(w);
+        tasks.spawn(async move {
+            let _ = task.await;
+        });
+    }
+    Ok(Running {
+        grpc,
+        http,
+        resp,
+        engine,
+        reloader,
+        shutdown,
+        http_state,
+        health,
+        tasks,
+        watcher,
+    })
+}
+
+impl Running {
+    /// Stop gracefully: health checks turn to NOT_SERVING, listeners stop accepting,
+    /// requests in flight are answered, then connections close. Waits at most `grace`.
+    pub async fn shutdown(mut self, grace: Duration) {
+        self.http_state.shutting_down.store(true, Ordering::Relaxed);
+        self.health
+            .set_not_serving::<RateLimitServiceServer<RlsService>>()
+            .await;
+        let _ = self.shutdown.send(true);
+        drop(self.watcher.take());
+        let all = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!(
+                ?grace,
+                "shutdown grace period over; closing the remaining connections"
+            );
+            self.tasks.abort_all();
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! `floodgate server`: the central rate limit service (Envoy RLS v3 over gRPC,
+//! CL.THROTTLE over RESP, HTTP/JSON), configured by a YAML or TOML file.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use floodgate_server::{config, server};
+
+const EXAMPLES: &str = "\
+Listens on gRPC (Envoy's RateLimitService and grpc.health.v1), HTTP (POST /v1/check,
+GET /metrics, GET /healthz) and RESP (CL.THROTTLE). Prints one line with the bound
+addresses on stdout once serving. Reloads the config on SIGHUP and when the file changes;
+a bad file is reported and the running config keeps serving. SIGTERM or Ctrl-C stops
+gracefully.
+
+Examples:
+  floodgate server --config limits.yaml
+  floodgate server --config limits.toml --grpc 0.0.0.0:8081 --resp off
+  floodgate server --config limits.yaml --check      # validate the file and exit";
+
+/// Arguments of `floodgate server`.
+#[derive(Args, Debug)]
+#[command(after_help = EXAMPLES)]
+pub struct ServerArgs {
+    /// The config file: .yaml, .yml or .toml.
+    #[arg(long, short)]
+    config: PathBuf,
+    /// gRPC listen address (overrides listen.grpc), or `off`.
+    #[arg(long)]
+    grpc: Option<String>,
+    /// HTTP listen address (overrides listen.http), or `off`.
+    #[arg(long)]
+    http: Option<String>,
+    /// RESP listen address (overrides listen.resp), or `off`.
+    #[arg(long)]
+    resp: Option<String>,
+    /// Check the config file and exit.
+    #[arg(long)]
+    check: bool,
+    /// Do not watch the file for changes (SIGHUP still reloads).
+    #[arg(long)]
+    no_watch: bool,
+    /// Longest wait for in-flight requests at shutdown, e.g. 10s.
+    #[arg(long, default_value = "10s")]
+    shutdown_grace: String,
+    /// Worker threads (default: one per available core).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn address(flag: &str, s: &str) -> Result<Option<SocketAddr>> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let a = s
+        .to_socket_addrs()
+        .with_context(|| format!("--{flag} {s:?} is not a HOST:PORT address"))?
+        .next()
+        .with_context(|| format!("--{flag} {s:?} resolves to no address"))?;
+    Ok(Some(a))
+}
+
+fn fmt_addr(a: Option<SocketAddr>) -> String {
+    a.map_or_else(|| "off".to_string(), |a| a.to_string())
+}
+
+/// Run the command.
+pub fn run(args: ServerArgs) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let grace =
+        floodgate_core::rate::parse_duration(&args.shutdown_grace).context("--shutdown-grace")?;
+    let cfg = config::load(&args.config)?;
+    if args.check {
+        let limits: usize = cfg.rules.policies.len()
+            + cfg
+                .rules
+                .domains
+                .values()
+                .map(|d| count_limits(d))
+                .sum::<usize>();
+        println!(
+            "{}: ok ({} domains, {} limits, {} policies)",
+            args.config.display(),
+            cfg.rules.domains.len(),
+            limits,
+            cfg.rules.policies.len()
+        );
+        return Ok(());
+    }
+    let mut settings = cfg.settings.clone();
+    if let Some(s) = &args.grpc {
+        settings.grpc = address("grpc", s)?;
+    }
+    if let Some(s) = &args.http {
+        settings.http = address("http", s)?;
+    }
+    if let Some(s) = &args.resp {
+        settings.resp = address("resp", s)?;
+        if settings.resp.is_some_and(|a| a.port() == 6379) {
+            bail!("--resp: port 6379 is Redis's own port; pick another (the default is 16379)");
+        }
+    }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(n) = args.threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        rt.worker_threads(n);
+    }
+    let rt = rt.build().context("starting the async runtime")?;
+    rt.block_on(async {
+        let running = server::start(
+            cfg,
+            settings,
+            server::Options {
+                path: args.config.clone(),
+                watch: !args.no_watch,
+                debounce: Duration::from_millis(200),
+            },
+        )
+        .await?;
+        println!(
+            "floodgate server listening grpc={} http={} resp={} config={}",
+            fmt_addr(running.grpc),
+            fmt_addr(running.http),
+            fmt_addr(running.resp),
+            args.config.display()
+        );
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("listening for SIGTERM")?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        running.shutdown(grace).await;
+        Ok::<(), anyhow::Error>(())
+    })
+}
+
+fn count_limits(defs: &[config::DescriptorDef]) -> usize {
+    defs.iter()
+        .map(|d| d.limits.len() + count_limits(&d.children))
+        .sum()
+}
