@@ -119,12 +119,17 @@ pub fn run(args: ServerArgs) -> Result<()> {
     }
     let rt = rt.build().context("starting the async runtime")?;
     rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Installed before announcing readiness, so an early signal is never fatal.
+        let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
         let running = server::start(
             cfg,
             settings,
             server::Options {
                 path: args.config.clone(),
                 watch: !args.no_watch,
+                sighup: true,
                 debounce: Duration::from_millis(200),
             },
         )
@@ -138,10 +143,8 @@ pub fn run(args: ServerArgs) -> Result<()> {
         );
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("listening for SIGTERM")?;
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
+            _ = int.recv() => {}
             _ = term.recv() => {}
         }
         tracing::info!("shutting down");

@@ -209,13 +209,26 @@ struct NodeCounters {
 }
 
 impl NodeCounters {
-    fn new(m: &Metrics, domain: &str, label: &str) -> NodeCounters {
+    /// The counters of a rule; only the outcomes the rule can have are registered (the
+    /// others are detached counters), so `/metrics` lists no impossible series.
+    fn new(m: &Metrics, domain: &str, label: &str, unlimited: bool, shadow: bool) -> NodeCounters {
+        let reg = |on: bool, outcome: &'static str| {
+            if on {
+                m.decision_counter(domain, label, outcome)
+            } else {
+                Counter::default()
+            }
+        };
         NodeCounters {
-            ok: m.decision_counter(domain, label, "ok"),
-            over: m.decision_counter(domain, label, "over_limit"),
-            shadow_over: m.decision_counter(domain, label, "shadow_over_limit"),
-            unlimited: m.decision_counter(domain, label, "unlimited"),
-            near: m.near_limit_counter(domain, label),
+            ok: reg(!unlimited, "ok"),
+            over: reg(!unlimited && !shadow, "over_limit"),
+            shadow_over: reg(!unlimited && shadow, "shadow_over_limit"),
+            unlimited: reg(unlimited, "unlimited"),
+            near: if unlimited {
+                Counter::default()
+            } else {
+                m.near_limit_counter(domain, label)
+            },
         }
     }
 }
@@ -304,6 +317,7 @@ pub struct Generation {
     pub rules: Rules,
     domains: HashMap<String, DomainTree>,
     policies: BTreeMap<String, Arc<LimitInst>>,
+    policy_counters: HashMap<String, NodeCounters>,
     limits: HashMap<String, Arc<LimitInst>>,
     unknown_domain: Counter,
 }
@@ -589,9 +603,9 @@ impl Engine {
                 continue;
             };
             let n = &tree.nodes[idx];
-            let dynamic = tree
-                .label(idx, &descriptors[desc].entries)
-                .map(|label| NodeCounters::new(&self.metrics, &tree.name, &label));
+            let dynamic = tree.label(idx, &descriptors[desc].entries).map(|label| {
+                NodeCounters::new(&self.metrics, &tree.name, &label, n.unlimited, n.shadow)
+            });
             let counters = dynamic.as_ref().unwrap_or(&n.counters);
             if n.unlimited {
                 counters.unlimited.inc();
@@ -696,7 +710,7 @@ impl Engine {
         }];
         self.decide(&mut items).await?;
         let d = items[0].decision;
-        let counters = NodeCounters::new(&self.metrics, "(policy)", policy);
+        let counters = &g.policy_counters[policy];
         if d.allowed {
             counters.ok.inc();
         } else {
@@ -841,7 +855,12 @@ fn build(
         domains.insert(name.clone(), tree);
     }
     let mut policies = BTreeMap::new();
+    let mut policy_counters = HashMap::new();
     for (name, def) in &rules.policies {
+        policy_counters.insert(
+            name.clone(),
+            NodeCounters::new(metrics, "(policy)", name, false, false),
+        );
         let lid = format!("(policy)|{name}");
         let inst = instantiate(def, lid.clone(), store, prev)?;
         limits.insert(lid, inst.clone());
@@ -852,6 +871,7 @@ fn build(
         rules,
         domains,
         policies,
+        policy_counters,
         limits,
         unknown_domain: metrics.decision_counter("(unknown)", "", "unknown_domain"),
     })
@@ -902,7 +922,7 @@ fn add_level(
             detailed_metric: def.detailed_metric,
             value_to_metric: def.value_to_metric,
             children: Level::default(),
-            counters: NodeCounters::new(metrics, domain, &label),
+            counters: NodeCounters::new(metrics, domain, &label, def.unlimited, def.shadow),
         });
         let mut children = Level::default();
         add_level(

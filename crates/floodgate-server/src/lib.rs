@@ -26,7 +26,7 @@
 //! let cfg = config::load(&path)?;
 //! let settings = cfg.settings.clone();
 //! let running = server::start(cfg, settings, server::Options {
-//!     path, watch: true, debounce: Duration::from_millis(200),
+//!     path, watch: true, sighup: true, debounce: Duration::from_millis(200),
 //! }).await?;
 //! println!("gRPC on {:?}", running.grpc);
 //! running.shutdown(Duration::from_secs(10)).await;

@@ -98,12 +98,18 @@ impl Reloader {
     }
 }
 
-/// Reload on every `SIGHUP` until `shutdown` fires.
-pub async fn on_sighup(reloader: Arc<Reloader>, mut shutdown: watch::Receiver<bool>) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP; reload on file change only");
-        return;
-    };
+/// Start listening for `SIGHUP` (call before announcing readiness: until then the
+/// signal's default action would end the process).
+pub fn sighup() -> std::io::Result<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+}
+
+/// Reload on every `SIGHUP` received by `hup` until `shutdown` fires.
+pub async fn on_sighup(
+    reloader: Arc<Reloader>,
+    mut hup: tokio::signal::unix::Signal,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = hup.recv() => {

@@ -91,10 +91,7 @@ fn parse_int(bytes: &[u8]) -> Option<i64> {
 /// Parse one command from the front of `buf`. `Ok(None)`: more bytes are needed.
 /// `Ok(Some((args, used)))`: a command (empty `args` for an empty line or `*0`, which
 /// get no reply) and how many bytes it took.
-pub fn parse_command(
-    buf: &[u8],
-    limits: &RespLimits,
-) -> Result<Parsed, ProtocolError> {
+pub fn parse_command(buf: &[u8], limits: &RespLimits) -> Result<Parsed, ProtocolError> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -409,7 +406,7 @@ impl RespService {
                 out.clear();
             }
             if close || *shutdown.borrow() {
-                let _ = stream.shutdown().await;
+                lingering_close(stream).await;
                 return;
             }
             tokio::select! {
@@ -418,10 +415,26 @@ impl RespService {
                     Ok(_) => {}
                 },
                 _ = shutdown.changed() => {
-                    let _ = stream.shutdown().await;
+                    lingering_close(stream).await;
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Close the way HTTP servers do: send FIN, then read and discard what the client is
+/// still sending for a moment, so the kernel does not answer it with a reset that could
+/// destroy the error reply before the client reads it.
+async fn lingering_close(mut stream: TcpStream) {
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 16 * 1024];
+    let mut left: usize = 4 << 20;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+    while left > 0 {
+        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
+            _ => return,
         }
     }
 }

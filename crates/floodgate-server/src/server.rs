@@ -46,6 +46,12 @@ pub enum StartError {
         /// What is wrong.
         message: String,
     },
+    /// The SIGHUP handler cannot be installed.
+    #[error("cannot listen for SIGHUP: {source}")]
+    Signal {
+        /// Why.
+        source: std::io::Error,
+    },
     /// The file watcher cannot start.
     #[error("cannot watch {path} for changes: {source}")]
     Watch {
@@ -61,8 +67,10 @@ pub enum StartError {
 pub struct Options {
     /// The config file (for reloads and messages).
     pub path: PathBuf,
-    /// Watch the file and reload on change (and on SIGHUP).
+    /// Watch the file and reload when it changes.
     pub watch: bool,
+    /// Reload on SIGHUP (a process-wide signal handler).
+    pub sighup: bool,
     /// Debounce of file change events.
     pub debounce: Duration,
 }
@@ -207,8 +215,15 @@ pub async fn start(
         config.settings,
     ));
     let mut watcher = None;
+    if options.sighup {
+        let hup = reload::sighup().map_err(|source| StartError::Signal { source })?;
+        tasks.spawn(reload::on_sighup(
+            reloader.clone(),
+            hup,
+            shutdown_rx.clone(),
+        ));
+    }
     if options.watch {
-        tasks.spawn(reload::on_sighup(reloader.clone(), shutdown_rx.clone()));
         let (w, task) = reload::watch_file(reloader.clone(), options.debounce, shutdown_rx.clone())
             .map_err(|source| StartError::Watch {
                 path: options.path.clone(),

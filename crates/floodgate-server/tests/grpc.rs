@@ -1,0 +1,537 @@
+//! Envoy RLS v3 over real gRPC (tonic client with the envoy-types API) against a server
+//! on a free loopback port.
+
+mod common;
+
+use common::*;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use tonic::Code as GrpcCode;
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+const CONFIG: &str = r#"
+headers: {retry_after_jitter: 0s}
+domains:
+  - domain: edge
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: minute, requests_per_unit: 3}
+      - key: remote_address
+        value: 10.9.9.9
+        rate_limit: {unit: minute, requests_per_unit: 1, name: banned}
+      - key: path
+        value: /api/*
+        rate_limit: {unit: hour, requests_per_unit: 2, name: api-prefix}
+      - key: path
+        rate_limit: {unit: hour, requests_per_unit: 100, name: any-path}
+      - key: tenant
+        descriptors:
+          - key: user
+            rate_limit: {unit: minute, requests_per_unit: 2}
+      - key: plan
+        value: free
+        rate_limits:
+          - {requests_per_unit: 10, unit: minute, name: per-minute}
+          - {requests_per_unit: 2, window: 30s, algorithm: sliding-log, name: per-30s}
+      - key: shadow
+        shadow_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 1}
+      - key: vip
+        rate_limit: {unlimited: true}
+      - key: blocked
+        rate_limit: {unit: second, requests_per_unit: 0}
+      - key: old
+        rate_limit: {unit: minute, requests_per_unit: 1, name: old-limit}
+      - key: new
+        rate_limit: {unit: minute, requests_per_unit: 5, name: new-limit, replaces: [{name: old-limit}]}
+"#;
+
+fn status(r: &RateLimitResponse, i: usize) -> (i32, Option<(u32, i32, String)>, u32) {
+    let s = &r.statuses[i];
+    (
+        s.code,
+        s.current_limit
+            .as_ref()
+            .map(|l| (l.requests_per_unit, l.unit, l.name.clone())),
+        s.limit_remaining,
+    )
+}
+
+#[tokio::test]
+async fn codes_statuses_and_headers_per_value() {
+    let srv = start(CONFIG).await;
+    let mut c = srv.client().await;
+    let one = |ip: &str| req("edge", vec![desc(&[("remote_address", ip)])], 0);
+    for remaining in [2, 1, 0] {
+        let r = call(&mut c, one("10.0.0.1")).await.unwrap();
+        assert_eq!(r.overall_code, OK);
+        assert_eq!(
+            status(&r, 0),
+            (
+                OK,
+                Some((3, Unit::Minute as i32, "remote_address".into())),
+                remaining
+            )
+        );
+        let reset = r.statuses[0].duration_until_reset.unwrap();
+        assert!(reset.seconds <= 60 && (reset.seconds > 0 || reset.nanos > 0));
+        assert_eq!(
+            header(&r, "RateLimit-Policy"),
+            Some("\"remote_address\";q=3;w=60")
+        );
+        assert!(
+            header(&r, "RateLimit")
+                .unwrap()
+                .starts_with(&format!("\"remote_address\";r={remaining};t="))
+        );
+        assert_eq!(header(&r, "Retry-After"), None);
+    }
+    let r = call(&mut c, one("10.0.0.1")).await.unwrap();
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(status(&r, 0).0, OVER);
+    // GCRA 3/min: one request every 20 s; with no jitter configured, exactly ceil(20 s).
+    assert_eq!(header(&r, "Retry-After"), Some("20"));
+    assert_eq!(header(&r, "RateLimit"), Some("\"remote_address\";r=0;t=20"));
+    // Each value has its own counter; an exact value rule beats the key-only rule.
+    assert_eq!(
+        call(&mut c, one("10.0.0.2")).await.unwrap().overall_code,
+        OK
+    );
+    let r = call(&mut c, one("10.9.9.9")).await.unwrap();
+    assert_eq!(
+        status(&r, 0),
+        (OK, Some((1, Unit::Minute as i32, "banned".into())), 0)
+    );
+    assert_eq!(
+        call(&mut c, one("10.9.9.9")).await.unwrap().overall_code,
+        OVER
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn hits_addend_is_the_cost_zero_means_one_and_descriptors_can_override() {
+    let srv = start(CONFIG).await;
+    let mut c = srv.client().await;
+    let r = call(&mut c, req("edge", vec![desc(&[("path", "/x")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.statuses[0].limit_remaining, 99,
+        "hits_addend 0 counts as 1"
+    );
+    let r = call(&mut c, req("edge", vec![desc(&[("path", "/x")])], 10))
+        .await
+        .unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 89);
+    let mut d = desc(&[("path", "/x")]);
+    d.hits_addend = Some(UInt64Value { value: 0 });
+    let r = call(&mut c, req("edge", vec![d], 10)).await.unwrap();
+    assert_eq!(
+        r.statuses[0].limit_remaining, 89,
+        "a descriptor's own hits_addend 0 peeks"
+    );
+    let r = call(&mut c, req("edge", vec![desc(&[("path", "/x")])], 1000))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, OVER, "cost above the limit");
+    assert_eq!(header(&r, "Retry-After"), None, "it can never succeed");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn nested_and_wildcard_matching_follow_envoy() {
+    let srv = start(CONFIG).await;
+    let mut c = srv.client().await;
+    // wildcard beats key-only
+    let r = call(
+        &mut c,
+        req("edge", vec![desc(&[("path", "/api/v1/users")])], 0),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status(&r, 0).1.unwrap().2, "api-prefix");
+    let r = call(&mut c, req("edge", vec![desc(&[("path", "/api/v2")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        status(&r, 0).2,
+        1,
+        "each value under a wildcard has its own counter"
+    );
+    let r = call(&mut c, req("edge", vec![desc(&[("path", "/other")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(status(&r, 0).1.unwrap().2, "any-path");
+    // nested: tenant > user; the limit is on the full path only
+    let nested = desc(&[("tenant", "acme"), ("user", "bob")]);
+    let r = call(&mut c, req("edge", vec![nested.clone()], 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        status(&r, 0),
+        (OK, Some((2, Unit::Minute as i32, "tenant.user".into())), 1)
+    );
+    let r = call(&mut c, req("edge", vec![desc(&[("tenant", "acme")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        status(&r, 0),
+        (OK, None, 0),
+        "shorter than any rule path: no limit"
+    );
+    let deeper = desc(&[("tenant", "acme"), ("user", "bob"), ("x", "y")]);
+    let r = call(&mut c, req("edge", vec![deeper], 0)).await.unwrap();
+    assert_eq!(
+        status(&r, 0),
+        (OK, None, 0),
+        "longer than any rule path: no limit"
+    );
+    let r = call(&mut c, req("edge", vec![desc(&[("nothing", "here")])], 0))
+        .await
+        .unwrap();
+    assert_eq!((r.overall_code, status(&r, 0)), (OK, (OK, None, 0)));
+    assert!(r.response_headers_to_add.is_empty());
+    // per tenant+user values
+    call(&mut c, req("edge", vec![nested.clone()], 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        call(&mut c, req("edge", vec![nested], 0))
+            .await
+            .unwrap()
+            .overall_code,
+        OVER
+    );
+    let other = desc(&[("tenant", "acme"), ("user", "eve")]);
+    assert_eq!(
+        call(&mut c, req("edge", vec![other], 0))
+            .await
+            .unwrap()
+            .overall_code,
+        OK
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn several_limits_and_descriptors_are_all_or_nothing() {
+    let srv = start(CONFIG).await;
+    let mut c = srv.client().await;
+    let free = || desc(&[("plan", "free")]);
+    for _ in 0..2 {
+        let r = call(&mut c, req("edge", vec![free()], 0)).await.unwrap();
+        assert_eq!(r.overall_code, OK);
+    }
+    let r = call(&mut c, req("edge", vec![free()], 0)).await.unwrap();
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(
+        status(&r, 0).1.unwrap().2,
+        "per-30s",
+        "the denying limit is reported"
+    );
+    assert!(
+        header(&r, "RateLimit-Policy")
+            .unwrap()
+            .contains("\"per-minute\";q=10;w=60, \"per-30s\";q=2;w=30")
+    );
+    assert!(
+        header(&r, "RateLimit")
+            .unwrap()
+            .contains("\"per-minute\";r=8;"),
+        "per-minute was not charged by the denied request: {:?}",
+        header(&r, "RateLimit")
+    );
+    // Across descriptors: the path limit is not charged when plan=free denies.
+    let r = call(
+        &mut c,
+        req("edge", vec![desc(&[("path", "/q")]), free()], 0),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.overall_code, status(&r, 0).0, status(&r, 1).0),
+        (OVER, OK, OVER)
+    );
+    assert_eq!(status(&r, 0).2, 100, "path /q untouched");
+    let r = call(&mut c, req("edge", vec![desc(&[("path", "/q")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(status(&r, 0).2, 99);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn shadow_unlimited_block_and_replaces() {
+    let srv = start(CONFIG).await;
+    let mut c = srv.client().await;
+    for _ in 0..3 {
+        let r = call(&mut c, req("edge", vec![desc(&[("shadow", "s")])], 0))
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.overall_code, status(&r, 0).0),
+            (OK, OK),
+            "shadow mode never denies"
+        );
+        assert_eq!(status(&r, 0).2, 0);
+    }
+    let r = call(&mut c, req("edge", vec![desc(&[("vip", "x")])], 1000))
+        .await
+        .unwrap();
+    assert_eq!((r.overall_code, status(&r, 0)), (OK, (OK, None, 0)));
+    let r = call(&mut c, req("edge", vec![desc(&[("blocked", "x")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(
+        status(&r, 0),
+        (OVER, Some((0, Unit::Second as i32, "blocked".into())), 0)
+    );
+    assert_eq!(header(&r, "Retry-After"), None);
+    // old alone is limited at 1/min; with new in the same request, new-limit replaces it.
+    let r = call(&mut c, req("edge", vec![desc(&[("old", "a")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, OK);
+    let r = call(&mut c, req("edge", vec![desc(&[("old", "a")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, OVER);
+    let r = call(
+        &mut c,
+        req(
+            "edge",
+            vec![desc(&[("old", "a")]), desc(&[("new", "a")])],
+            0,
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(status(&r, 0), (OK, None, 0), "old-limit replaced");
+    assert_eq!(status(&r, 1).1.unwrap().2, "new-limit");
+    let m = srv.running.engine.metrics().render();
+    assert!(m.contains("floodgate_decisions_total{domain=\"edge\",descriptor=\"shadow\",outcome=\"shadow_over_limit\"} 2"), "{m}");
+    assert!(m.contains(
+        "floodgate_decisions_total{domain=\"edge\",descriptor=\"vip\",outcome=\"unlimited\"} 1"
+    ));
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_errors_and_the_service_stays_up() {
+    let srv = start(CONFIG).await;
+    let mut c = srv.client().await;
+    let e = call(&mut c, req("nope", vec![desc(&[("a", "b")])], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), GrpcCode::NotFound);
+    assert_eq!(
+        e.message(),
+        "unknown domain \"nope\"; configured domains: edge"
+    );
+    let e = call(&mut c, req("", vec![desc(&[("a", "b")])], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (GrpcCode::InvalidArgument, "the domain must not be empty")
+    );
+    let e = call(&mut c, req("edge", vec![], 0)).await.unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (
+            GrpcCode::InvalidArgument,
+            "the descriptor list must not be empty"
+        )
+    );
+    let e = call(&mut c, req("edge", vec![desc(&[])], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.message(), "descriptor 0 has no entries");
+    let many = (0..65).map(|i| desc(&[("path", &i.to_string())])).collect();
+    let e = call(&mut c, req("edge", many, 0)).await.unwrap_err();
+    assert_eq!(e.code(), GrpcCode::InvalidArgument);
+    assert_eq!(
+        e.message(),
+        "65 descriptors is more than the maximum of 64 (limits.max_descriptors)"
+    );
+    let long = "v".repeat(2000);
+    let e = call(&mut c, req("edge", vec![desc(&[("path", &long)])], 0))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message()
+            .contains("the value is 2000 bytes, more than the maximum of 1024"),
+        "{}",
+        e.message()
+    );
+    let e = call(&mut c, req("edge", vec![desc(&[("", "x")])], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.message(),
+        "descriptor 0 entry 0: the key must not be empty"
+    );
+    // A message above the gRPC size cap (1 MiB) is refused by the transport.
+    let huge: Vec<_> = (0..3000)
+        .map(|_| desc(&[("path", &"x".repeat(500))]))
+        .collect();
+    let e = call(&mut c, req("edge", huge, 0)).await.unwrap_err();
+    assert_eq!(e.code(), GrpcCode::OutOfRange, "{e:?}");
+    assert!(e.message().contains("the limit is: 1048576 bytes"), "{e:?}");
+    let mut neg = desc(&[("path", "/n")]);
+    neg.is_negative_hits = true;
+    let e = call(&mut c, req("edge", vec![neg], 0)).await.unwrap_err();
+    assert!(e.message().contains("is_negative_hits"), "{}", e.message());
+    // Still serving.
+    let r = call(&mut c, req("edge", vec![desc(&[("path", "/still")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, OK);
+    let m = srv.running.engine.metrics().render();
+    assert!(
+        m.contains("floodgate_requests_total{front=\"grpc\",result=\"invalid\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("floodgate_requests_total{front=\"grpc\",result=\"unknown_domain\"} 1"),
+        "{m}"
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_protobuf_is_rejected_and_the_service_stays_up() {
+    let srv = start(CONFIG).await;
+    let channel = tonic::transport::Channel::from_shared(srv.grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raw = tonic::client::Grpc::new(channel);
+    for garbage in [
+        vec![0xff, 0xff, 0xff, 0xff],
+        vec![0x0a, 0x20, b'a'],
+        vec![0x12, 0x05, 0x0a],
+    ] {
+        raw.ready().await.unwrap();
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        );
+        let e = raw
+            .unary::<Vec<u8>, RateLimitResponse, _>(tonic::Request::new(garbage), path, RawCodec)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), GrpcCode::Internal, "{e:?}");
+        assert!(e.message().contains("decode"), "{e:?}");
+    }
+    let mut c = srv.client().await;
+    let r = call(&mut c, req("edge", vec![desc(&[("path", "/ok")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, OK);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_domains_can_be_allowed_as_envoy_does() {
+    let srv = start("unknown_domain: allow\ndomain: d\ndescriptors: []\n").await;
+    let mut c = srv.client().await;
+    let r = call(
+        &mut c,
+        req("other", vec![desc(&[("a", "b")]), desc(&[("c", "d")])], 0),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(r.statuses.len(), 2);
+    assert!(
+        r.statuses
+            .iter()
+            .all(|s| s.code == OK && s.current_limit.is_none())
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn health_service_reports_serving() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let srv = start(CONFIG).await;
+    let channel = tonic::transport::Channel::from_shared(srv.grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(channel);
+    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        let r = h
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    let e = h
+        .check(HealthCheckRequest {
+            service: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), GrpcCode::NotFound);
+    srv.stop().await;
+}
+
+/// Sends raw bytes as the request message; decodes the reply as a RateLimitResponse.
+#[derive(Debug, Clone, Copy)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = RateLimitResponse;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = RateLimitResponse;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<RateLimitResponse>, tonic::Status> {
+        use prost::Message;
+        RateLimitResponse::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}

@@ -1,0 +1,221 @@
+//! The server with its state in Redis: the shared Redis on 6379 (unique prefix, keys
+//! removed after) for answers, and a redis-server of our own, killed mid-test, for the
+//! fault policy (short timeout, circuit breaker, fail-open / fail-closed).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+fn unique_prefix(name: &str) -> String {
+    format!(
+        "fgtest:server:{name}:{}:{}:",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+async fn delete_prefix(prefix: &str) -> usize {
+    let mut c = redis::Client::open("redis://127.0.0.1:6379/")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    for k in &keys {
+        let _: i64 = redis::cmd("DEL").arg(k).query_async(&mut c).await.unwrap();
+    }
+    keys.len()
+}
+
+fn redis_config(url: &str, prefix: &str, policy: &str) -> String {
+    format!(
+        r#"
+store:
+  type: redis
+  redis: {{url: "{url}", prefix: "{prefix}", timeout: 50ms, fault_policy: {policy}, breaker_open_for: 200ms}}
+headers: {{retry_after_jitter: 0s}}
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {{unit: minute, requests_per_unit: 3}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn grpc_and_resp_answer_from_redis() {
+    let prefix = unique_prefix("answers");
+    let srv = start(&redis_config(
+        "redis://127.0.0.1:6379",
+        &prefix,
+        "fail-open",
+    ))
+    .await;
+    let mut c = srv.client().await;
+    let hit = || req("edge", vec![desc(&[("user", "alice")])], 0);
+    for remaining in [2, 1, 0] {
+        let r = call(&mut c, hit()).await.unwrap();
+        assert_eq!(
+            (r.overall_code, r.statuses[0].limit_remaining),
+            (Code::Ok as i32, remaining)
+        );
+    }
+    let r = call(&mut c, hit()).await.unwrap();
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    let ra: u64 = header(&r, "Retry-After").unwrap().parse().unwrap();
+    assert!((19..=20).contains(&ra), "{ra}");
+    // a second server on the same Redis shares the counters
+    let other = start(&redis_config(
+        "redis://127.0.0.1:6379",
+        &prefix,
+        "fail-open",
+    ))
+    .await;
+    let mut c2 = other.client().await;
+    assert_eq!(
+        call(&mut c2, hit()).await.unwrap().overall_code,
+        Code::OverLimit as i32
+    );
+    // CL.THROTTLE through the GCRA script: redis-cell's answers
+    let mut rc = redis::Client::open(format!("redis://{}/", srv.running.resp.unwrap()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let t = |q: &str| {
+        let mut cmd = redis::cmd("CL.THROTTLE");
+        cmd.arg("k").arg(15).arg(30).arg(60).arg(q);
+        cmd
+    };
+    let a: Vec<i64> = t("1").query_async(&mut rc).await.unwrap();
+    let b: Vec<i64> = t("1").query_async(&mut rc).await.unwrap();
+    let p: Vec<i64> = t("0").query_async(&mut rc).await.unwrap();
+    assert_eq!(
+        (a, b, p),
+        (
+            vec![0, 16, 15, -1, 2],
+            vec![0, 16, 14, -1, 4],
+            vec![0, 16, 14, -1, 4]
+        )
+    );
+    other.stop().await;
+    srv.stop().await;
+    assert!(
+        delete_prefix(&prefix).await >= 2,
+        "the keys were under the prefix"
+    );
+}
+
+/// A redis-server of our own on a free port; killed on drop.
+struct OwnRedis {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl OwnRedis {
+    fn start() -> OwnRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        OwnRedis {
+            port,
+            child: Some(child),
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn fault_run(policy: &str) -> (Vec<i32>, String, Srv) {
+    let mut redis = OwnRedis::start();
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let srv = start(&redis_config(&url, "fg:", policy)).await;
+    let mut c = srv.client().await;
+    let hit = || req("edge", vec![desc(&[("user", "bob")])], 0);
+    assert_eq!(
+        call(&mut c, hit()).await.unwrap().overall_code,
+        Code::Ok as i32
+    );
+    redis.kill();
+    let mut codes = Vec::new();
+    for _ in 0..6 {
+        let t = Instant::now();
+        let r = call(&mut c, hit()).await.unwrap();
+        assert!(
+            t.elapsed() < Duration::from_millis(1000),
+            "answered within the short timeout: {:?}",
+            t.elapsed()
+        );
+        codes.push(r.overall_code);
+    }
+    let m = srv.running.engine.metrics().render();
+    (codes, m, srv)
+}
+
+#[tokio::test]
+async fn redis_down_fails_open_fast_and_is_counted() {
+    let (codes, m, srv) = fault_run("fail-open").await;
+    assert!(codes.iter().all(|&c| c == Code::Ok as i32), "{codes:?}");
+    assert!(m.contains("floodgate_store_faults_total{kind="), "{m}");
+    assert!(m.contains("floodgate_redis_degraded_total 6"), "{m}");
+    assert!(m.contains("floodgate_redis_calls_total"), "{m}");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn redis_down_fails_closed_when_configured() {
+    let (codes, m, srv) = fault_run("fail-closed").await;
+    assert!(
+        codes.iter().all(|&c| c == Code::OverLimit as i32),
+        "{codes:?}"
+    );
+    assert!(
+        m.contains("floodgate_store_faults_total{kind=\"circuit_open\"}"),
+        "the breaker opened: {m}"
+    );
+    srv.stop().await;
+}
