@@ -205,6 +205,13 @@ pub enum Reply {
     Ints(Vec<i64>),
     /// `*0`.
     EmptyArray,
+    /// The `HELLO` reply: a map in RESP3 (`%n`), a flat array in RESP2.
+    Hello {
+        /// Reply as RESP3.
+        resp3: bool,
+        /// The protocol now spoken.
+        proto: i64,
+    },
 }
 
 impl Reply {
@@ -237,6 +244,31 @@ impl Reply {
                 }
             }
             Reply::EmptyArray => out.extend_from_slice(b"*0\r\n"),
+            Reply::Hello { resp3, proto } => {
+                let fields: [(&str, Option<&str>, i64); 7] = [
+                    ("server", Some("floodgate"), 0),
+                    ("version", Some(env!("CARGO_PKG_VERSION")), 0),
+                    ("proto", None, *proto),
+                    ("id", None, 1),
+                    ("mode", Some("standalone"), 0),
+                    ("role", Some("master"), 0),
+                    ("modules", None, -1),
+                ];
+                let head = if *resp3 {
+                    format!("%{}\r\n", fields.len())
+                } else {
+                    format!("*{}\r\n", fields.len() * 2)
+                };
+                out.extend_from_slice(head.as_bytes());
+                for (k, s, i) in fields {
+                    Reply::Bulk(k.as_bytes().to_vec()).encode(out);
+                    match (s, i) {
+                        (Some(s), _) => Reply::Bulk(s.as_bytes().to_vec()).encode(out),
+                        (None, -1) => out.extend_from_slice(b"*0\r\n"),
+                        (None, i) => out.extend_from_slice(format!(":{i}\r\n").as_bytes()),
+                    }
+                }
+            }
         }
     }
 }
@@ -249,6 +281,13 @@ fn quote_args(args: &[Vec<u8>]) -> String {
             format!("'{s}' ")
         })
         .collect()
+}
+
+/// Per-connection protocol state.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Conn {
+    /// The client switched to RESP3 with `HELLO 3`.
+    pub resp3: bool,
 }
 
 /// The RESP front door's state: the throttle store and the metrics.
@@ -269,8 +308,9 @@ impl RespService {
         }
     }
 
-    /// Execute one command. Returns the reply and whether to close the connection.
-    pub async fn execute(&self, args: &[Vec<u8>]) -> (Reply, bool) {
+    /// Execute one command on a connection speaking `conn`. Returns the reply and whether
+    /// to close the connection.
+    pub async fn execute(&self, conn: &mut Conn, args: &[Vec<u8>]) -> (Reply, bool) {
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
         let arity = |ok: bool, reply: Reply| {
             if ok {
@@ -299,6 +339,32 @@ impl RespService {
             "QUIT" => (Reply::Simple("OK"), true),
             "COMMAND" => (Reply::EmptyArray, false),
             "CLIENT" | "SELECT" => (Reply::Simple("OK"), false),
+            // RESP3 clients (redis-py 8 by default) open with HELLO 3; the replies this
+            // server sends (simple strings, errors, bulks, arrays of integers) are the
+            // same in RESP2 and RESP3, only HELLO's own reply differs.
+            "HELLO" => match args.get(1).map(|v| String::from_utf8_lossy(v).into_owned()) {
+                None => (
+                    Reply::Hello {
+                        resp3: conn.resp3,
+                        proto: if conn.resp3 { 3 } else { 2 },
+                    },
+                    false,
+                ),
+                Some(v) if v == "2" || v == "3" => {
+                    conn.resp3 = v == "3";
+                    (
+                        Reply::Hello {
+                            resp3: conn.resp3,
+                            proto: if conn.resp3 { 3 } else { 2 },
+                        },
+                        false,
+                    )
+                }
+                Some(_) => (
+                    Reply::Error("NOPROTO unsupported protocol version".into()),
+                    false,
+                ),
+            },
             _ => (
                 Reply::Error(format!(
                     "ERR unknown command '{}', with args beginning with: {}",
@@ -370,6 +436,7 @@ impl RespService {
         let _ = stream.set_nodelay(true);
         let mut buf: Vec<u8> = Vec::with_capacity(4096);
         let mut out: Vec<u8> = Vec::with_capacity(4096);
+        let mut conn = Conn::default();
         loop {
             // Answer every complete command in the buffer (pipelining).
             let mut used = 0;
@@ -381,7 +448,7 @@ impl RespService {
                         if args.is_empty() {
                             continue;
                         }
-                        let (reply, quit) = self.execute(&args).await;
+                        let (reply, quit) = self.execute(&mut conn, &args).await;
                         reply.encode(&mut out);
                         if quit {
                             close = true;
@@ -556,6 +623,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn hello_switches_protocol_and_rejects_unknown_versions() {
+        let s = RespService::new(
+            ThrottleStore::memory(10).unwrap(),
+            Arc::new(Metrics::new(None)),
+            RespLimits::default(),
+        );
+        let mut conn = Conn::default();
+        let (r, _) = s.execute(&mut conn, &args(&["HELLO", "3"])).await;
+        assert!(conn.resp3);
+        let mut out = Vec::new();
+        r.encode(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("%7\r\n$6\r\nserver\r\n$9\r\nfloodgate\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("$5\r\nproto\r\n:3\r\n"), "{text}");
+        let (r, _) = s.execute(&mut conn, &args(&["HELLO", "2"])).await;
+        let mut out = Vec::new();
+        r.encode(&mut out);
+        assert!(out.starts_with(b"*14\r\n") && !conn.resp3);
+        let (r, _) = s.execute(&mut conn, &args(&["HELLO", "4"])).await;
+        assert_eq!(
+            r,
+            Reply::Error("NOPROTO unsupported protocol version".into())
+        );
+    }
+
+    #[tokio::test]
     async fn throttle_answers_as_redis_cell() {
         let s = RespService::new(
             ThrottleStore::memory(1000).unwrap(),
@@ -565,7 +661,7 @@ mod tests {
         let run = |v: &[&str]| {
             let a = args(v);
             let s = &s;
-            async move { s.execute(&a).await.0 }
+            async move { s.execute(&mut Conn::default(), &a).await.0 }
         };
         assert_eq!(
             run(&["CL.THROTTLE", "k", "15", "30", "60"]).await,
