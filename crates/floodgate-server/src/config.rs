@@ -287,6 +287,23 @@ pub struct LimitDef {
 }
 
 impl LimitDef {
+    /// The window the RateLimit-Policy `w` parameter advertises: the window for windowed
+    /// algorithms; for the bucket algorithms and GCRA, the time to refill the capacity at
+    /// the rate (the window itself when capacity equals the count).
+    pub fn policy_window(&self) -> Duration {
+        let Some(spec) = &self.spec else {
+            return self.window;
+        };
+        match spec.kind {
+            Kind::FixedWindow | Kind::SlidingLog | Kind::SlidingCounter => self.window,
+            _ => {
+                let cap = spec.capacity.unwrap_or(spec.rate.count()) as u128;
+                let ns = cap * spec.rate.period_nanos() as u128 / spec.rate.count() as u128;
+                Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+            }
+        }
+    }
+
     /// The algorithm's name (`block` for a zero limit).
     pub fn algorithm(&self) -> &'static str {
         self.spec.as_ref().map_or("block", |s| s.kind.name())
@@ -809,6 +826,9 @@ mod tests {
         assert_eq!(a[1].name, "user#2");
         assert_eq!(a[1].unit, Unit::Hour);
         assert_eq!(a[1].spec.as_ref().unwrap().capacity, Some(10));
+        // RateLimit-Policy's w: 10 at 1000/h refill in 36 s; a windowed limit: its window.
+        assert_eq!(a[1].policy_window(), Duration::from_secs(36));
+        assert_eq!(a[0].policy_window(), Duration::from_secs(30));
     }
 
     #[test]

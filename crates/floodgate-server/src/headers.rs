@@ -1,10 +1,14 @@
 //! The response headers a proxy should add, rendered from the decisions of one request.
 //!
-//! * `RateLimit-Policy: "name";q=100;w=60, ...`: every limit that applied, `q` the
-//!   requests per window and `w` the window in whole seconds (rounded up, at least 1).
-//! * `RateLimit: "name";r=7;t=12, ...`: per limit, `r` requests remaining now and `t`
-//!   seconds until the quota is back (the reset for an admitted request, the Retry-After
-//!   value for a denied one).
+//! The same rendering as `floodgate proxy` (the HTTP section of the README), from the core
+//! [`Decision`]:
+//!
+//! * `RateLimit-Policy: "name";q=100;w=60, ...`: every limit that applied, `q` the limit
+//!   (capacity: what a key at rest admits at once) and `w` the seconds to refill `q` at
+//!   the limit's rate (the window for windowed algorithms), rounded up, at least 1. With
+//!   the default capacity (the rate's count) that is `requests_per_unit` and the unit.
+//! * `RateLimit: "name";r=7;t=12, ...`: per limit, `r` remaining now and `t` the seconds
+//!   until the key is back at full capacity (`reset_after`, rounded up).
 //! * `Retry-After: 7` when the request is over limit: `ceil(retry + uniform(0, jitter))`,
 //!   so never earlier than the true retry time (draft-ietf-httpapi-ratelimit-headers asks
 //!   for jitter; RFC 9110 delay-seconds). Absent when the request can never succeed (its
@@ -84,12 +88,7 @@ pub fn render(
     } else {
         None
     };
-    let t_of = |d: &Decision| -> u64 {
-        match (d.allowed, d.retry_after) {
-            (false, Some(r)) => retry.unwrap_or_else(|| ceil_secs(r)).max(ceil_secs(r)),
-            _ => ceil_secs(d.reset_after),
-        }
-    };
+    let t_of = |d: &Decision| -> u64 { ceil_secs(d.reset_after) };
     if settings.ratelimit {
         let mut policy = String::new();
         let mut state = String::new();
@@ -100,12 +99,12 @@ pub fn render(
             }
             seen.push(&def.name);
             let name = sf_string(&def.name);
-            let w = ceil_secs(def.window).max(1);
+            let w = ceil_secs(def.policy_window()).max(1);
             if !policy.is_empty() {
                 policy.push_str(", ");
                 state.push_str(", ");
             }
-            let _ = write!(policy, "{name};q={};w={w}", def.requests_per_unit);
+            let _ = write!(policy, "{name};q={};w={w}", d.limit);
             let _ = write!(state, "{name};r={};t={}", d.remaining, t_of(d));
         }
         out.push((RATELIMIT_POLICY, policy));
@@ -115,9 +114,9 @@ pub fn render(
         out.push((RETRY_AFTER, r.to_string()));
     }
     if settings.x_ratelimit
-        && let Some((def, d)) = binding(applied)
+        && let Some((_, d)) = binding(applied)
     {
-        out.push(("X-RateLimit-Limit", def.requests_per_unit.to_string()));
+        out.push(("X-RateLimit-Limit", d.limit.to_string()));
         out.push(("X-RateLimit-Remaining", d.remaining.to_string()));
         out.push(("X-RateLimit-Reset", t_of(d).to_string()));
     }
@@ -196,11 +195,7 @@ mod tests {
                 .unwrap();
             assert!((3..=5).contains(&ra), "{ra}");
             let rl = &h.iter().find(|(k, _)| *k == RATELIMIT).unwrap().1;
-            assert_eq!(
-                rl,
-                &format!("\"x\";r=0;t={ra}"),
-                "t agrees with Retry-After"
-            );
+            assert_eq!(rl, "\"x\";r=0;t=1", "t is the reset, without jitter");
             seen.insert(ra);
         }
         assert!(seen.len() >= 2, "jitter spreads the values: {seen:?}");

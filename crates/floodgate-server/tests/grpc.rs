@@ -95,7 +95,11 @@ async fn codes_statuses_and_headers_per_value() {
     assert_eq!(status(&r, 0).0, OVER);
     // GCRA 3/min: one request every 20 s; with no jitter configured, exactly ceil(20 s).
     assert_eq!(header(&r, "Retry-After"), Some("20"));
-    assert_eq!(header(&r, "RateLimit"), Some("\"remote_address\";r=0;t=20"));
+    assert_eq!(
+        header(&r, "RateLimit"),
+        Some("\"remote_address\";r=0;t=60"),
+        "t: back to full capacity"
+    );
     // Each value has its own counter; an exact value rule beats the key-only rule.
     assert_eq!(
         call(&mut c, one("10.0.0.2")).await.unwrap().overall_code,

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Benchmark of `floodgate server` on one core (loopback only, bounded runs):
+#   1. ShouldRateLimit (Envoy RLS v3, gRPC) calls/s and latency, in-process store and
+#      Redis store, with the project's own load client (crates/floodgate-server/examples/
+#      rls_load.rs; ghz is not installable here).
+#   2. CL.THROTTLE over RESP with redis-benchmark, against floodgate (in-process and
+#      Redis store) and, in the same run, the Redis on 127.0.0.1:6379 answering the seed's
+#      INCR+EXPIRE script through EVALSHA.
+# The server is pinned to core 0 (`taskset -c 0`, one worker thread); the load tools to
+# core 1. Server CPU seconds are read from /proc so "calls per server CPU second" is
+# reported next to wall-clock calls/s. Keys on 6379 use a unique prefix and are deleted.
+#
+#   scripts/bench-server.sh [REQUESTS] [SECONDS]     (defaults: 300000 10)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-300000}
+SECS=${2:-10}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
+command -v redis-benchmark >/dev/null && command -v taskset >/dev/null || {
+  echo "needs redis-benchmark and taskset" >&2; exit 1; }
+for p in 28179 28180 28181; do
+  if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
+done
+TMP=$(mktemp -d /tmp/fg-bench-server.XXXXXX)
+PREFIX="fgbench:$$:"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  redis-cli --scan --pattern "${PREFIX}*" | xargs -r -n 500 redis-cli del >/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# Private copies: other builds sharing the target directory may replace the binaries.
+cargo build --release -q --bin floodgate
+cp "$CARGO_TARGET_DIR/release/floodgate" "$TMP/floodgate"
+cargo build --release -q -p floodgate-server --example rls_load
+cp "$CARGO_TARGET_DIR/release/examples/rls_load" "$TMP/rls_load"
+
+config() { # $1 = store block
+  cat > "$TMP/bench.yaml" <<EOF
+listen: {grpc: 127.0.0.1:28181, http: 127.0.0.1:28180, resp: 127.0.0.1:28179}
+$1
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {rate: 1000000/s}
+EOF
+}
+
+wait_port() { for _ in $(seq 200); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
+
+cpu_secs() { # utime + stime of pid $1, in seconds
+  awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"
+}
+
+start_server() {
+  taskset -c 0 "$TMP/floodgate" server --config "$TMP/bench.yaml" --threads 1 --no-watch \
+    >"$TMP/out.log" 2>"$TMP/err.log" &
+  SERVER=$!
+  PIDS+=("$SERVER")
+  wait_port 28181
+}
+
+stop_server() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; }
+
+grpc_run() { # $1 = label, $2 = concurrency
+  local before after line
+  before=$(cpu_secs "$SERVER")
+  line=$(taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user "$2" 4 "$N" "$SECS")
+  after=$(cpu_secs "$SERVER")
+  echo "$1 c=$2 $line server_cpu_s=$(awk -v a="$after" -v b="$before" 'BEGIN{printf "%.2f", a-b}')" | tee -a "$TMP/results"
+}
+
+resp_run() { # $1 = label, $2 = port, then the command
+  local label=$1 port=$2; shift 2
+  local out
+  out=$(taskset -c 1 redis-benchmark -p "$port" -c 16 -n "$N" -r 1000 --csv "$@" 2>/dev/null | tail -1)
+  echo "$label $out" | tee -a "$TMP/results"
+}
+
+echo "== machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== gRPC ShouldRateLimit, in-process store (server on core 0, 1 thread)"
+config "store: {type: memory}"
+start_server
+taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user 16 4 20000 5 >/dev/null # warm-up
+for c in 16 64; do grpc_run "grpc/memory" "$c"; done
+echo "== CL.THROTTLE over RESP, in-process store (redis-benchmark -c 16)"
+resp_run "resp/memory" 28179 CL.THROTTLE "k:__rand_int__" 1000000 1000000 1 1
+stop_server
+
+echo "== gRPC ShouldRateLimit, Redis store (127.0.0.1:6379, unique prefix)"
+config "store: {type: redis, redis: {url: \"redis://127.0.0.1:6379\", prefix: \"$PREFIX\"}}"
+start_server
+taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user 16 4 20000 5 >/dev/null
+for c in 16 64; do grpc_run "grpc/redis" "$c"; done
+echo "== CL.THROTTLE over RESP, Redis store (GCRA script on 6379)"
+resp_run "resp/redis" 28179 CL.THROTTLE "k:__rand_int__" 1000000 1000000 1 1
+stop_server
+
+echo "== baseline: the seed's INCR+EXPIRE script on 127.0.0.1:6379 via EVALSHA"
+SHA=$(redis-cli SCRIPT LOAD "local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return c")
+resp_run "redis-6379/evalsha-seed" 6379 evalsha "$SHA" 1 "${PREFIX}seed:__rand_int__" 60
+echo
+echo "== summary"
+cat "$TMP/results"
