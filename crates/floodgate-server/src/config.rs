@@ -73,6 +73,34 @@ pub struct Settings {
     pub resp: Option<SocketAddr>,
     /// The store.
     pub store: StoreSettings,
+    /// How a fleet of servers shares each limit.
+    pub fleet: FleetSettings,
+}
+
+/// How several floodgate servers (behind one balancer) share each limit (the strategies
+/// of `floodgate-dist`, priced by `floodgate simulate --nodes N`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FleetSettings {
+    /// One server, or servers that each enforce the whole limit on their own. Default.
+    Single,
+    /// Each of `nodes` servers enforces `1/nodes` of every limit in process: no round
+    /// trip; a client whose calls land on one server gets `1/nodes` of its quota.
+    Local {
+        /// Servers in the fleet.
+        nodes: usize,
+    },
+    /// Every decision on the shared Redis counter (`store: redis`): exact, one round trip.
+    Shared,
+    /// Leases of at most `lease` units taken from the Redis counter and spent locally;
+    /// every decision shared once fewer than `nodes x lease` units remain.
+    Hybrid {
+        /// Servers in the fleet.
+        nodes: usize,
+        /// Most units per lease.
+        lease: u64,
+        /// A lease's lifetime.
+        lease_ttl: Duration,
+    },
 }
 
 /// Where limiter state lives.
@@ -320,6 +348,17 @@ pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
 }
 
 /// Check `text` as the content of `path` (the extension picks the format).
+///
+/// ```
+/// use std::path::Path;
+/// use floodgate_server::config::{parse, Unit};
+/// let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 60}\n";
+/// let c = parse(Path::new("limits.yaml"), yaml)?;
+/// assert_eq!(c.rules.domains["edge"][0].limits[0].unit, Unit::Minute);
+/// let e = parse(Path::new("limits.yaml"), "domain: edge\ndescriptors: [{key: user, rate_limit: {unit: minute}}]\n");
+/// assert!(e.unwrap_err().to_string().contains("requests_per_unit is missing"));
+/// # Ok::<(), floodgate_server::ConfigFileError>(())
+/// ```
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigFileError> {
     let ext = path
         .extension()
@@ -481,11 +520,69 @@ fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
             ));
         }
     };
+    let f = &file.fleet;
+    let at = "fleet";
+    let redis = matches!(store, StoreSettings::Redis { .. });
+    let strategy = f
+        .strategy
+        .as_deref()
+        .unwrap_or("single")
+        .to_ascii_lowercase();
+    let nodes = || -> Result<usize, Invalid> {
+        let n = f.nodes.ok_or_else(|| {
+            invalid(
+                at,
+                format!("strategy {strategy} needs nodes: the number of servers"),
+            )
+        })?;
+        positive(at, "nodes", Some(n), 1)
+    };
+    let fleet = match strategy.as_str() {
+        "single" => FleetSettings::Single,
+        "local" if redis => {
+            return Err(invalid(
+                at,
+                "strategy local counts in process: it takes store type memory",
+            ));
+        }
+        "local" => FleetSettings::Local { nodes: nodes()? },
+        "shared" | "hybrid" if !redis => {
+            return Err(invalid(
+                at,
+                format!("strategy {strategy} needs the shared counter: set store type redis"),
+            ));
+        }
+        "shared" => FleetSettings::Shared,
+        "hybrid" => FleetSettings::Hybrid {
+            nodes: nodes()?,
+            lease: positive(at, "lease", f.lease, 10)? as u64,
+            lease_ttl: {
+                let ttl = duration(at, "lease_ttl", &f.lease_ttl, Duration::from_secs(1))?;
+                if ttl.is_zero() {
+                    return Err(invalid(at, "lease_ttl must be above 0"));
+                }
+                ttl
+            },
+        },
+        "sticky" => {
+            return Err(invalid(
+                at,
+                "strategy sticky forwards requests to the key's owner, which floodgate proxy does over HTTP; the server offers local, shared or hybrid",
+            ));
+        }
+        other => {
+            return Err(invalid(
+                at,
+                format!("strategy {other:?}: expected single, local, shared or hybrid"),
+            ));
+        }
+    };
     Ok(Settings {
         grpc,
         http,
         resp,
         store,
+        fleet,
     })
 }
 
@@ -885,6 +982,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("/nonexistent/limits.yaml: cannot read"), "{e}");
+    }
+
+    #[test]
+    fn fleet_strategies_are_checked_against_the_store() {
+        let c = yaml("fleet: {strategy: local, nodes: 3}\n").unwrap();
+        assert_eq!(c.settings.fleet, FleetSettings::Local { nodes: 3 });
+        let c = yaml("store: {type: redis}\nfleet: {strategy: hybrid, nodes: 2, lease: 5, lease_ttl: 500ms}\n").unwrap();
+        assert_eq!(
+            c.settings.fleet,
+            FleetSettings::Hybrid {
+                nodes: 2,
+                lease: 5,
+                lease_ttl: Duration::from_millis(500)
+            }
+        );
+        assert!(err("fleet: {strategy: shared}\n").contains("set store type redis"));
+        assert!(
+            err("store: {type: redis}\nfleet: {strategy: local, nodes: 2}\n")
+                .contains("takes store type memory")
+        );
+        assert!(err("fleet: {strategy: local}\n").contains("needs nodes"));
+        assert!(err("fleet: {strategy: local, nodes: 0}\n").contains("nodes must be at least 1"));
+        assert!(err("fleet: {strategy: sticky, nodes: 2}\n").contains("floodgate proxy"));
+        assert!(
+            err("fleet: {strategy: gossip}\n").contains("expected single, local, shared or hybrid")
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //! With the in-process store, every enforced limit of every descriptor of one request is
 //! decided in one [`check_all`]: a request denied by one limit consumes from none (Envoy's
 //! own service charges all of them). Shadow-mode limits are charged on their own and never
-//! deny. With Redis, each limit is one script call (charged independently, as Envoy's).
+//! deny. With Redis, each limit is one script call (charged independently, as Envoy's);
+//! with the fleet `hybrid` strategy, units admitted before a denial in the same request
+//! go back to this server's lease, so the request consumes nothing locally usable either.
 //!
 //! # Reload
 //! A limit is identified by its domain, rule path and name (or position). A new
@@ -30,7 +32,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use floodgate_core::multi::{Check, check_all};
-use floodgate_core::{AnyAlgorithm, Clock, Decision, KeyedLimiter, Nanos, WallClock};
+use floodgate_core::{Algorithm, AnyAlgorithm, Clock, Decision, KeyedLimiter, Nanos, WallClock};
+use floodgate_dist::HybridNode;
+use floodgate_dist::hybrid::{Finish, Step};
 use floodgate_redis::{Fault, RedisLimiter, RedisStore, Source};
 use prometheus_client::metrics::counter::Counter;
 use thiserror::Error;
@@ -141,6 +145,8 @@ pub enum StoreHandle {
     Memory {
         /// Keys per limit.
         max_keys: usize,
+        /// Fleet `local` strategy: enforce `1/share` of every limit (1: the whole limit).
+        share: usize,
     },
     /// Redis.
     Redis(Arc<RedisStore>),
@@ -392,6 +398,20 @@ pub struct Outcome {
     pub delay: std::time::Duration,
 }
 
+/// The fleet `hybrid` strategy's state: leases per limiter key.
+#[derive(Debug)]
+struct Hybrid {
+    node: std::sync::Mutex<HybridNode<String>>,
+    lease_admits: Counter,
+    round_trips: Counter,
+}
+
+impl Hybrid {
+    fn node(&self) -> std::sync::MutexGuard<'_, HybridNode<String>> {
+        self.node.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// The shared limiter: the served generation and the store.
 #[derive(Debug)]
 pub struct Engine {
@@ -400,6 +420,7 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
     reload_lock: std::sync::Mutex<()>,
+    hybrid: Option<Hybrid>,
 }
 
 fn never(cost: u64) -> Decision {
@@ -438,7 +459,35 @@ impl Engine {
             metrics,
             next_id: AtomicU64::new(2),
             reload_lock: std::sync::Mutex::new(()),
+            hybrid: None,
         })
+    }
+
+    /// Use the fleet `hybrid` strategy (Redis store only): leases of at most `lease` units
+    /// taken from the shared counter and spent here, every decision shared once fewer
+    /// than `nodes x lease` units remain (see `floodgate_dist::hybrid` for the bound).
+    /// At most `max_keys` leases are held.
+    pub fn with_hybrid(
+        mut self,
+        nodes: usize,
+        lease: u64,
+        lease_ttl: std::time::Duration,
+        max_keys: usize,
+    ) -> Engine {
+        let ttl = u64::try_from(lease_ttl.as_nanos()).unwrap_or(u64::MAX);
+        let near = (nodes as u64).saturating_mul(lease);
+        let event = |e: &'static str| {
+            self.metrics
+                .fleet_events
+                .get_or_create(&crate::metrics::EventLabels { event: e })
+                .clone()
+        };
+        self.hybrid = Some(Hybrid {
+            node: std::sync::Mutex::new(HybridNode::new(lease, near, ttl, max_keys)),
+            lease_admits: event("lease_admit"),
+            round_trips: event("round_trip"),
+        });
+        self
     }
 
     /// The generation being served.
@@ -792,7 +841,110 @@ impl Engine {
         }
     }
 
+    fn count_fault(&self, source: &Source) {
+        if let Source::Fault(f) = source {
+            let kind = match f {
+                Fault::Timeout => "timeout",
+                Fault::Error(_) => "error",
+                Fault::CircuitOpen => "circuit_open",
+            };
+            self.metrics
+                .store_faults
+                .get_or_create(&crate::metrics::KindLabels { kind })
+                .inc();
+        }
+    }
+
+    /// The hybrid strategy on every Redis item: enforced limits in order, all-or-nothing
+    /// (units admitted before a denial go back to this server's leases), then shadow ones.
+    async fn decide_hybrid(&self, h: &Hybrid, items: &mut [Item]) -> Result<(), CheckError> {
+        let order: Vec<usize> = (0..items.len())
+            .filter(|&i| !items[i].shadow)
+            .chain((0..items.len()).filter(|&i| items[i].shadow))
+            .collect();
+        let mut denied = items
+            .iter()
+            .any(|it| !it.shadow && it.cost > 0 && matches!(it.limit.backend, Backend::Block));
+        let mut admitted: Vec<usize> = Vec::new();
+        for i in order {
+            let Backend::Redis(l) = &items[i].limit.backend else {
+                continue;
+            };
+            let l = l.clone();
+            if denied && !items[i].shadow {
+                let now = WallClock.now();
+                let lease = h.node().lease(&items[i].key, now);
+                items[i].decision = lease_view(&items[i].limit, &l, lease);
+                continue;
+            }
+            let d = self
+                .hybrid_one(h, &items[i].limit, &l, &items[i].key, items[i].cost)
+                .await?;
+            items[i].decision = d;
+            if items[i].shadow {
+                continue;
+            }
+            if d.allowed {
+                admitted.push(i);
+            } else {
+                denied = true;
+                let mut node = h.node();
+                for &j in &admitted {
+                    node.refund(&items[j].key, items[j].cost);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn hybrid_one(
+        &self,
+        h: &Hybrid,
+        limit: &LimitInst,
+        l: &RedisLimiter,
+        key: &String,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        let now = WallClock.now();
+        let step = {
+            let mut node = h.node();
+            match node.begin(key, now, cost) {
+                Step::Admit => Err(node.lease(key, now)),
+                Step::Ask { units } => Ok(units),
+            }
+        };
+        let mut units = match step {
+            Err(lease) => {
+                h.lease_admits.inc();
+                return Ok(lease_view(limit, l, lease));
+            }
+            Ok(u) => u,
+        };
+        // at most two round trips: a refused lease is retried for the cost alone
+        loop {
+            h.round_trips.inc();
+            let out = l.check(key.as_bytes(), units).await?;
+            if matches!(out.source, Source::Fault(_)) {
+                self.count_fault(&out.source);
+                return Ok(out.decision);
+            }
+            let mut d = out.decision;
+            let finish = h.node().finish(key, now, cost, units, &d);
+            match finish {
+                Finish::Admit => {
+                    d.remaining = d.remaining.saturating_add(units - cost).min(d.limit);
+                    return Ok(d);
+                }
+                Finish::Deny => return Ok(d),
+                Finish::Retry { units: u } => units = u,
+            }
+        }
+    }
+
     async fn decide_redis(&self, items: &mut [Item]) -> Result<(), CheckError> {
+        if let Some(h) = &self.hybrid {
+            return self.decide_hybrid(h, items).await;
+        }
         let calls = items.iter().map(|it| async move {
             match &it.limit.backend {
                 Backend::Redis(l) => Some(l.check(it.key.as_bytes(), it.cost).await),
@@ -803,21 +955,30 @@ impl Engine {
         for (it, r) in items.iter_mut().zip(results) {
             let Some(r) = r else { continue };
             let out = r?;
-            if let Source::Fault(f) = &out.source {
-                let kind = match f {
-                    Fault::Timeout => "timeout",
-                    Fault::Error(_) => "error",
-                    Fault::CircuitOpen => "circuit_open",
-                };
-                self.metrics
-                    .store_faults
-                    .get_or_create(&crate::metrics::KindLabels { kind })
-                    .inc();
-            }
+            self.count_fault(&out.source);
             it.decision = out.decision;
         }
         Ok(())
     }
+}
+
+/// What a key admitted from its lease looks like: the lease's unspent units plus what the
+/// shared counter said remained (capped at the limit); reset = time to refill the rest.
+fn lease_view(limit: &LimitInst, l: &RedisLimiter, lease: Option<(u64, u64)>) -> Decision {
+    let cap = l.algorithm().limit();
+    let (units, shared) = lease.unwrap_or((0, 0));
+    let remaining = units.saturating_add(shared).min(cap);
+    let t = limit
+        .def
+        .spec
+        .as_ref()
+        .map_or(0, |s| s.rate.emission_interval_nanos());
+    let ns = u128::from(cap - remaining) * u128::from(t);
+    Decision::allow(
+        cap,
+        remaining,
+        std::time::Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)),
+    )
 }
 
 /// Build a generation; limiters of the same identity in `prev` are taken over.
@@ -963,11 +1124,19 @@ fn instantiate(
             backend: Backend::Block,
         }));
     };
+    let local;
+    let spec = match store {
+        StoreHandle::Memory { share, .. } if *share > 1 => {
+            local = floodgate_dist::local_share(spec, *share).map_err(|e| format!("{id}: {e}"))?;
+            &local
+        }
+        _ => spec,
+    };
     let alg = spec.build().map_err(|e| format!("{id}: {e}"))?;
     let backend = match store {
-        StoreHandle::Memory { max_keys } => match old.map(|o| (&o.backend, &o.def)) {
+        StoreHandle::Memory { max_keys, .. } => match old.map(|o| (&o.backend, &o.def)) {
             Some((Backend::Memory(l), old_def)) => {
-                if old_def.spec.as_ref() != Some(spec) {
+                if old_def.spec != def.spec {
                     l.set_algorithm(alg);
                 }
                 Backend::Memory(l.clone())

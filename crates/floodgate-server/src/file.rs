@@ -18,6 +18,9 @@ pub struct FileConfig {
     /// Where limiter state lives.
     #[serde(default)]
     pub store: StoreFile,
+    /// Several floodgate servers sharing limits.
+    #[serde(default)]
+    pub fleet: FleetFile,
     /// Response headers (RateLimit draft fields, Retry-After jitter, Envoy's X-RateLimit).
     #[serde(default)]
     pub headers: HeadersFile,
@@ -89,6 +92,20 @@ pub struct RedisFile {
     pub breaker_open_for: Option<String>,
     /// Keys in each limit's local cache of denials (default 100 000; 0 disables).
     pub deny_cache_keys: Option<u64>,
+}
+
+/// `fleet:` how several servers behind one balancer share each limit.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetFile {
+    /// `single` (default), `local`, `shared` or `hybrid`.
+    pub strategy: Option<String>,
+    /// Number of servers in the fleet.
+    pub nodes: Option<u64>,
+    /// Hybrid: most units leased per round trip (default 10).
+    pub lease: Option<u64>,
+    /// Hybrid: a lease's lifetime (default 1 s).
+    pub lease_ttl: Option<String>,
 }
 
 /// `headers:`.

@@ -51,6 +51,14 @@ pub fn sf_string(name: &str) -> String {
 }
 
 /// Retry-After seconds for a true `retry` and a jitter span: never below `ceil(retry)`.
+///
+/// ```
+/// use floodgate_server::headers::retry_after_secs;
+/// use std::time::Duration;
+/// let s = retry_after_secs(Duration::from_millis(2_300), Duration::from_secs(2));
+/// assert!((3..=5).contains(&s));
+/// assert_eq!(retry_after_secs(Duration::from_millis(2_300), Duration::ZERO), 3);
+/// ```
 pub fn retry_after_secs(retry: Duration, jitter: Duration) -> u64 {
     let extra = match u64::try_from(jitter.as_nanos()) {
         Ok(0) => 0,

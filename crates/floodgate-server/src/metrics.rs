@@ -8,6 +8,7 @@
 //! | `floodgate_request_duration_seconds` | front | latency inside the server (decode to reply) |
 //! | `floodgate_store_faults_total` | kind | Redis `timeout`, `error`, `circuit_open`: decisions made by the fault policy |
 //! | `floodgate_redis_*` | | the Redis store's counters (calls, timeouts, deny-cache hits, ...) |
+//! | `floodgate_fleet_events_total` | event | hybrid fleet: `lease_admit` (no round trip), `round_trip` |
 //! | `floodgate_config_reloads_total` | result | `ok` or `error` |
 //! | `floodgate_config_last_reload_success` | | 1 when the last reload attempt succeeded |
 //! | `floodgate_config_generation` | | generation of the config being served (1 at startup) |
@@ -72,6 +73,13 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+/// Labels of `floodgate_fleet_events_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// `lease_admit` or `round_trip`.
+    pub event: &'static str,
+}
+
 /// Labels of the reload counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -103,6 +111,8 @@ pub struct Metrics {
     pub store_faults: Family<KindLabels, Counter>,
     /// Reloads by result.
     pub reloads: Family<ResultLabels, Counter>,
+    /// Fleet events (hybrid: decisions admitted from a lease, round trips).
+    pub fleet_events: Family<EventLabels, Counter>,
     /// 1 when the last reload attempt succeeded.
     pub last_reload_success: Gauge,
     /// The config generation served.
@@ -151,6 +161,12 @@ impl Metrics {
             "Config reload attempts by result",
             reloads.clone(),
         );
+        let fleet_events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "fleet_events",
+            "Fleet hybrid strategy: decisions admitted from a local lease, round trips to Redis",
+            fleet_events.clone(),
+        );
         let last_reload_success = Gauge::default();
         last_reload_success.set(1);
         registry.register(
@@ -175,6 +191,7 @@ impl Metrics {
             latency,
             store_faults,
             reloads,
+            fleet_events,
             last_reload_success,
             generation,
         }

@@ -91,6 +91,15 @@ fn parse_int(bytes: &[u8]) -> Option<i64> {
 /// Parse one command from the front of `buf`. `Ok(None)`: more bytes are needed.
 /// `Ok(Some((args, used)))`: a command (empty `args` for an empty line or `*0`, which
 /// get no reply) and how many bytes it took.
+///
+/// ```
+/// use floodgate_server::resp::{parse_command, ProtocolError, RespLimits};
+/// let l = RespLimits::default();
+/// let (args, used) = parse_command(b"*2\r\n$4\r\nPING\r\n$2\r\nhi\r\nnext", &l).unwrap().unwrap();
+/// assert_eq!((args, used), (vec![b"PING".to_vec(), b"hi".to_vec()], 22));
+/// assert_eq!(parse_command(b"*2\r\n$4\r\nPI", &l), Ok(None)); // incomplete
+/// assert_eq!(parse_command(b"*1\r\n$99999999\r\n", &l), Err(ProtocolError::BulkTooLong(99_999_999, 65_536)));
+/// ```
 pub fn parse_command(buf: &[u8], limits: &RespLimits) -> Result<Parsed, ProtocolError> {
     if buf.is_empty() {
         return Ok(None);

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::config::{Config, Settings, StoreSettings};
+use crate::config::{Config, FleetSettings, Settings, StoreSettings};
 use crate::engine::{Engine, StoreHandle};
 use crate::grpc::RlsService;
 use crate::http::{HttpState, router};
@@ -127,6 +127,10 @@ pub async fn start(
         } => (
             StoreHandle::Memory {
                 max_keys: *max_keys,
+                share: match settings.fleet {
+                    FleetSettings::Local { nodes } => nodes,
+                    _ => 1,
+                },
             },
             ThrottleStore::memory(*resp_max_keys).map_err(|e| StartError::Rules {
                 path: options.path.clone(),
@@ -145,12 +149,20 @@ pub async fn start(
     };
     let metrics = Arc::new(Metrics::new(redis));
     let max_bytes = config.rules.caps.max_request_bytes;
-    let engine = Arc::new(Engine::new(config.rules, store, metrics.clone()).map_err(
-        |message| StartError::Rules {
+    let mut engine =
+        Engine::new(config.rules, store, metrics.clone()).map_err(|message| StartError::Rules {
             path: options.path.clone(),
             message,
-        },
-    )?);
+        })?;
+    if let FleetSettings::Hybrid {
+        nodes,
+        lease,
+        lease_ttl,
+    } = settings.fleet
+    {
+        engine = engine.with_hybrid(nodes, lease, lease_ttl, 1_000_000);
+    }
+    let engine = Arc::new(engine);
     let grpc_l = bind("grpc", settings.grpc).await?;
     let http_l = bind("http", settings.http).await?;
     let resp_l = bind("resp", settings.resp).await?;
