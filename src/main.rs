@@ -1,6 +1,7 @@
 //! `floodgate`: the command-line edge of floodgate. Library crates return typed errors;
 //! this binary turns them into messages with `anyhow`.
 
+mod load_cmd;
 mod proxy_cmd;
 mod server_cmd;
 mod simulate_cmd;
@@ -30,6 +31,10 @@ enum Command {
     /// A central rate limit service: Envoy's RLS v3 over gRPC, CL.THROTTLE over RESP, and
     /// HTTP/JSON, configured by a YAML or TOML file and hot-reloaded.
     Server(server_cmd::ServerArgs),
+    /// Send HTTP load (open loop by default, hey/oha style) and show what the rate limiter
+    /// did: statuses, latency by status, a timeline with window boundaries, a verdict.
+    #[command(long_about = load_cmd::ABOUT)]
+    Load(load_cmd::LoadArgs),
 }
 
 fn main() {
@@ -39,6 +44,7 @@ fn main() {
         Command::Throttle(args) => throttle_cmd::run(args),
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Server(args) => server_cmd::run(args),
+        Command::Load(args) => load_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("floodgate: error: {e:#}");

@@ -1,0 +1,251 @@
+//! [`LoadConfig`]: what to send, how fast, for how long, and how to read the results.
+//!
+//! Units: rates in requests per second (total across all connections), durations as
+//! [`Duration`]. [`LoadConfig::validate`] checks every field against [`caps`] and the
+//! others, and returns a clear [`LoadError`] naming the offending setting.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+
+use crate::error::{LoadError, caps};
+
+/// What bounds a run: a number of requests (`-n`) or a duration (`-z`). One is required.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bound {
+    /// Send exactly this many requests.
+    Count(u64),
+    /// Send for this long: in open loop, requests whose intended send time falls inside the
+    /// duration; in closed loop, requests started before it ends.
+    Duration(Duration),
+}
+
+/// How requests are paced and how latency is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Requests are scheduled at fixed intended times `i / rate` and latency is measured
+    /// from the intended time, so a stalled server shows up in the latencies of every
+    /// request it delayed (no coordinated omission). Needs a rate.
+    OpenLoop,
+    /// Each connection sends its next request only after the previous response; with a
+    /// rate, each connection is paced at `rate / concurrency` and slots missed while
+    /// waiting are dropped (as hey does). Latency is measured from the actual send time,
+    /// so it hides server stalls (coordinated omission).
+    ClosedLoop,
+}
+
+/// Everything a run needs. Build it with [`LoadConfig::new`] and adjust the fields; call
+/// [`LoadConfig::validate`] (done by [`crate::run`]) before use.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    /// `http://host[:port]/path?query`.
+    pub url: String,
+    /// Hosts the user named explicitly that may be contacted although they are not on the
+    /// loopback interface. Loopback addresses are always allowed; nothing else ever is.
+    pub allow_hosts: Vec<String>,
+    /// HTTP method.
+    pub method: Method,
+    /// Extra request headers (a `Host` here overrides the URL's authority).
+    pub headers: HeaderMap,
+    /// Request body (empty for none).
+    pub body: Bytes,
+    /// Connections, each with one request in flight at a time.
+    pub concurrency: usize,
+    /// Count or duration.
+    pub bound: Bound,
+    /// Total requests per second across all connections; `None`: as fast as possible
+    /// (closed loop).
+    pub rate: Option<f64>,
+    /// Open or closed loop; open loop needs a rate.
+    pub mode: Mode,
+    /// Per-request timeout, connecting included.
+    pub timeout: Duration,
+    /// Width of a timeline bucket.
+    pub bucket: Duration,
+    /// Rate-limit window whose boundaries are marked and judged; boundaries are at
+    /// `k x window + window_offset` on the Unix-epoch wall clock.
+    pub window: Option<Duration>,
+    /// Offset of window boundaries from multiples of the window (wall clock).
+    pub window_offset: Duration,
+    /// Distance from a boundary within which a request counts as "near" it.
+    pub near: Duration,
+    /// Status codes that mean "denied by the limiter" (default: 429).
+    pub deny_statuses: Vec<u16>,
+}
+
+impl LoadConfig {
+    /// Defaults in the habits of hey and oha: GET, 50 connections, 20 s timeout, 1 s
+    /// buckets, 500 ms "near", 429 as the denial status; as fast as possible (closed loop).
+    pub fn new(url: impl Into<String>, bound: Bound) -> LoadConfig {
+        LoadConfig {
+            url: url.into(),
+            allow_hosts: Vec::new(),
+            method: Method::GET,
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            concurrency: 50,
+            bound,
+            rate: None,
+            mode: Mode::ClosedLoop,
+            timeout: Duration::from_secs(20),
+            bucket: Duration::from_secs(1),
+            window: None,
+            window_offset: Duration::ZERO,
+            near: Duration::from_millis(500),
+            deny_statuses: vec![429],
+        }
+    }
+
+    /// Set an open-loop rate (requests per second, total).
+    pub fn open_loop(mut self, rate: f64) -> LoadConfig {
+        self.rate = Some(rate);
+        self.mode = Mode::OpenLoop;
+        self
+    }
+
+    /// Check every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), LoadError> {
+        let range = |what: &'static str, reason: String| LoadError::OutOfRange { what, reason };
+        match self.bound {
+            Bound::Count(0) => return Err(range("count (-n)", "must be at least 1".into())),
+            Bound::Count(n) if n > caps::MAX_COUNT => {
+                return Err(range(
+                    "count (-n)",
+                    format!("{n} is above the cap of {}", caps::MAX_COUNT),
+                ));
+            }
+            Bound::Duration(d) if d.is_zero() => {
+                return Err(range("duration (-z)", "must be longer than 0".into()));
+            }
+            Bound::Duration(d) if d > caps::MAX_DURATION => {
+                return Err(range(
+                    "duration (-z)",
+                    format!(
+                        "{:.0}s is above the cap of {}s",
+                        d.as_secs_f64(),
+                        caps::MAX_DURATION.as_secs()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if self.concurrency == 0 {
+            return Err(range("concurrency (-c)", "must be at least 1".into()));
+        }
+        if self.concurrency > caps::MAX_CONCURRENCY {
+            return Err(range(
+                "concurrency (-c)",
+                format!(
+                    "{} is above the cap of {}",
+                    self.concurrency,
+                    caps::MAX_CONCURRENCY
+                ),
+            ));
+        }
+        if let Some(q) = self.rate
+            && !(q.is_finite() && q > 0.0 && q <= caps::MAX_RATE)
+        {
+            return Err(range(
+                "rate (-q)",
+                format!(
+                    "{q} requests per second; expected a number above 0 and at most {}",
+                    caps::MAX_RATE
+                ),
+            ));
+        }
+        if self.mode == Mode::OpenLoop && self.rate.is_none() {
+            return Err(LoadError::Conflict(
+                "open loop needs a rate (-q): requests are scheduled at i / rate".into(),
+            ));
+        }
+        if self.timeout < caps::MIN_TICK || self.timeout > caps::MAX_TIMEOUT {
+            return Err(range(
+                "timeout (-t)",
+                format!(
+                    "{:?}; expected between {:?} and {:?}",
+                    self.timeout,
+                    caps::MIN_TICK,
+                    caps::MAX_TIMEOUT
+                ),
+            ));
+        }
+        if self.bucket < caps::MIN_TICK || self.bucket > caps::MAX_DURATION {
+            return Err(range(
+                "bucket (--bucket)",
+                format!("{:?}; expected between 1ms and 1h", self.bucket),
+            ));
+        }
+        if let Some(w) = self.window {
+            if w < caps::MIN_TICK {
+                return Err(range(
+                    "window (--window)",
+                    format!("{w:?}; expected at least 1ms"),
+                ));
+            }
+            if self.near.is_zero() || self.near.saturating_mul(2) > w {
+                return Err(range(
+                    "near (--near)",
+                    format!(
+                        "{:?} with a window of {w:?}; expected above 0 and at most half the window",
+                        self.near
+                    ),
+                ));
+            }
+            if self.window_offset >= w {
+                return Err(range(
+                    "window offset (--window-offset)",
+                    format!(
+                        "{:?}; expected less than the window ({w:?})",
+                        self.window_offset
+                    ),
+                ));
+            }
+        } else if !self.window_offset.is_zero() {
+            return Err(LoadError::Conflict("--window-offset needs --window".into()));
+        }
+        if self.deny_statuses.iter().any(|s| !(100..=599).contains(s)) {
+            return Err(range(
+                "denial status (--deny-status)",
+                format!("{:?}; expected codes 100 to 599", self.deny_statuses),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Parse a `-H "Name: value"` header.
+///
+/// ```
+/// let (n, v) = floodgate_load::parse_header("X-Api-Key: abc").unwrap();
+/// assert_eq!((n.as_str(), v.to_str().unwrap()), ("x-api-key", "abc"));
+/// assert!(floodgate_load::parse_header("no colon").is_err());
+/// ```
+pub fn parse_header(s: &str) -> Result<(HeaderName, HeaderValue), LoadError> {
+    let bad = |reason: &str| LoadError::InvalidHeader {
+        header: s.to_string(),
+        reason: reason.to_string(),
+    };
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| bad("expected \"Name: value\""))?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| bad("the name is not a valid header name"))?;
+    let value = HeaderValue::from_str(value.trim())
+        .map_err(|_| bad("the value has characters not allowed in a header"))?;
+    Ok((name, value))
+}
+
+/// Parse a `-m` method (case-insensitive for the standard ones).
+///
+/// ```
+/// assert_eq!(floodgate_load::parse_method("post").unwrap(), http::Method::POST);
+/// assert!(floodgate_load::parse_method("GE T").is_err());
+/// ```
+pub fn parse_method(s: &str) -> Result<Method, LoadError> {
+    let upper = s.trim().to_ascii_uppercase();
+    if upper.is_empty() {
+        return Err(LoadError::InvalidMethod(s.to_string()));
+    }
+    Method::from_bytes(upper.as_bytes()).map_err(|_| LoadError::InvalidMethod(s.to_string()))
+}

@@ -1,0 +1,265 @@
+//! `floodgate load URL`: flags, progress bar and output around `floodgate_load`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use floodgate_core::rate::parse_duration;
+use floodgate_load::http::HeaderMap;
+use floodgate_load::{Bound, Live, LoadConfig, Mode, Report, Stop};
+
+pub(crate) const ABOUT: &str = "\
+Send HTTP load to URL and show what the server's rate limiter did: status counts, latency
+percentiles (HDR histograms) overall and by status, a timeline with window boundaries
+marked, a boundary verdict, and the rate-limit headers the server advertised.
+
+Open loop (the default with -q): request i is due at i / RATE seconds after the start,
+whatever happened to the others, and its latency is measured from that intended send
+time. A server that stalls cannot hide behind coordinated omission: every request it held
+up carries the wait (wrk2's rule; oha's --latency-correction). --closed-loop (or no -q)
+sends each connection's next request only after the previous response and measures from
+the actual send, as hey does, which hides stalls.
+
+-q is the TOTAL rate across all connections, as in oha. hey's -q is per worker: hey
+-c 10 -q 5 sends up to 50/s; floodgate load -c 10 -q 50 is the same load.
+
+Safety: only loopback addresses (127.0.0.0/8, ::1) are contacted unless you name the
+host with --allow-host; redirects are never followed; every run is bounded by -n or -z
+(caps: 10,000,000 requests, 1 hour) plus one timeout. Plain HTTP/1.1 only.";
+
+const EXAMPLES: &str = "\
+Examples:
+  floodgate load http://127.0.0.1:8080/ -z 10s -q 200
+      open loop, 200 req/s in total over 50 connections for 10 s
+  floodgate load http://127.0.0.1:8080/api -n 1000 -c 10 -m POST -H 'Content-Type: application/json' -d '{}'
+  floodgate load http://127.0.0.1:8080/ -z 30s -q 100 --window 10s --near 500ms --svg run.svg
+      mark the 10 s windows (aligned to the Unix epoch) and judge their boundaries
+  floodgate load http://127.0.0.1:8080/ -z 10s -c 1 --json > run.json
+      closed loop, as fast as one connection goes, JSON on stdout";
+
+/// Flags of `floodgate load`.
+#[derive(Args, Debug)]
+#[command(long_about = ABOUT, after_help = EXAMPLES)]
+pub struct LoadArgs {
+    /// The target: http://host[:port]/path (loopback unless --allow-host names the host).
+    url: String,
+    /// Number of requests to send (one of -n or -z is required).
+    #[arg(
+        short = 'n',
+        long = "requests",
+        value_name = "N",
+        conflicts_with = "duration"
+    )]
+    requests: Option<u64>,
+    /// How long to send, e.g. 10s, 2m (one of -n or -z is required).
+    #[arg(short = 'z', long, value_name = "DURATION", value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Total requests per second across all connections (oha's -q; hey's -q is per
+    /// worker). With -q the run is open loop unless --closed-loop.
+    #[arg(short = 'q', long = "rate", value_name = "RPS")]
+    rate: Option<f64>,
+    /// Connections (workers), each with one request in flight.
+    #[arg(short = 'c', long, default_value_t = 50)]
+    concurrency: usize,
+    /// HTTP method.
+    #[arg(short = 'm', long, default_value = "GET")]
+    method: String,
+    /// Request header "Name: value" (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
+    /// Request body.
+    #[arg(short = 'd', long = "body", value_name = "BODY")]
+    body: Option<String>,
+    /// Per-request timeout, connecting included.
+    #[arg(short = 't', long, default_value = "20s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Closed loop: each connection waits for its response before the next request
+    /// (paced at RATE / concurrency with -q); latency from the actual send time, so
+    /// server stalls are hidden (coordinated omission).
+    #[arg(long)]
+    closed_loop: bool,
+    /// Timeline bucket width, e.g. 1s, 100ms.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    bucket: Duration,
+    /// Rate-limit window to mark and judge: boundaries at multiples of it on the wall
+    /// clock (Unix epoch), as fixed windows align.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    window: Option<Duration>,
+    /// Shift of the window boundaries from multiples of --window.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    window_offset: Option<Duration>,
+    /// A request counts as near a boundary when sent within this distance of one.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    near: Duration,
+    /// Status code meaning "denied by the limiter" (repeatable; default 429; nginx's
+    /// limit_req denies with 503 unless configured).
+    #[arg(long = "deny-status", value_name = "CODE")]
+    deny_statuses: Vec<u16>,
+    /// Allow this non-loopback host (must match the URL's host).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG plot of the timeline (admitted, denied, p99) with boundaries marked.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Never show the progress bar (it is shown only on a terminal, and not when CI is set).
+    #[arg(long)]
+    no_progress: bool,
+}
+
+impl LoadArgs {
+    fn config(&self) -> Result<LoadConfig> {
+        let bound = match (self.requests, self.duration) {
+            (Some(n), None) => Bound::Count(n),
+            (None, Some(z)) => Bound::Duration(z),
+            (None, None) => {
+                bail!("one of -n (requests) or -z (duration) is required: every run is bounded")
+            }
+            (Some(_), Some(_)) => bail!("-n and -z cannot be used together"),
+        };
+        let mut cfg = LoadConfig::new(self.url.clone(), bound);
+        cfg.concurrency = self.concurrency;
+        cfg.rate = self.rate;
+        cfg.mode = if self.rate.is_some() && !self.closed_loop {
+            Mode::OpenLoop
+        } else {
+            Mode::ClosedLoop
+        };
+        cfg.method = floodgate_load::parse_method(&self.method)?;
+        let mut headers = HeaderMap::new();
+        for h in &self.headers {
+            let (n, v) = floodgate_load::parse_header(h)?;
+            headers.append(n, v);
+        }
+        cfg.headers = headers;
+        cfg.body = self.body.clone().unwrap_or_default().into();
+        cfg.timeout = self.timeout;
+        cfg.bucket = self.bucket;
+        cfg.window = self.window;
+        cfg.window_offset = self.window_offset.unwrap_or_default();
+        if self.window_offset.is_some() && self.window.is_none() {
+            bail!("--window-offset needs --window");
+        }
+        cfg.near = self.near;
+        if !self.deny_statuses.is_empty() {
+            cfg.deny_statuses = self.deny_statuses.clone();
+        }
+        cfg.allow_hosts = self.allow_hosts.clone();
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// Whether to draw a progress bar: stderr is a terminal and CI is not set.
+pub(crate) fn progress_wanted(no_progress: bool) -> bool {
+    !no_progress && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
+}
+
+pub fn run(args: LoadArgs) -> Result<()> {
+    let cfg = args.config()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let report = runtime.block_on(run_with_progress(&cfg, progress_wanted(args.no_progress)))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render_text());
+    }
+    if let Some(path) = &args.svg {
+        let title = format!(
+            "floodgate load {} ({}, {})",
+            report.url,
+            report.mode,
+            report
+                .rate
+                .map_or("max rate".to_string(), |q| format!("{q} req/s"))
+        );
+        floodgate_load::svg::plot_timeline(&report, &title, path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Run with Ctrl-C stopping the run early and, when `show` is set, a progress bar on
+/// stderr with the live rate and outcome counts.
+pub(crate) async fn run_with_progress(cfg: &LoadConfig, show: bool) -> Result<Report> {
+    let live = Arc::new(Live::default());
+    let stop = Stop::default();
+    let ctrl_c = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                stop.stop();
+            }
+        })
+    };
+    let bar = show.then(|| progress_bar(cfg));
+    let ticker = bar.clone().map(|bar| {
+        let live = live.clone();
+        let by_count = bar.length().is_some_and(|l| l > 0) && !is_time_bar(cfg);
+        tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            let mut last = (start, 0u64);
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let s = live.snapshot();
+                let now = tokio::time::Instant::now();
+                let dt = (now - last.0).as_secs_f64();
+                let rps = if dt > 0.0 {
+                    (s.done - last.1) as f64 / dt
+                } else {
+                    0.0
+                };
+                if dt >= 0.5 {
+                    last = (now, s.done);
+                    bar.set_message(format!(
+                        "{rps:>8.0} req/s  admitted {}  denied {}  errors {}",
+                        s.admitted, s.denied, s.errors
+                    ));
+                }
+                if by_count {
+                    bar.set_position(s.done);
+                } else {
+                    bar.set_position((now - start).as_millis() as u64);
+                }
+            }
+        })
+    });
+    let result = floodgate_load::run_with(cfg, live, stop).await;
+    ctrl_c.abort();
+    if let Some(t) = ticker {
+        t.abort();
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(result?)
+}
+
+fn is_time_bar(cfg: &LoadConfig) -> bool {
+    matches!(cfg.bound, Bound::Duration(_)) && cfg.mode == Mode::ClosedLoop
+}
+
+fn progress_bar(cfg: &LoadConfig) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    let (len, template) = match (cfg.bound, cfg.mode, cfg.rate) {
+        (Bound::Count(n), _, _) => (n, "{bar:30} {pos}/{len} requests {msg}"),
+        (Bound::Duration(z), Mode::OpenLoop, Some(q)) => (
+            (z.as_secs_f64() * q).ceil() as u64,
+            "{bar:30} {pos}/{len} requests {msg}",
+        ),
+        (Bound::Duration(z), _, _) => (z.as_millis() as u64, "{bar:30} {elapsed}/{duration} {msg}"),
+    };
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}

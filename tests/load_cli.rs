@@ -1,0 +1,165 @@
+//! `floodgate load` as a user runs it: the real binary against a real server on 127.0.0.1.
+
+use std::process::{Command, Output};
+
+fn floodgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(args)
+        .env_remove("CI")
+        .output()
+        .expect("run floodgate")
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = floodgate(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(err.contains(needle), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
+/// A server answering 200 to every request, on a free loopback port, in its own thread.
+fn server() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let app = axum::Router::new().route(
+                "/",
+                axum::routing::post(|body: String| async move {
+                    (
+                        [("ratelimit", "\"d\";r=1;t=1")],
+                        format!("got {}", body.len()),
+                    )
+                }),
+            );
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    addr
+}
+
+#[test]
+fn json_report_svg_and_no_progress_bar_when_piped() {
+    let addr = server();
+    let url = format!("http://{addr}/");
+    let dir = std::env::temp_dir().join(format!("floodgate-load-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("t.svg");
+    let out = floodgate(&[
+        "load",
+        &url,
+        "-n",
+        "50",
+        "-c",
+        "5",
+        "-m",
+        "post",
+        "-H",
+        "Content-Type: text/plain",
+        "-d",
+        "hello",
+        "--json",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(r["requests"], 50);
+    assert_eq!(r["statuses"]["200"], 50);
+    assert_eq!(r["method"], "POST");
+    assert_eq!(r["advertised"][0]["header"], "ratelimit");
+    assert_eq!(r["advertised"][0]["responses"], 50);
+    // Piped stderr: no progress bar, only the note about the plot.
+    assert_eq!(stderr.trim(), format!("wrote {}", svg.display()));
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let out = floodgate(&[
+        "load", &url, "-z", "1s", "-q", "20", "-c", "2", "-m", "POST", "--window", "1s", "--near",
+        "100ms",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("open loop at 20 req/s in total"), "{text}");
+    assert!(
+        text.contains("requests      20 (20 responses, 0 errors)"),
+        "{text}"
+    );
+    assert!(text.contains("Boundary verdict (window 1s"), "{text}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dead = format!("http://127.0.0.1:{port}/");
+    fails_with(&["load", &dead, "-n", "1"], "cannot connect to 127.0.0.1");
+    fails_with(&["load", "localhost:80", "-n", "1"], "invalid URL");
+    fails_with(
+        &["load", "ftp://127.0.0.1/", "-n", "1"],
+        "unsupported scheme",
+    );
+    fails_with(
+        &["load", "http://192.0.2.1/", "-n", "1"],
+        "not a loopback address",
+    );
+    fails_with(&["load", &dead, "-n", "1", "-q", "0"], "invalid rate (-q)");
+    fails_with(
+        &["load", &dead, "-n", "1", "-q", "NaN"],
+        "invalid rate (-q)",
+    );
+    fails_with(
+        &["load", &dead, "-n", "1", "-z", "1s"],
+        "cannot be used with",
+    );
+    fails_with(
+        &["load", &dead],
+        "one of -n (requests) or -z (duration) is required",
+    );
+    fails_with(&["load", &dead, "-z", "2h"], "above the cap");
+    fails_with(&["load", &dead, "-z", "10"], "missing unit");
+    fails_with(
+        &["load", &dead, "-n", "1", "-c", "0"],
+        "invalid concurrency (-c)",
+    );
+    fails_with(
+        &["load", &dead, "-n", "1", "-H", "novalue"],
+        "invalid header \"novalue\"",
+    );
+    fails_with(&["load", &dead, "-n", "1", "-m", "GE T"], "invalid method");
+    fails_with(
+        &["load", &dead, "-n", "1", "--window-offset", "1s"],
+        "--window-offset needs --window",
+    );
+    fails_with(
+        &["load", &dead, "-n", "1", "--window", "1s", "--near", "2s"],
+        "at most half the window",
+    );
+}
+
+#[test]
+fn help_explains_rate_and_coordinated_omission() {
+    let out = floodgate(&["load", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("TOTAL rate across all connections, as in oha"),
+        "{help}"
+    );
+    assert!(help.contains("hey's -q is per worker"), "{help}");
+    assert!(help.contains("coordinated omission"), "{help}");
+    assert!(help.contains("--closed-loop"), "{help}");
+}
