@@ -249,6 +249,23 @@ struct DomainTree {
     dynamic_labels: bool,
 }
 
+impl Branch {
+    /// The node a descriptor value selects, with Envoy's precedence: an exact value, then
+    /// a prefix, then the rule without a value.
+    fn pick(&self, value: &str) -> Option<usize> {
+        self.exact
+            .get(value)
+            .copied()
+            .or_else(|| {
+                self.prefixes
+                    .iter()
+                    .find(|(p, _)| value.starts_with(p.as_str()))
+                    .map(|(_, i)| *i)
+            })
+            .or(self.any)
+    }
+}
+
 impl DomainTree {
     /// The node reached by the last entry, with Envoy's precedence at each level.
     fn find(&self, entries: &[Entry<'_>]) -> Option<usize> {
@@ -256,18 +273,7 @@ impl DomainTree {
         let mut at = None;
         for e in entries {
             let branch = level.keys.get(e.key)?;
-            let idx = branch
-                .exact
-                .get(e.value)
-                .copied()
-                .or_else(|| {
-                    branch
-                        .prefixes
-                        .iter()
-                        .find(|(p, _)| e.value.starts_with(p.as_str()))
-                        .map(|(_, i)| *i)
-                })
-                .or(branch.any)?;
+            let idx = branch.pick(e.value)?;
             at = Some(idx);
             level = &self.nodes[idx].children;
         }
@@ -286,18 +292,7 @@ impl DomainTree {
         let mut dynamic = detailed;
         for e in entries {
             let branch = level.keys.get(e.key)?;
-            let i = branch
-                .exact
-                .get(e.value)
-                .copied()
-                .or_else(|| {
-                    branch
-                        .prefixes
-                        .iter()
-                        .find(|(p, _)| e.value.starts_with(p.as_str()))
-                        .map(|(_, i)| *i)
-                })
-                .or(branch.any)?;
+            let i = branch.pick(e.value)?;
             let n = &self.nodes[i];
             if !label.is_empty() {
                 label.push('.');
