@@ -9,6 +9,15 @@ fn floodgate(args: &[&str]) -> std::process::Output {
         .expect("run floodgate")
 }
 
+/// The command fails, its error names the problem (`needle`), and nothing panicked.
+fn fails_clearly(args: &[&str], needle: &str) {
+    let out = floodgate(args);
+    assert!(!out.status.success(), "{args:?} should fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(needle), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
 fn json(args: &[&str]) -> Vec<serde_json::Value> {
     let out = floodgate(args);
     assert!(
@@ -166,11 +175,7 @@ fn bad_input_gets_clear_errors() {
             "more than one unit per nanosecond",
         ),
     ] {
-        let out = floodgate(&args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        fails_clearly(&args, needle);
     }
 }
 
@@ -267,10 +272,6 @@ fn distributed_mode_bad_input() {
             "not leaky-queue",
         ),
     ] {
-        let out = floodgate(&args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        fails_clearly(&args, needle);
     }
 }
