@@ -41,7 +41,7 @@ macro_rules! script {
 }
 
 /// GCRA (CL.THROTTLE).
-pub static GCRA: LazyLock<Script> = script!("time.lua", "gcra.lua");
+pub static GCRA: LazyLock<Script> = script!("gcra.lua");
 /// Fixed window.
 pub static FIXED_WINDOW: LazyLock<Script> = script!("time.lua", "muldiv.lua", "fixed_window.lua");
 /// Sliding log.
