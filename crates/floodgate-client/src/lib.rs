@@ -58,7 +58,7 @@ mod reqwest_mw;
 pub mod tower;
 
 pub use error::ConfigError;
-pub use polite::{Polite, PoliteConfig, PoliteStats};
+pub use polite::{Attempt, Polite, PoliteConfig, PoliteStats, Sending, Verdict};
 #[cfg(feature = "reqwest")]
 pub use reqwest_mw::PoliteMiddleware;
 pub use tower::{PoliteLayer, PoliteService, ReplayBody, Streaming};

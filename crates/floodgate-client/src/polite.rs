@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::ConfigError;
 use crate::backoff::{Backoff, RetryBudget, RetryBudgetConfig, may_retry};
-use crate::concurrency::AdaptiveLimiter;
+use crate::concurrency::{AdaptiveLimiter, Outcome, Permit};
 use crate::headers::{HeaderLimits, read_advice};
 use crate::pacing::{Pacer, PacerConfig};
 
@@ -143,6 +143,23 @@ impl Attempt {
             replayable,
             previous_sleep: Duration::ZERO,
         }
+    }
+}
+
+/// An attempt on its way: pacing waited, concurrency permit held (if any). Made by
+/// [`Polite::before_send`], consumed by [`Polite::after_send`]; dropping it unused (a
+/// cancelled request) frees the permit without an RTT sample.
+#[derive(Debug)]
+pub struct Sending {
+    permit: Option<Permit>,
+}
+
+/// Whether a status counts as a drop for the concurrency limiter.
+fn outcome_of(status: StatusCode) -> Outcome {
+    if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+        Outcome::Dropped
+    } else {
+        Outcome::Success
     }
 }
 
@@ -307,6 +324,48 @@ impl Polite {
         match retry_after {
             Some(ra) => self.retry(attempt, Some(ra)),
             None => self.retry(attempt, None),
+        }
+    }
+
+    /// Everything an adapter does before an attempt goes out: book the send to `host`
+    /// and wait out its pacing, then take an adaptive-concurrency permit (when
+    /// configured). Pair with [`Polite::after_send`].
+    pub async fn before_send(&self, host: &str) -> Sending {
+        let wait = self.pace(host);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        let permit = match self.limiter() {
+            Some(l) => Some(l.acquire().await),
+            None => None,
+        };
+        Sending { permit }
+    }
+
+    /// Everything an adapter does after an attempt: count it, release the permit (a 429,
+    /// a 5xx or a transport error counts as a drop), read the advice, and decide whether
+    /// to retry. `reply` is the status and headers, or `None` for a transport error.
+    pub fn after_send(
+        &self,
+        host: &str,
+        sending: Sending,
+        reply: Option<(StatusCode, &HeaderMap)>,
+        attempt: &mut Attempt,
+    ) -> Verdict {
+        attempt.sent += 1;
+        match reply {
+            Some((status, headers)) => {
+                if let Some(p) = sending.permit {
+                    p.release(outcome_of(status));
+                }
+                self.on_response(host, status, headers, attempt)
+            }
+            None => {
+                if let Some(p) = sending.permit {
+                    p.dropped();
+                }
+                self.on_error(attempt)
+            }
         }
     }
 

@@ -5,7 +5,6 @@ use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next, Result};
 
 use crate::polite::{Attempt, Polite, Verdict};
-use crate::tower::outcome_of;
 
 /// Pacing, backoff with jitter under the retry budget, and optional concurrency limiting
 /// for a `reqwest_middleware::ClientWithMiddleware`. Requests whose body cannot be cloned
@@ -60,30 +59,10 @@ impl Middleware for PoliteMiddleware {
         let mut next_req = req;
         engine.begin();
         loop {
-            let wait = engine.pace(&host);
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
-            }
-            let permit = match engine.limiter() {
-                Some(l) => Some(l.acquire().await),
-                None => None,
-            };
+            let sending = engine.before_send(&host).await;
             let res = next.clone().run(next_req, extensions).await;
-            attempt.sent += 1;
-            let verdict = match &res {
-                Ok(resp) => {
-                    if let Some(p) = permit {
-                        p.release(outcome_of(resp.status()));
-                    }
-                    engine.on_response(&host, resp.status(), resp.headers(), &mut attempt)
-                }
-                Err(_) => {
-                    if let Some(p) = permit {
-                        p.dropped();
-                    }
-                    engine.on_error(&mut attempt)
-                }
-            };
+            let reply = res.as_ref().ok().map(|r| (r.status(), r.headers()));
+            let verdict = engine.after_send(&host, sending, reply, &mut attempt);
             let Verdict::RetryAfter(w) = verdict else {
                 return res;
             };

@@ -6,12 +6,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body_util::{Empty, Full};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::concurrency::Outcome;
 use crate::polite::{Attempt, Polite, Verdict, host_key};
 
 /// A request body that can (or cannot) be sent again. Only requests whose body replays are
@@ -140,15 +139,6 @@ pub struct PoliteService<S> {
     engine: Polite,
 }
 
-/// Whether a status counts as a drop for the concurrency limiter.
-pub(crate) fn outcome_of(status: StatusCode) -> Outcome {
-    if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-        Outcome::Dropped
-    } else {
-        Outcome::Success
-    }
-}
-
 impl<S, B, RB> Service<Request<B>> for PoliteService<S>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
@@ -180,32 +170,12 @@ where
             let mut next_body = body;
             engine.begin();
             loop {
-                let wait = engine.pace(&host);
-                if !wait.is_zero() {
-                    tokio::time::sleep(wait).await;
-                }
-                let permit = match engine.limiter() {
-                    Some(l) => Some(l.acquire().await),
-                    None => None,
-                };
+                let sending = engine.before_send(&host).await;
                 let req = Request::from_parts(parts.clone(), next_body);
                 poll_fn(|cx| svc.poll_ready(cx)).await?;
                 let res = svc.call(req).await;
-                attempt.sent += 1;
-                let verdict = match &res {
-                    Ok(resp) => {
-                        if let Some(p) = permit {
-                            p.release(outcome_of(resp.status()));
-                        }
-                        engine.on_response(&host, resp.status(), resp.headers(), &mut attempt)
-                    }
-                    Err(_) => {
-                        if let Some(p) = permit {
-                            p.dropped();
-                        }
-                        engine.on_error(&mut attempt)
-                    }
-                };
+                let reply = res.as_ref().ok().map(|r| (r.status(), r.headers()));
+                let verdict = engine.after_send(&host, sending, reply, &mut attempt);
                 let Verdict::RetryAfter(w) = verdict else {
                     return res;
                 };
