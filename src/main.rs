@@ -1,6 +1,7 @@
 //! `floodgate`: the command-line edge of floodgate. Library crates return typed errors;
 //! this binary turns them into messages with `anyhow`.
 
+mod demo_cmd;
 mod load_cmd;
 mod proxy_cmd;
 mod server_cmd;
@@ -20,6 +21,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Every algorithm behind floodgate proxy, the same traffic across a window boundary,
+    /// and what the backend received: the fixed window lets 2x the limit through.
+    #[command(long_about = demo_cmd::ABOUT)]
+    Demo(demo_cmd::DemoArgs),
     /// Run traffic scenarios on a simulated clock through every algorithm and compare what
     /// each admits across a window boundary.
     Simulate(simulate_cmd::SimulateArgs),
@@ -40,6 +45,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => demo_cmd::run(args),
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Throttle(args) => throttle_cmd::run(args),
         Command::Proxy(args) => proxy_cmd::run(args),

@@ -4,7 +4,8 @@
 //! [`Duration`]. [`LoadConfig::validate`] checks every field against [`caps`] and the
 //! others, and returns a clear [`LoadError`] naming the offending setting.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
@@ -72,6 +73,14 @@ pub struct LoadConfig {
     pub near: Duration,
     /// Status codes that mean "denied by the limiter" (default: 429).
     pub deny_statuses: Vec<u16>,
+    /// Open loop on an explicit schedule: request `i` is due `schedule[i]` after the
+    /// start (non-decreasing offsets; bursts are repeated offsets). Replaces `i / rate`;
+    /// the bound must be `Count(schedule.len())`. Set with [`LoadConfig::scheduled`].
+    pub schedule: Option<Arc<[Duration]>>,
+    /// Wall-clock instant of the start (offset 0), e.g. to aim a burst just before a
+    /// window boundary; `None`: as soon as the target answers. Must not be in the past
+    /// when the run starts.
+    pub start_at: Option<SystemTime>,
 }
 
 impl LoadConfig {
@@ -94,7 +103,27 @@ impl LoadConfig {
             window_offset: Duration::ZERO,
             near: Duration::from_millis(500),
             deny_statuses: vec![429],
+            schedule: None,
+            start_at: None,
         }
+    }
+
+    /// Open loop on an explicit schedule: one request due at each offset (from the start)
+    /// of `offsets`, which must be non-decreasing. Sets the bound to their count.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // five requests at once at 1 s, then one at 2 s
+    /// let mut at = vec![Duration::from_secs(1); 5];
+    /// at.push(Duration::from_secs(2));
+    /// let cfg = floodgate_load::LoadConfig::scheduled("http://127.0.0.1:8080/", at);
+    /// assert!(cfg.validate().is_ok());
+    /// ```
+    pub fn scheduled(url: impl Into<String>, offsets: Vec<Duration>) -> LoadConfig {
+        let mut cfg = LoadConfig::new(url, Bound::Count(offsets.len() as u64));
+        cfg.mode = Mode::OpenLoop;
+        cfg.schedule = Some(offsets.into());
+        cfg
     }
 
     /// Set an open-loop rate (requests per second, total).
@@ -154,7 +183,32 @@ impl LoadConfig {
                 ),
             ));
         }
-        if self.mode == Mode::OpenLoop && self.rate.is_none() {
+        if let Some(sch) = &self.schedule {
+            if self.mode != Mode::OpenLoop {
+                return Err(LoadError::Conflict(
+                    "a schedule is open loop: requests go at their offsets".into(),
+                ));
+            }
+            if self.bound != Bound::Count(sch.len() as u64) {
+                return Err(LoadError::Conflict(format!(
+                    "a schedule of {} requests needs the bound Count({})",
+                    sch.len(),
+                    sch.len()
+                )));
+            }
+            if sch.windows(2).any(|w| w[1] < w[0]) {
+                return Err(range("schedule", "offsets must be non-decreasing".into()));
+            }
+            if sch.last().is_some_and(|&t| t > caps::MAX_DURATION) {
+                return Err(range(
+                    "schedule",
+                    format!(
+                        "the last offset is past the cap of {}s",
+                        caps::MAX_DURATION.as_secs()
+                    ),
+                ));
+            }
+        } else if self.mode == Mode::OpenLoop && self.rate.is_none() {
             return Err(LoadError::Conflict(
                 "open loop needs a rate (-q): requests are scheduled at i / rate".into(),
             ));

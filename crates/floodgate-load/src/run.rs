@@ -6,6 +6,9 @@
 //!   send at once when late) and record the latency from the intended time. When all
 //!   connections are stuck behind a slow response, the requests due meanwhile go out late
 //!   and carry the wait in their latency: the stall is measured, not omitted.
+//! * **Scheduled** ([`LoadConfig::scheduled`]): open loop with explicit offsets instead
+//!   of `i / rate` (bursts are repeated offsets), optionally from a wall-clock start
+//!   ([`LoadConfig::start_at`]) so that a burst lands just before a window boundary.
 //! * **Closed loop**: each worker sends its next request after the previous response.
 //!   With a rate, each worker is paced at `rate / concurrency` and slots missed while
 //!   waiting are dropped (hey's `-q` behaves like this, per worker). Latency is measured
@@ -85,6 +88,8 @@ struct Shared {
     mode: Mode,
     /// Nanoseconds between intended sends (total, across workers); 0 = unpaced.
     interval_ns: f64,
+    /// Open loop on explicit offsets (ns since the start) instead of `interval_ns`.
+    schedule: Option<Arc<[u64]>>,
     concurrency: usize,
     bound: Bound,
     next: AtomicU64,
@@ -93,7 +98,12 @@ struct Shared {
 
 impl Shared {
     fn elapsed(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        u64::try_from(
+            Instant::now()
+                .saturating_duration_since(self.start)
+                .as_nanos(),
+        )
+        .unwrap_or(u64::MAX)
     }
 
     fn past_duration(&self, t: u64) -> bool {
@@ -133,8 +143,28 @@ pub async fn run_with(
         near_ns: nanos(config.near),
     });
     let interval_ns = config.rate.map_or(0.0, |q| 1e9 / q);
-    let start = Instant::now();
-    let wall0 = WallClock.now().as_u64();
+    let schedule: Option<Arc<[u64]>> = config
+        .schedule
+        .as_ref()
+        .map(|s| s.iter().map(|&d| nanos(d)).collect());
+    let (start, wall0) = match config.start_at {
+        None => (Instant::now(), WallClock.now().as_u64()),
+        Some(at) => {
+            let lead = at
+                .duration_since(std::time::SystemTime::now())
+                .map_err(|e| LoadError::OutOfRange {
+                    what: "start time",
+                    reason: format!("{:?} in the past", e.duration()),
+                })?;
+            let wall =
+                at.duration_since(std::time::UNIX_EPOCH)
+                    .map_err(|_| LoadError::OutOfRange {
+                        what: "start time",
+                        reason: "before the Unix epoch".into(),
+                    })?;
+            (Instant::now() + lead, nanos(wall))
+        }
+    };
     let shared = Arc::new(Shared {
         template,
         timeout: config.timeout,
@@ -142,6 +172,7 @@ pub async fn run_with(
         start,
         mode: config.mode,
         interval_ns,
+        schedule: schedule.clone(),
         concurrency: config.concurrency,
         bound: config.bound,
         next: AtomicU64::new(0),
@@ -149,13 +180,14 @@ pub async fn run_with(
     });
 
     // The hard deadline: no run outlives its plan (or the cap) by more than one timeout.
-    let planned = match config.bound {
-        Bound::Duration(d) => d,
-        Bound::Count(_) => caps::MAX_DURATION,
+    let planned = match (config.bound, &schedule) {
+        (Bound::Duration(d), _) => d,
+        (Bound::Count(_), Some(s)) => Duration::from_nanos(s.last().copied().unwrap_or(0)),
+        (Bound::Count(_), None) => caps::MAX_DURATION,
     };
     let deadline = {
         let stop = stop.clone();
-        let at = planned + config.timeout;
+        let at = start.saturating_duration_since(Instant::now()) + planned + config.timeout;
         tokio::spawn(async move {
             tokio::time::sleep(at).await;
             stop.stop();
@@ -187,7 +219,7 @@ pub async fn run_with(
     for w in workers {
         summaries.push(w.await.unwrap_or_default());
     }
-    let elapsed = start.elapsed();
+    let elapsed = Instant::now().saturating_duration_since(start);
     deadline.abort();
     let stats = aggregator
         .await
@@ -220,6 +252,13 @@ async fn worker(
     // Closed loop, paced: this worker's slots are `id x interval + k x concurrency x interval`.
     let per_worker = s.interval_ns * s.concurrency as f64;
     let mut next_slot = s.interval_ns * id as f64;
+    // a start in the future (`start_at`): nothing goes before it
+    if s.start > Instant::now() {
+        tokio::select! {
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(s.start)) => {}
+            _ = Stop::stopped(stop_rx.clone()) => return summary,
+        }
+    }
     loop {
         if s.stop.is_stopped() {
             break;
@@ -230,7 +269,13 @@ async fn worker(
                 if matches!(s.bound, Bound::Count(n) if i >= n) {
                     break;
                 }
-                (i as f64 * s.interval_ns) as u64
+                match &s.schedule {
+                    Some(sch) => match sch.get(i as usize) {
+                        Some(&t) => t,
+                        None => break,
+                    },
+                    None => (i as f64 * s.interval_ns) as u64,
+                }
             }
             Mode::ClosedLoop => {
                 if !s.take_count() {

@@ -303,3 +303,57 @@ async fn bad_input_gives_clear_errors() {
     c.deny_statuses = vec![1000];
     check(c, "invalid denial status").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_starts_at_its_wall_clock_instant_and_keeps_its_bursts() {
+    let (addr, arrivals) = ok_server().await;
+    // one request at 0, five at once at 300 ms, one at 500 ms, starting 400 ms from now
+    let mut at = vec![Duration::ZERO];
+    at.extend([Duration::from_millis(300); 5]);
+    at.push(Duration::from_millis(500));
+    let mut cfg = LoadConfig::scheduled(url(addr), at);
+    cfg.concurrency = 8;
+    let asked = std::time::Instant::now();
+    cfg.start_at = Some(std::time::SystemTime::now() + Duration::from_millis(400));
+    let r = run(&cfg).await.unwrap();
+    assert_eq!((r.requests, r.status(200)), (7, 7));
+    let times = arrivals.times.lock().clone();
+    let rel: Vec<f64> = times
+        .iter()
+        .map(|t| (*t - asked).as_secs_f64() * 1000.0)
+        .collect();
+    // nothing before the start (the connect check sends no request)
+    assert!(rel[0] >= 395.0, "first request at {rel:?} ms");
+    // the burst arrives together, 300 ms after the first, the last 200 ms later
+    let burst = &rel[1..6];
+    assert!(
+        burst.iter().all(|&t| (t - rel[0] - 300.0).abs() < 60.0),
+        "{rel:?}"
+    );
+    assert!((rel[6] - rel[0] - 500.0).abs() < 60.0, "{rel:?}");
+    assert!(r.started_unix_s > 0.0);
+}
+
+#[tokio::test]
+async fn bad_schedules_are_refused() {
+    let (addr, _) = ok_server().await;
+    let backwards = LoadConfig::scheduled(
+        url(addr),
+        vec![Duration::from_millis(5), Duration::from_millis(1)],
+    );
+    let e = run(&backwards).await.unwrap_err().to_string();
+    assert!(e.contains("offsets must be non-decreasing"), "{e}");
+    let mut late = LoadConfig::scheduled(url(addr), vec![Duration::ZERO]);
+    late.start_at = Some(std::time::SystemTime::now() - Duration::from_secs(1));
+    let e = run(&late).await.unwrap_err().to_string();
+    assert!(
+        e.contains("invalid start time") && e.contains("in the past"),
+        "{e}"
+    );
+    let mut wrong_bound = LoadConfig::scheduled(url(addr), vec![Duration::ZERO; 3]);
+    wrong_bound.bound = Bound::Count(2);
+    let e = run(&wrong_bound).await.unwrap_err().to_string();
+    assert!(e.contains("a schedule of 3 requests"), "{e}");
+    let empty = LoadConfig::scheduled(url(addr), vec![]);
+    assert!(run(&empty).await.is_err());
+}
