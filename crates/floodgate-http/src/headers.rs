@@ -18,8 +18,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use floodgate_core::Decision;
 use floodgate_core::decision::ceil_secs;
+use floodgate_core::{Algorithm, Decision};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
@@ -73,15 +73,29 @@ fn int(v: u64) -> Integer {
 }
 
 /// The `RateLimit-Policy` value for these policies and decisions; `None` for none.
+/// A single policy reporting its algorithm's own limit (the usual case) reuses the value
+/// rendered when the limiter was built.
 pub fn ratelimit_policy(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue> {
+    if let [(p, d)] = items
+        && let Some(v) = &p.advertised
+        && d.limit == p.algorithm.limit()
+    {
+        return Some(v.clone());
+    }
+    let limits: Vec<(&PolicyInfo, u64)> = items.iter().map(|(p, d)| (*p, d.limit)).collect();
+    policy_value(&limits)
+}
+
+/// The `RateLimit-Policy` value for policies at these limits (`q`); `None` for none.
+pub fn policy_value(items: &[(&PolicyInfo, u64)]) -> Option<HeaderValue> {
     let mut ser = ListSerializer::new();
-    for (p, d) in items {
+    for (p, limit) in items {
         let Ok(name) = StringRef::from_str(&p.name) else {
             continue; // names are validated at build time
         };
-        let w = ceil_secs(advertised_window(&p.spec, d.limit)).max(1);
+        let w = ceil_secs(advertised_window(&p.spec, *limit)).max(1);
         ser.bare_item(name)
-            .parameter(KeyRef::constant("q"), int(d.limit))
+            .parameter(KeyRef::constant("q"), int(*limit))
             .parameter(KeyRef::constant("w"), int(w));
     }
     ser.finish().and_then(|s| HeaderValue::try_from(s).ok())
@@ -165,12 +179,7 @@ mod tests {
     fn info(name: &str, kind: Kind, rate: &str, cap: Option<u64>) -> PolicyInfo {
         let mut spec = Spec::new(kind, rate.parse::<Rate>().unwrap());
         spec.capacity = cap;
-        PolicyInfo {
-            index: 0,
-            name: name.into(),
-            algorithm: spec.build().unwrap(),
-            spec,
-        }
+        PolicyInfo::new(0, name.into(), spec.clone(), spec.build().unwrap())
     }
 
     #[test]
@@ -193,6 +202,30 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(parsed.len(), 2);
+    }
+
+    #[test]
+    fn cached_policy_value_matches_a_fresh_rendering() {
+        for (kind, rate, cap) in [
+            (Kind::FixedWindow, "100/min", None),
+            (Kind::Gcra, "10/s", Some(20)),
+            (Kind::TokenBucket, "5/s", Some(50)),
+            (Kind::LeakyQueue, "2/s", None),
+        ] {
+            let p = info("p", kind, rate, cap);
+            let limit = p.algorithm.limit();
+            let fresh = policy_value(&[(&p, limit)]).unwrap();
+            assert!(fresh.to_str().unwrap().contains(&format!(";q={limit};")));
+            let d = Decision::allow(limit, 1, Duration::from_secs(1));
+            assert_eq!(ratelimit_policy(&[(&p, d)]).unwrap(), fresh);
+            // a decision reporting another limit is rendered afresh, not from the cache
+            let other = Decision::allow(limit + 7, 1, Duration::from_secs(1));
+            assert_eq!(
+                ratelimit_policy(&[(&p, other)]).unwrap(),
+                policy_value(&[(&p, limit + 7)]).unwrap()
+            );
+            assert_ne!(ratelimit_policy(&[(&p, other)]).unwrap(), fresh);
+        }
     }
 
     #[test]

@@ -250,11 +250,33 @@ pub fn ip_key(ip: IpAddr, cfg: &ClientIpConfig) -> String {
         IpAddr::V6(_) => (cfg.ipv6_prefix.min(128), 128),
     };
     if prefix == full {
-        return ip.to_string();
+        return ip_text(ip);
     }
     IpNet::new(ip, prefix)
         .map(|n| n.trunc().to_string())
         .unwrap_or_else(|_| ip.to_string())
+}
+
+/// `ip` as text, exactly as its `Display` writes it (dotted quad, or RFC 5952 for IPv6),
+/// but without the formatting machinery for IPv4: it runs for every request.
+pub fn ip_text(ip: IpAddr) -> String {
+    let IpAddr::V4(v4) = ip else {
+        return ip.to_string();
+    };
+    let mut s = String::with_capacity(15);
+    for (i, o) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            s.push('.');
+        }
+        if o >= 100 {
+            s.push(char::from(b'0' + o / 100));
+        }
+        if o >= 10 {
+            s.push(char::from(b'0' + o / 10 % 10));
+        }
+        s.push(char::from(b'0' + o % 10));
+    }
+    s
 }
 
 /// Whether `ip` is in any of `nets` (IPv4-mapped IPv6 addresses match IPv4 networks).
@@ -343,6 +365,26 @@ fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ip_text_writes_what_display_writes() {
+        // every octet value in every position, plus IPv6 and mapped forms
+        for o in 0..=255u8 {
+            for ip in [
+                [o, 0, 0, 0],
+                [1, o, 10, 100],
+                [255, 99, o, 9],
+                [0, 255, 100, o],
+            ] {
+                let ip = IpAddr::from(ip);
+                assert_eq!(ip_text(ip), ip.to_string());
+            }
+        }
+        for s in ["::1", "2001:db8::7", "::ffff:192.0.2.1", "fe80::1:2:3:4"] {
+            let ip: IpAddr = s.parse().unwrap();
+            assert_eq!(ip_text(ip), ip.to_string());
+        }
+    }
 
     fn cfg(trusted: &[&str]) -> ClientIpConfig {
         ClientIpConfig {

@@ -245,12 +245,7 @@ impl RateLimiterBuilder {
                 spec = floodgate_dist::local_share(&spec, f.nodes().len()).map_err(policy_err)?;
                 algorithm = spec.build().map_err(policy_err)?;
             }
-            infos.push(PolicyInfo {
-                index,
-                name: p.name.clone(),
-                spec,
-                algorithm,
-            });
+            infos.push(PolicyInfo::new(index, p.name.clone(), spec, algorithm));
         }
         Ok(infos)
     }

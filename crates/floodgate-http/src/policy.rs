@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use floodgate_core::{AnyAlgorithm, ConfigError, Spec};
+use floodgate_core::{Algorithm, AnyAlgorithm, ConfigError, Spec};
 use http::Method;
 
 use crate::key::KeySource;
@@ -24,6 +24,24 @@ pub struct PolicyInfo {
     pub spec: Spec,
     /// The algorithm built from `spec`.
     pub algorithm: AnyAlgorithm,
+    /// This policy's `RateLimit-Policy` value at the algorithm's own limit, rendered once
+    /// (it only changes if a decision reports another limit).
+    pub advertised: Option<http::HeaderValue>,
+}
+
+impl PolicyInfo {
+    /// The policy at `index` named `name`, with its spec and algorithm.
+    pub fn new(index: usize, name: String, spec: Spec, algorithm: AnyAlgorithm) -> PolicyInfo {
+        let mut info = PolicyInfo {
+            index,
+            name,
+            spec,
+            algorithm,
+            advertised: None,
+        };
+        info.advertised = crate::headers::policy_value(&[(&info, info.algorithm.limit())]);
+        info
+    }
 }
 
 /// One limit: algorithm and rate, key, dry-run flag.
