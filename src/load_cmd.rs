@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use floodgate_core::rate::parse_duration;
 use floodgate_load::http::HeaderMap;
-use floodgate_load::{Bound, Live, LoadConfig, Mode, Report, Stop};
+use floodgate_load::{Bound, Jitter, Live, LoadConfig, Mode, PoliteConfig, Report, Stop};
 
 pub(crate) const ABOUT: &str = "\
 Send HTTP load to URL and show what the server's rate limiter did: status counts, latency
@@ -26,6 +26,23 @@ the actual send, as hey does, which hides stalls.
 -q is the TOTAL rate across all connections, as in oha. hey's -q is per worker: hey
 -c 10 -q 5 sends up to 50/s; floodgate load -c 10 -q 50 is the same load.
 
+Naive or polite: by default every request is sent once, whatever the server answers
+(naive). --polite makes the workers one polite client built from floodgate-client, shared
+by all connections: it paces its sends from the RateLimit / X-RateLimit-* headers the
+server advertises, waits Retry-After plus jitter on 429/503, retries 429/502/503/504 and
+transport errors with exponential backoff (--jitter) up to --max-attempts within a retry
+budget (--retry-budget), and retries only idempotent methods (GET, HEAD, OPTIONS, PUT,
+DELETE, TRACE, or a request with an Idempotency-Key header) unless
+--retry-non-idempotent. Its latency is per request, from the intended send time (open
+loop) or the start of the request (closed loop) to the end of its last attempt: pacing
+waits, Retry-After waits, backoff and retries are INCLUDED. The report's Outcome section
+(and outcome / polite in --json) counts 429s seen, retries, requests that finally
+succeeded or failed, and the time spent waiting, for both modes, so two runs compare side
+by side. --polite works in open loop (the offered load stays i / RATE; requests the
+client holds back run late, and the run lasts until they are through or the deadline of
+-z plus -t passes, where they count as abandoned) and in closed loop (each connection's
+next request waits for the previous one, its retries included).
+
 Safety: only loopback addresses (127.0.0.0/8, ::1) are contacted unless you name the
 host with --allow-host; redirects are never followed; every run is bounded by -n or -z
 (caps: 10,000,000 requests, 1 hour) plus one timeout. Plain HTTP/1.1 only.";
@@ -38,7 +55,10 @@ Examples:
   floodgate load http://127.0.0.1:8080/ -z 30s -q 100 --window 10s --near 500ms --svg run.svg
       mark the 10 s windows (aligned to the Unix epoch) and judge their boundaries
   floodgate load http://127.0.0.1:8080/ -z 10s -c 1 --json > run.json
-      closed loop, as fast as one connection goes, JSON on stdout";
+      closed loop, as fast as one connection goes, JSON on stdout
+  floodgate load http://127.0.0.1:8080/ -z 10s -q 100 -c 20
+  floodgate load http://127.0.0.1:8080/ -z 10s -q 100 -c 20 --polite --jitter equal
+      the same offered load, naive then polite: compare the Outcome sections";
 
 /// Flags of `floodgate load`.
 #[derive(Args, Debug)]
@@ -110,6 +130,48 @@ pub struct LoadArgs {
     /// Never show the progress bar (it is shown only on a terminal, and not when CI is set).
     #[arg(long)]
     no_progress: bool,
+    /// Send like a polite client (floodgate-client): pace from the advertised headers,
+    /// honour Retry-After with jitter, retry within a budget. Latency then includes the
+    /// waits and retries.
+    #[arg(long)]
+    polite: bool,
+    /// With --polite: backoff jitter when no Retry-After is given: full (uniform(0, expo)),
+    /// equal (expo/2 + uniform(0, expo/2)), decorrelated (min(cap, uniform(base, 3 x
+    /// previous))) or none.
+    #[arg(long, value_name = "KIND", requires = "polite", value_parser = parse_jitter)]
+    jitter: Option<Jitter>,
+    /// With --polite: attempts per request at most, the first included [default: 4].
+    #[arg(long, value_name = "N", requires = "polite")]
+    max_attempts: Option<u32>,
+    /// With --polite: retries may be at most this fraction of requests over a sliding 10 s
+    /// window, plus 10 per second [default: 0.2].
+    #[arg(long, value_name = "FRACTION", requires = "polite")]
+    retry_budget: Option<f64>,
+    /// With --polite: longest backoff step (base 100ms) [default: 10s].
+    #[arg(long, value_name = "DURATION", requires = "polite", value_parser = parse_duration)]
+    backoff_cap: Option<Duration>,
+    /// With --polite: cap on every wait (pacing, Retry-After, backoff) [default: 60s].
+    #[arg(long, value_name = "DURATION", requires = "polite", value_parser = parse_duration)]
+    max_wait: Option<Duration>,
+    /// With --polite: retry non-idempotent methods (POST, PATCH) too.
+    #[arg(long, requires = "polite")]
+    retry_non_idempotent: bool,
+    /// With --polite: do not pace from the RateLimit headers; only Retry-After, backoff
+    /// and the budget (a "backoff only" client).
+    #[arg(long, requires = "polite")]
+    no_pacing: bool,
+}
+
+fn parse_jitter(s: &str) -> Result<Jitter, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "full" => Ok(Jitter::Full),
+        "equal" => Ok(Jitter::Equal),
+        "decorrelated" => Ok(Jitter::Decorrelated),
+        "none" => Ok(Jitter::None),
+        _ => Err(format!(
+            "unknown jitter {s:?}; expected full, equal, decorrelated or none"
+        )),
+    }
 }
 
 impl LoadArgs {
@@ -150,6 +212,29 @@ impl LoadArgs {
             cfg.deny_statuses = self.deny_statuses.clone();
         }
         cfg.allow_hosts = self.allow_hosts.clone();
+        if self.polite {
+            let mut p = PoliteConfig::default();
+            if let Some(j) = self.jitter {
+                p.backoff.jitter = j;
+            }
+            if let Some(n) = self.max_attempts {
+                p.max_attempts = n;
+            }
+            if let Some(b) = self.retry_budget {
+                p.budget.percent_can_retry = b;
+            }
+            if let Some(w) = self.max_wait {
+                p.max_wait = w;
+                p.backoff.cap = p.backoff.cap.min(w);
+                p.backoff.base = p.backoff.base.min(w);
+            }
+            if let Some(c) = self.backoff_cap {
+                p.backoff.cap = c;
+            }
+            p.retry_non_idempotent = self.retry_non_idempotent;
+            p.pacing = !self.no_pacing;
+            cfg.polite = Some(p);
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -174,9 +259,14 @@ pub fn run(args: LoadArgs) -> Result<()> {
     }
     if let Some(path) = &args.svg {
         let title = format!(
-            "floodgate load {} ({}, {})",
+            "floodgate load {} ({}{}, {})",
             report.url,
             report.mode,
+            if report.polite.is_some() {
+                ", polite"
+            } else {
+                ""
+            },
             report
                 .rate
                 .map_or("max rate".to_string(), |q| format!("{q} req/s"))

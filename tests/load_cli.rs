@@ -163,3 +163,74 @@ fn help_explains_rate_and_coordinated_omission() {
     assert!(help.contains("coordinated omission"), "{help}");
     assert!(help.contains("--closed-loop"), "{help}");
 }
+
+#[test]
+fn polite_flags_json_and_clear_errors() {
+    let addr = server();
+    let url = format!("http://{addr}/");
+    // The server always says r=1;t=1 (one more now, the next in a second): the polite
+    // client sends the second request at once and the third ~1 s later.
+    let out = floodgate(&[
+        "load",
+        &url,
+        "-n",
+        "3",
+        "-c",
+        "1",
+        "-m",
+        "post",
+        "--polite",
+        "--jitter",
+        "decorrelated",
+        "--max-attempts",
+        "3",
+        "--retry-budget",
+        "0.5",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(r["outcome"]["requests"], 3);
+    assert_eq!(r["outcome"]["succeeded"], 3);
+    assert_eq!(r["outcome"]["retries"], 0);
+    assert_eq!(r["polite"]["jitter"], "decorrelated");
+    assert_eq!(r["polite"]["max_attempts"], 3);
+    assert_eq!(r["polite"]["retry_budget"], 0.5);
+    assert_eq!(r["polite"]["pacing"], true);
+    let paced = r["polite"]["pacing_wait_s"].as_f64().unwrap();
+    assert!((0.5..=1.5).contains(&paced), "paced {paced} s");
+    assert!(
+        r["latency"]["measured_from"]
+            .as_str()
+            .unwrap()
+            .contains("waits and retries included")
+    );
+
+    fails_with(&["load", &url, "-n", "1", "--jitter", "full"], "--polite");
+    fails_with(
+        &["load", &url, "-n", "1", "--max-attempts", "2"],
+        "--polite",
+    );
+    fails_with(&["load", &url, "-n", "1", "--no-pacing"], "--polite");
+    fails_with(
+        &["load", &url, "-n", "1", "--polite", "--jitter", "wild"],
+        "unknown jitter \"wild\"; expected full, equal, decorrelated or none",
+    );
+    fails_with(
+        &["load", &url, "-n", "1", "--polite", "--max-attempts", "0"],
+        "invalid max attempts (--max-attempts)",
+    );
+    fails_with(
+        &["load", &url, "-n", "1", "--polite", "--retry-budget", "2"],
+        "invalid retry budget (--retry-budget)",
+    );
+    fails_with(
+        &["load", &url, "-n", "1", "--polite", "--backoff-cap", "1ms"],
+        "invalid backoff cap (--backoff-cap)",
+    );
+    fails_with(
+        &["load", &url, "-n", "1", "--polite", "--max-wait", "0s"],
+        "--max-wait",
+    );
+}

@@ -100,6 +100,16 @@ impl RequestTemplate {
         }
     }
 
+    /// The method of every request.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// The headers of every request (`Host` and `User-Agent` included).
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
     fn build(&self) -> Request<Full<Bytes>> {
         let mut req = Request::new(Full::new(self.body.clone()));
         *req.method_mut() = self.method.clone();

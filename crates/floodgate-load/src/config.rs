@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use floodgate_client::{Polite, PoliteConfig};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
 use crate::error::{LoadError, caps};
@@ -81,6 +82,15 @@ pub struct LoadConfig {
     /// window boundary; `None`: as soon as the target answers. Must not be in the past
     /// when the run starts.
     pub start_at: Option<SystemTime>,
+    /// `Some`: every worker sends like one polite client built from floodgate-client
+    /// (one [`Polite`] engine shared by all connections): it paces from the advertised
+    /// `RateLimit` / `X-RateLimit-*` headers, honours `Retry-After` with jitter, retries
+    /// 429/502/503/504 and transport errors with backoff within the retry budget, and only
+    /// retries idempotent requests unless `retry_non_idempotent`. Latency then runs from
+    /// the intended (open loop) or start (closed loop) time of the request to the end of
+    /// its last attempt: waits and retries included. `None` (default): naive, one attempt
+    /// per request, no waits.
+    pub polite: Option<PoliteConfig>,
 }
 
 impl LoadConfig {
@@ -105,7 +115,14 @@ impl LoadConfig {
             deny_statuses: vec![429],
             schedule: None,
             start_at: None,
+            polite: None,
         }
+    }
+
+    /// Send like a polite client with the settings `polite` (see [`LoadConfig::polite`]).
+    pub fn polite(mut self, polite: PoliteConfig) -> LoadConfig {
+        self.polite = Some(polite);
+        self
     }
 
     /// Open loop on an explicit schedule: one request due at each offset (from the start)
@@ -264,8 +281,52 @@ impl LoadConfig {
                 format!("{:?}; expected codes 100 to 599", self.deny_statuses),
             ));
         }
+        if let Some(p) = &self.polite {
+            validate_polite(p)?;
+        }
         Ok(())
     }
+}
+
+/// The polite settings the CLI exposes, checked with the flag names; anything else
+/// floodgate-client rejects comes back as [`LoadError::Polite`].
+fn validate_polite(p: &PoliteConfig) -> Result<(), LoadError> {
+    let range = |what: &'static str, reason: String| LoadError::OutOfRange { what, reason };
+    if p.max_attempts == 0 {
+        return Err(range(
+            "max attempts (--max-attempts)",
+            "must be at least 1 (the first attempt counts)".into(),
+        ));
+    }
+    let b = p.budget.percent_can_retry;
+    if !(0.0..=1.0).contains(&b) {
+        return Err(range(
+            "retry budget (--retry-budget)",
+            format!("{b}; expected a fraction of requests from 0 to 1"),
+        ));
+    }
+    if p.max_wait < caps::MIN_TICK || p.max_wait > caps::MAX_TIMEOUT {
+        return Err(range(
+            "max wait (--max-wait)",
+            format!(
+                "{:?}; expected between {:?} and {:?}",
+                p.max_wait,
+                caps::MIN_TICK,
+                caps::MAX_TIMEOUT
+            ),
+        ));
+    }
+    if p.backoff.cap < p.backoff.base || p.backoff.cap > p.max_wait {
+        return Err(range(
+            "backoff cap (--backoff-cap)",
+            format!(
+                "{:?}; expected at least the backoff base ({:?}) and at most the max wait ({:?})",
+                p.backoff.cap, p.backoff.base, p.max_wait
+            ),
+        ));
+    }
+    Polite::new(p.clone())?;
+    Ok(())
 }
 
 /// Parse a `-H "Name: value"` header.

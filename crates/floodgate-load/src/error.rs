@@ -82,6 +82,9 @@ pub enum LoadError {
     /// The async runtime could not be created.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// A setting of the polite client (`--polite`) that floodgate-client rejects.
+    #[error("invalid polite client setting: {0}")]
+    Polite(#[from] floodgate_client::ConfigError),
     /// Writing the SVG plot failed.
     #[error("cannot draw the plot: {0}")]
     Plot(String),

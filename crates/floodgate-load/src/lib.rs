@@ -15,6 +15,11 @@
 //! * The rate-limit headers the server advertised (`RateLimit-Policy`, `RateLimit`,
 //!   `Retry-After`, `X-RateLimit-*`), a [`Report`] that serialises to JSON, and an SVG
 //!   plot of the timeline ([`svg::plot_timeline`]).
+//! * **Naive or polite** ([`LoadConfig::polite`]): by default every request is sent once,
+//!   whatever the server says. With a [`PoliteConfig`], the workers behave like one
+//!   polite client from floodgate-client (pacing from the advertised headers,
+//!   `Retry-After` with jitter, backoff within a retry budget), and the report counts
+//!   retries, waits and each request's final outcome, so both can be compared.
 //!
 //! ```no_run
 //! use floodgate_load::{Bound, LoadConfig};
@@ -43,6 +48,8 @@ pub mod timeline;
 
 pub use config::{Bound, LoadConfig, Mode, parse_header, parse_method};
 pub use error::LoadError;
+pub use floodgate_client::PoliteConfig;
+pub use floodgate_client::backoff::{Backoff, Jitter, RetryBudgetConfig};
 pub use http;
 pub use report::Report;
 pub use run::{Stop, run, run_with};

@@ -9,10 +9,12 @@ use serde::Serialize;
 use crate::boundary::{self, Verdict, Windows};
 use crate::client::ErrorKind;
 use crate::config::{Bound, LoadConfig, Mode};
-use crate::run::WorkerSummary;
-use crate::stats::{Advertised, AdvertisedHeader, Percentiles, Stats};
+use crate::run::{Waits, WorkerSummary};
+use crate::stats::{Advertised, AdvertisedHeader, Finals, Percentiles, Stats};
 use crate::target::Target;
 use crate::timeline::Bucket;
+use floodgate_client::PoliteStats;
+use floodgate_client::backoff::Jitter;
 
 /// Most boundaries listed in a report (the plot and the text need no more).
 const MAX_BOUNDARIES: usize = 10_000;
@@ -42,9 +44,11 @@ pub struct Report {
     pub started_unix_s: f64,
     /// From the start to the last completion, seconds.
     pub elapsed_s: f64,
-    /// Requests sent (responses plus errors).
+    /// Attempts sent (responses plus errors): the requests the server saw. Without
+    /// `--polite` every request is one attempt; with it, retries are included (see
+    /// [`Report::outcome`] for requests counted once).
     pub requests: u64,
-    /// Requests that got an HTTP response.
+    /// Attempts that got an HTTP response.
     pub responses: u64,
     /// `requests / elapsed_s`.
     pub rps: f64,
@@ -71,6 +75,78 @@ pub struct Report {
     pub advertised_window_s: Option<u64>,
     /// Whether the run was stopped before its plan was done (Ctrl-C or the deadline).
     pub stopped_early: bool,
+    /// Each request counted once, after its retries: the numbers to compare naive and
+    /// polite runs by.
+    pub outcome: OutcomeReport,
+    /// The polite client's settings and waits (`None` without `--polite`).
+    pub polite: Option<PoliteReport>,
+}
+
+/// Requests counted once each, by how they finally ended.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OutcomeReport {
+    /// Requests started (`succeeded + failed + abandoned`).
+    pub requests: u64,
+    /// Ended with a 2xx or 3xx that is not a denial status.
+    pub succeeded: u64,
+    /// Ended with a denial status, another 4xx/5xx, or no response.
+    pub failed: u64,
+    /// How the failed ones ended.
+    pub finals: Finals,
+    /// Stopped (deadline or Ctrl-C) while waiting to be sent or retried (polite only).
+    pub abandoned: u64,
+    /// Attempts sent, retries included (equal to `requests - abandoned` when naive).
+    pub attempts: u64,
+    /// Attempts that were retries (0 when naive).
+    pub retries: u64,
+    /// Responses with a denial status the client received, every attempt counted (the
+    /// "429s seen").
+    pub denied_responses: u64,
+}
+
+/// What the polite client was set to and how long it waited.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PoliteReport {
+    /// Whether sends were paced from the advertised `RateLimit` headers (`--no-pacing`:
+    /// false).
+    pub pacing: bool,
+    /// Backoff jitter: `"full"`, `"equal"`, `"decorrelated"` or `"none"`.
+    pub jitter: &'static str,
+    /// First backoff step, seconds.
+    pub backoff_base_s: f64,
+    /// Longest backoff, seconds.
+    pub backoff_cap_s: f64,
+    /// Cap on every wait (pacing, `Retry-After`, backoff), seconds.
+    pub max_wait_s: f64,
+    /// Attempts per request at most, the first included.
+    pub max_attempts: u32,
+    /// Retry budget: retries may be at most this fraction of requests (over a sliding
+    /// window), plus a floor per second.
+    pub retry_budget: f64,
+    /// The floor of the retry budget, retries per second.
+    pub retry_budget_min_per_s: u32,
+    /// Whether non-idempotent methods were retried too.
+    pub retry_non_idempotent: bool,
+    /// Retries the budget refused.
+    pub budget_refused: u64,
+    /// Time slept before attempts (pacing, hosts blocked by `Retry-After`), summed over
+    /// all requests, seconds.
+    pub pacing_wait_s: f64,
+    /// Time slept between an attempt and its retry, summed over all requests, seconds.
+    pub retry_wait_s: f64,
+    /// `(pacing_wait_s + retry_wait_s) / requests`, milliseconds.
+    pub wait_per_request_ms: f64,
+    /// The retry waits the client chose (`Retry-After` plus jitter, or backoff).
+    pub retry_wait: Percentiles,
+}
+
+fn jitter_name(j: Jitter) -> &'static str {
+    match j {
+        Jitter::None => "none",
+        Jitter::Full => "full",
+        Jitter::Equal => "equal",
+        Jitter::Decorrelated => "decorrelated",
+    }
 }
 
 /// Errors by kind.
@@ -128,6 +204,8 @@ pub struct BucketReport {
     pub denied: u64,
     /// Requests without a response.
     pub errors: u64,
+    /// Of `sent`, attempts that were retries.
+    pub retries: u64,
     /// p99 latency of the responses, ms (0 when none).
     pub p99_ms: f64,
     /// Whether a window boundary falls at the start of this bucket.
@@ -137,18 +215,22 @@ pub struct BucketReport {
 }
 
 impl Report {
+    #[allow(clippy::too_many_arguments)] // one call site, in run.rs
     pub(crate) fn build(
         config: &LoadConfig,
         target: &Target,
         stats: Stats,
         summaries: Vec<WorkerSummary>,
+        engine: Option<PoliteStats>,
         wall0: u64,
         elapsed: Duration,
         stopped_early: bool,
     ) -> Report {
         let mut advertised = Advertised::default();
         let mut examples: [Option<String>; 3] = Default::default();
+        let mut waits = Waits::default();
         for s in summaries {
+            waits.merge(&s.waits);
             advertised.merge(s.advertised);
             for (slot, e) in examples.iter_mut().zip(s.examples) {
                 if slot.is_none() {
@@ -207,6 +289,48 @@ impl Report {
             stats.last_done as f64 / 1e9
         };
         let send_span = stats.last_sent.saturating_sub(stats.first_sent) as f64 / 1e9;
+        let denied_responses = config
+            .deny_statuses
+            .iter()
+            .map(|&c| stats.statuses.get(usize::from(c)).copied().unwrap_or(0))
+            .sum();
+        let f = stats.finals;
+        let failed = f.denied + f.other_status + f.errors;
+        let logical = f.succeeded + failed + waits.abandoned;
+        let outcome = OutcomeReport {
+            requests: logical,
+            succeeded: f.succeeded,
+            failed,
+            finals: f,
+            abandoned: waits.abandoned,
+            attempts: requests,
+            retries: stats.retries,
+            denied_responses,
+        };
+        let polite = config.polite.as_ref().map(|p| {
+            let e = engine.unwrap_or_default();
+            let (paced, retried) = (waits.paced_ns as f64 / 1e9, waits.retry_ns as f64 / 1e9);
+            PoliteReport {
+                pacing: p.pacing,
+                jitter: jitter_name(p.backoff.jitter),
+                backoff_base_s: p.backoff.base.as_secs_f64(),
+                backoff_cap_s: p.backoff.cap.as_secs_f64(),
+                max_wait_s: p.max_wait.as_secs_f64(),
+                max_attempts: p.max_attempts,
+                retry_budget: p.budget.percent_can_retry,
+                retry_budget_min_per_s: p.budget.min_retries_per_sec,
+                retry_non_idempotent: p.retry_non_idempotent,
+                budget_refused: e.budget_exhausted,
+                pacing_wait_s: paced,
+                retry_wait_s: retried,
+                wait_per_request_ms: if logical > 0 {
+                    (paced + retried) * 1e3 / logical as f64
+                } else {
+                    0.0
+                },
+                retry_wait: Percentiles::of(&waits.retry_wait),
+            }
+        });
         Report {
             url: target.url.clone(),
             address: target.addr.to_string(),
@@ -248,9 +372,15 @@ impl Report {
                 examples: examples.into_iter().flatten().collect(),
             },
             latency: Latency {
-                measured_from: match config.mode {
-                    Mode::OpenLoop => "intended send time",
-                    Mode::ClosedLoop => "actual send time",
+                measured_from: match (config.mode, config.polite.is_some()) {
+                    (Mode::OpenLoop, false) => "intended send time",
+                    (Mode::ClosedLoop, false) => "actual send time",
+                    (Mode::OpenLoop, true) => {
+                        "intended send time to the end of the last attempt (waits and retries included)"
+                    }
+                    (Mode::ClosedLoop, true) => {
+                        "start of the request to the end of the last attempt (waits and retries included)"
+                    }
                 },
                 all: Percentiles::of(&stats.latency_all),
                 status_200: Percentiles::of(&stats.latency_200),
@@ -267,6 +397,8 @@ impl Report {
             advertised,
             advertised_window_s,
             stopped_early,
+            outcome,
+            polite,
         }
     }
 
@@ -358,6 +490,7 @@ impl Report {
         for e in &self.errors.examples {
             let _ = writeln!(o, "                e.g. {e}");
         }
+        self.render_outcome(&mut o, &deny);
 
         let _ = writeln!(o, "\nLatency (ms, from the {})", self.latency.measured_from);
         let _ = writeln!(
@@ -446,6 +579,69 @@ impl Report {
         o
     }
 
+    fn render_outcome(&self, o: &mut String, deny: &str) {
+        let c = &self.outcome;
+        let f = &c.finals;
+        let _ = writeln!(o, "\nOutcome (each request once, after its retries)");
+        let _ = writeln!(
+            o,
+            "  requests      {}: succeeded {}, failed {} ({deny} {}, other status {}, no response {}), abandoned {}",
+            c.requests, c.succeeded, c.failed, f.denied, f.other_status, f.errors, c.abandoned
+        );
+        let _ = writeln!(
+            o,
+            "  {:<13} {} of {} attempts",
+            format!("{deny}s seen"),
+            c.denied_responses,
+            c.attempts
+        );
+        let Some(p) = &self.polite else {
+            let _ = writeln!(
+                o,
+                "  retries       0 (naive: every request sent once, no waits; --polite to compare)"
+            );
+            return;
+        };
+        let _ = writeln!(
+            o,
+            "  retries       {} ({} refused by the retry budget)",
+            c.retries, p.budget_refused
+        );
+        let _ = writeln!(
+            o,
+            "  waited        {:.3} s pacing + {:.3} s before retries, summed over requests ({:.1} ms per request)",
+            p.pacing_wait_s, p.retry_wait_s, p.wait_per_request_ms
+        );
+        let _ = writeln!(
+            o,
+            "  polite client {}, up to {} attempts, {} jitter backoff {}..{} s, retry budget {}% + {}/s, waits capped at {} s{}",
+            if p.pacing { "paced" } else { "not paced" },
+            p.max_attempts,
+            p.jitter,
+            fmt_num(p.backoff_base_s),
+            fmt_num(p.backoff_cap_s),
+            fmt_num(p.retry_budget * 100.0),
+            p.retry_budget_min_per_s,
+            fmt_num(p.max_wait_s),
+            if p.retry_non_idempotent {
+                ", every method retried"
+            } else {
+                ", idempotent methods only"
+            }
+        );
+        if p.retry_wait.count > 0 {
+            let _ = writeln!(
+                o,
+                "  retry waits (ms): mean {:.1}, p50 {:.1}, p90 {:.1}, p99 {:.1}, max {:.1}",
+                p.retry_wait.mean_ms,
+                p.retry_wait.p50_ms,
+                p.retry_wait.p90_ms,
+                p.retry_wait.p99_ms,
+                p.retry_wait.max_ms
+            );
+        }
+    }
+
     fn render_timeline(&self, o: &mut String, deny: &str) {
         let all = &self.timeline.buckets;
         if all.is_empty() {
@@ -464,10 +660,18 @@ impl Report {
                 ""
             }
         );
+        let polite = self.polite.is_some();
         let _ = writeln!(
             o,
-            "  {:>8}  {:<12} {:>7} {:>8} {:>7} {:>6} {:>9}",
-            "t", "UTC", "sent", "admitted", deny, "errors", "p99 ms"
+            "  {:>8}  {:<12} {:>7} {:>8} {:>7} {:>6}{} {:>9}",
+            "t",
+            "UTC",
+            "sent",
+            "admitted",
+            deny,
+            "errors",
+            if polite { " retries" } else { "" },
+            "p99 ms"
         );
         let peak = rows.iter().map(|r| r.sent).max().unwrap_or(1).max(1);
         for r in &rows {
@@ -479,13 +683,18 @@ impl Report {
             let d = (r.denied as f64 / peak as f64 * bar_len as f64).round() as usize;
             let _ = writeln!(
                 o,
-                "  {:>+8.3}  {:<12} {:>7} {:>8} {:>7} {:>6} {:>9.2}  {}{}{}",
+                "  {:>+8.3}  {:<12} {:>7} {:>8} {:>7} {:>6}{} {:>9.2}  {}{}{}",
                 r.start_s,
                 utc(r.start_unix_s),
                 r.sent,
                 r.admitted,
                 r.denied,
                 r.errors,
+                if polite {
+                    format!(" {:>7}", r.retries)
+                } else {
+                    String::new()
+                },
                 r.p99_ms,
                 "#".repeat(a),
                 ".".repeat(d),
@@ -506,6 +715,7 @@ fn merge_rows(chunk: &[BucketReport]) -> BucketReport {
         m.admitted += r.admitted;
         m.denied += r.denied;
         m.errors += r.errors;
+        m.retries += r.retries;
         m.p99_ms = m.p99_ms.max(r.p99_ms);
         m.boundaries_inside += r.boundaries_inside + u32::from(r.boundary_at_start);
     }
@@ -520,6 +730,7 @@ fn bucket_report(b: &Bucket, start: u64, wall0: u64, at_start: bool, inside: u32
         admitted: b.admitted,
         denied: b.denied,
         errors: b.errors,
+        retries: b.retries,
         p99_ms: if b.latency.is_empty() {
             0.0
         } else {

@@ -14,6 +14,17 @@
 //!   waiting are dropped (hey's `-q` behaves like this, per worker). Latency is measured
 //!   from the actual send time.
 //!
+//! # Polite workers
+//! With [`LoadConfig::polite`], all workers share one [`Polite`] engine from
+//! floodgate-client (one client with `concurrency` connections) and drive it the way its
+//! tower layer does, per request: `begin`, then around each attempt `before_send` (wait
+//! as the advertised `RateLimit` headers and any `Retry-After` say) and `after_send`
+//! (read the advice; decide whether to retry and after what wait, `Retry-After` plus
+//! jitter or backoff, within the retry budget). Every attempt is a record (the server's
+//! view: statuses, timeline); the request's latency runs from its intended (open loop) or
+//! start (closed loop) time to the end of its last attempt. A request still waiting when
+//! the run is stopped is counted as abandoned.
+//!
 //! # Bounds
 //! A count run stops after `n` requests, a duration run when the schedule passes the
 //! duration; both are also stopped at a hard deadline (the planned duration, or the
@@ -24,7 +35,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use floodgate_client::Polite;
+use floodgate_client::polite::{Attempt, Verdict};
 use floodgate_core::{Clock, WallClock};
+use hdrhistogram::Histogram;
 use tokio::sync::{mpsc, watch};
 
 use crate::boundary::Windows;
@@ -32,7 +46,7 @@ use crate::client::{Connection, RequestTemplate};
 use crate::config::{Bound, LoadConfig, Mode};
 use crate::error::{LoadError, caps};
 use crate::report::Report;
-use crate::stats::{Advertised, Live, Outcome, Record, Stats};
+use crate::stats::{Advertised, Live, Outcome, Record, Stats, new_histogram};
 use crate::target::{self, Target};
 
 /// Records per batch sent from a worker to the aggregator.
@@ -78,6 +92,42 @@ impl Stop {
 pub(crate) struct WorkerSummary {
     pub advertised: Advertised,
     pub examples: [Option<String>; 3],
+    /// Polite only.
+    pub waits: Waits,
+}
+
+/// What a polite worker waited for.
+pub(crate) struct Waits {
+    /// Slept before attempts because of pacing or a host blocked by `Retry-After`, ns.
+    pub paced_ns: u64,
+    /// Slept between an attempt and its retry (`Retry-After` plus jitter, or backoff), ns.
+    pub retry_ns: u64,
+    /// Each retry wait, µs.
+    pub retry_wait: Histogram<u64>,
+    /// Requests stopped (deadline or Ctrl-C) while waiting.
+    pub abandoned: u64,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Waits {
+            paced_ns: 0,
+            retry_ns: 0,
+            retry_wait: new_histogram(3),
+            abandoned: 0,
+        }
+    }
+}
+
+impl Waits {
+    pub(crate) fn merge(&mut self, other: &Waits) {
+        self.paced_ns += other.paced_ns;
+        self.retry_ns += other.retry_ns;
+        self.abandoned += other.abandoned;
+        self.retry_wait
+            .add(&other.retry_wait)
+            .expect("histograms of the same bounds");
+    }
 }
 
 struct Shared {
@@ -94,6 +144,8 @@ struct Shared {
     bound: Bound,
     next: AtomicU64,
     stop: Stop,
+    /// The polite engine shared by all workers, and the host key it paces by.
+    polite: Option<(Polite, String)>,
 }
 
 impl Shared {
@@ -142,6 +194,13 @@ pub async fn run_with(
         offset_ns: nanos(config.window_offset),
         near_ns: nanos(config.near),
     });
+    let polite = match &config.polite {
+        Some(p) => Some((
+            Polite::new(p.clone())?,
+            target.authority.as_str().to_ascii_lowercase(),
+        )),
+        None => None,
+    };
     let interval_ns = config.rate.map_or(0.0, |q| 1e9 / q);
     let schedule: Option<Arc<[u64]>> = config
         .schedule
@@ -177,6 +236,7 @@ pub async fn run_with(
         bound: config.bound,
         next: AtomicU64::new(0),
         stop: stop.clone(),
+        polite,
     });
 
     // The hard deadline: no run outlives its plan (or the cap) by more than one timeout.
@@ -225,11 +285,13 @@ pub async fn run_with(
         .await
         .map_err(|e| LoadError::Runtime(std::io::Error::other(e.to_string())))?;
     let stopped_early = stop.is_stopped();
+    let engine = shared.polite.as_ref().map(|(p, _)| p.stats());
     Ok(Report::build(
         config,
         &target,
         stats,
         summaries,
+        engine,
         wall0,
         elapsed,
         stopped_early,
@@ -238,6 +300,29 @@ pub async fn run_with(
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Sleep until `at` (a time since the start, ns), flushing `batch` first when the sleep is
+/// long. False when the run was stopped meanwhile.
+async fn sleep_until(
+    s: &Shared,
+    at: u64,
+    batch: &mut Vec<Record>,
+    tx: &mpsc::UnboundedSender<Vec<Record>>,
+    stop_rx: &watch::Receiver<bool>,
+) -> bool {
+    let now = s.elapsed();
+    if at <= now {
+        return true;
+    }
+    if Duration::from_nanos(at - now) > FLUSH_BEFORE_SLEEP && !batch.is_empty() {
+        let _ = tx.send(std::mem::replace(batch, Vec::with_capacity(BATCH)));
+    }
+    let at = tokio::time::Instant::from_std(s.start + Duration::from_nanos(at));
+    tokio::select! {
+        _ = tokio::time::sleep_until(at) => true,
+        _ = Stop::stopped(stop_rx.clone()) => false,
+    }
 }
 
 async fn worker(
@@ -299,53 +384,143 @@ async fn worker(
         if s.past_duration(intended) {
             break;
         }
-        let now = s.elapsed();
-        if intended > now {
-            let wait = Duration::from_nanos(intended - now);
-            if wait > FLUSH_BEFORE_SLEEP && !batch.is_empty() {
-                let _ = tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)));
-            }
-            let at = tokio::time::Instant::from_std(s.start + Duration::from_nanos(intended));
-            tokio::select! {
-                _ = tokio::time::sleep_until(at) => {}
-                _ = Stop::stopped(stop_rx.clone()) => break,
-            }
+        if !sleep_until(&s, intended, &mut batch, &tx, &stop_rx).await {
+            break;
         }
         let sent = s.elapsed();
         if s.mode == Mode::ClosedLoop && s.past_duration(sent) {
             break;
         }
-        let result = conn.send(&s.template, s.timeout).await;
-        let done = s.elapsed();
-        let outcome = match result {
-            Ok(resp) => {
-                summary.advertised.observe(resp.headers(), done);
-                Outcome::Status(resp.status().as_u16())
+        // Closed loop measures from the start of the request (its actual send when naive).
+        let from = if s.mode == Mode::OpenLoop {
+            intended
+        } else {
+            sent
+        };
+        let completed = match &s.polite {
+            None => {
+                let (outcome, done) = attempt(&s, &mut conn, &mut summary).await;
+                batch.push(Record {
+                    intended: from,
+                    sent,
+                    done,
+                    outcome: outcome.0,
+                    attempt: 1,
+                    last: true,
+                });
+                true
             }
-            Err(e) => {
-                let slot = &mut summary.examples[e.kind.index()];
-                if slot.is_none() {
-                    *slot = Some(e.message);
-                }
-                Outcome::Error(e.kind)
+            Some((engine, host)) => {
+                polite_request(
+                    &s,
+                    engine,
+                    host,
+                    from,
+                    &mut conn,
+                    &mut summary,
+                    &mut batch,
+                    &tx,
+                    &stop_rx,
+                )
+                .await
             }
         };
-        batch.push(Record {
-            intended: if s.mode == Mode::OpenLoop {
-                intended
-            } else {
-                sent
-            },
-            sent,
-            done,
-            outcome,
-        });
         if batch.len() >= BATCH {
             let _ = tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)));
+        }
+        if !completed {
+            break;
         }
     }
     if !batch.is_empty() {
         let _ = tx.send(batch);
     }
     summary
+}
+
+/// One attempt on the worker's connection: its outcome (with the response's status and
+/// headers, when there is one) and when it ended.
+async fn attempt(
+    s: &Shared,
+    conn: &mut Connection,
+    summary: &mut WorkerSummary,
+) -> ((Outcome, Option<http::Response<()>>), u64) {
+    let result = conn.send(&s.template, s.timeout).await;
+    let done = s.elapsed();
+    let outcome = match result {
+        Ok(resp) => {
+            summary.advertised.observe(resp.headers(), done);
+            (Outcome::Status(resp.status().as_u16()), Some(resp))
+        }
+        Err(e) => {
+            let slot = &mut summary.examples[e.kind.index()];
+            if slot.is_none() {
+                *slot = Some(e.message);
+            }
+            (Outcome::Error(e.kind), None)
+        }
+    };
+    (outcome, done)
+}
+
+/// One request the polite way: the engine's `before_send` (pacing) and `after_send`
+/// (advice, verdict) around each attempt, and its retry wait. Records every attempt into
+/// `batch`. False when the run was stopped while the request waited (it is then counted
+/// as abandoned).
+#[allow(clippy::too_many_arguments)]
+async fn polite_request(
+    s: &Shared,
+    engine: &Polite,
+    host: &str,
+    from: u64,
+    conn: &mut Connection,
+    summary: &mut WorkerSummary,
+    batch: &mut Vec<Record>,
+    tx: &mpsc::UnboundedSender<Vec<Record>>,
+    stop_rx: &watch::Receiver<bool>,
+) -> bool {
+    engine.begin();
+    let mut state = Attempt::first(engine, s.template.method(), s.template.headers(), true);
+    loop {
+        // Pacing may hold this worker for long: hand over what it has first.
+        if !batch.is_empty() {
+            let _ = tx.send(std::mem::replace(batch, Vec::with_capacity(BATCH)));
+        }
+        let t0 = s.elapsed();
+        let sending = tokio::select! {
+            sending = engine.before_send(host) => Some(sending),
+            _ = Stop::stopped(stop_rx.clone()) => None,
+        };
+        summary.waits.paced_ns += s.elapsed() - t0;
+        let Some(sending) = sending else {
+            summary.waits.abandoned += 1;
+            return false;
+        };
+        let sent = s.elapsed();
+        let ((outcome, resp), done) = attempt(s, conn, summary).await;
+        let reply = resp.as_ref().map(|r| (r.status(), r.headers()));
+        let verdict = engine.after_send(host, sending, reply, &mut state);
+        batch.push(Record {
+            intended: from,
+            sent,
+            done,
+            outcome,
+            attempt: state.sent,
+            last: verdict == Verdict::Done,
+        });
+        let Verdict::RetryAfter(wait) = verdict else {
+            return true;
+        };
+        let t0 = s.elapsed();
+        summary
+            .waits
+            .retry_wait
+            .saturating_record((nanos(wait) / 1000).max(1));
+        let ok = sleep_until(s, t0 + nanos(wait), batch, tx, stop_rx).await;
+        summary.waits.retry_ns += s.elapsed() - t0;
+        if !ok {
+            summary.waits.abandoned += 1;
+            return false;
+        }
+    }
 }

@@ -35,17 +35,37 @@ pub enum Outcome {
     Error(ErrorKind),
 }
 
-/// One request: when it was meant to go, when it went, when it ended (ns since start).
+/// One attempt: when its request was meant to go, when the attempt went, when it ended
+/// (ns since start). Without `--polite` every request is one attempt (`attempt` 1, `last`).
 #[derive(Debug, Clone, Copy)]
 pub struct Record {
-    /// Intended send time (open loop: `i / rate`; closed loop: equal to `sent`).
+    /// The instant latency is measured from: open loop, the request's intended send time
+    /// `i / rate`; closed loop, when the worker started the request (equal to `sent` of
+    /// the first attempt unless a polite client waited before it).
     pub intended: u64,
-    /// Actual send time.
+    /// Actual send time of this attempt.
     pub sent: u64,
-    /// When the response was complete or the request failed.
+    /// When the response was complete or the attempt failed.
     pub done: u64,
-    /// The outcome.
+    /// The outcome of this attempt.
     pub outcome: Outcome,
+    /// 1 for the first attempt of a request, 2 for its first retry, ...
+    pub attempt: u32,
+    /// Whether this is the request's last attempt (its outcome is the request's).
+    pub last: bool,
+}
+
+/// What became of requests, each counted once after its retries.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Finals {
+    /// Requests that ended with a 2xx or 3xx status that is not a denial status.
+    pub succeeded: u64,
+    /// Requests that ended with a denial status (429 unless configured).
+    pub denied: u64,
+    /// Requests that ended with any other status (4xx, 5xx).
+    pub other_status: u64,
+    /// Requests that ended without a response (refused, timeout, other).
+    pub errors: u64,
 }
 
 /// Latency percentiles in milliseconds.
@@ -245,8 +265,12 @@ pub struct Stats {
     pub last_sent: u64,
     /// See `first_sent`.
     pub last_done: u64,
-    /// Requests recorded.
+    /// Attempts recorded (requests plus retries).
     pub count: u64,
+    /// Attempts that were retries (attempt > 1).
+    pub retries: u64,
+    /// Final outcomes of requests (their last attempts).
+    pub finals: Finals,
 }
 
 impl Stats {
@@ -282,6 +306,8 @@ impl Stats {
             last_sent: 0,
             last_done: 0,
             count: 0,
+            retries: 0,
+            finals: Finals::default(),
         }
     }
 
@@ -313,18 +339,22 @@ impl Stats {
         self.first_sent = self.first_sent.min(r.sent);
         self.last_sent = self.last_sent.max(r.sent);
         self.last_done = self.last_done.max(r.done);
-        let from = match self.mode {
-            Mode::OpenLoop => r.intended,
-            Mode::ClosedLoop => r.sent,
-        };
-        let latency_us = (r.done.saturating_sub(from) / 1000).clamp(1, MAX_LATENCY_US);
-        if self.mode == Mode::OpenLoop {
+        // Latency is per request: from its intended (or start) time to the end of its
+        // last attempt, so earlier attempts of a retried request add none.
+        let latency_us = r
+            .last
+            .then(|| (r.done.saturating_sub(r.intended) / 1000).clamp(1, MAX_LATENCY_US));
+        if self.mode == Mode::OpenLoop && r.attempt <= 1 {
             let lag = (r.sent.saturating_sub(r.intended) / 1000).clamp(1, MAX_LATENCY_US);
             self.send_lag.saturating_record(lag);
         }
         let wall_sent = self.wall0.saturating_add(r.sent);
         let bucket = self.timeline.bucket_mut(wall_sent);
         bucket.sent += 1;
+        if r.attempt > 1 {
+            self.retries += 1;
+            bucket.retries += 1;
+        }
         let zone = self
             .zones
             .as_mut()
@@ -335,32 +365,48 @@ impl Stats {
                 if let Some(c) = self.statuses.get_mut(usize::from(s)) {
                     *c += 1;
                 }
-                self.latency_all.saturating_record(latency_us);
-                bucket.latency.saturating_record(latency_us);
                 if denied {
                     bucket.denied += 1;
-                    self.latency_denied.saturating_record(latency_us);
                 } else {
                     bucket.admitted += 1;
-                    if s == 200 {
-                        self.latency_200.saturating_record(latency_us);
-                    } else {
-                        self.latency_other.saturating_record(latency_us);
-                    }
                 }
                 if let Some(z) = zone {
                     z.sent += 1;
-                    z.latency.saturating_record(latency_us);
                     if denied {
                         z.denied += 1;
                     } else {
                         z.admitted += 1;
                     }
+                    if let Some(l) = latency_us {
+                        z.latency.saturating_record(l);
+                    }
+                }
+                if let Some(l) = latency_us {
+                    self.latency_all.saturating_record(l);
+                    bucket.latency.saturating_record(l);
+                    let class = if denied {
+                        self.finals.denied += 1;
+                        &mut self.latency_denied
+                    } else if s == 200 {
+                        self.finals.succeeded += 1;
+                        &mut self.latency_200
+                    } else {
+                        if (200..400).contains(&s) {
+                            self.finals.succeeded += 1;
+                        } else {
+                            self.finals.other_status += 1;
+                        }
+                        &mut self.latency_other
+                    };
+                    class.saturating_record(l);
                 }
             }
             Outcome::Error(kind) => {
                 self.errors[kind.index()] += 1;
                 bucket.errors += 1;
+                if r.last {
+                    self.finals.errors += 1;
+                }
                 if let Some(z) = zone {
                     z.sent += 1;
                     z.errors += 1;
@@ -414,12 +460,58 @@ mod tests {
             sent: 900_000_000,
             done: 1_000_000_000,
             outcome: Outcome::Status(200),
+            attempt: 1,
+            last: true,
         };
         s.add(&[r], &live);
         assert_eq!(s.latency_200.max() / 1000, 1000);
+        assert_eq!(s.send_lag.max() / 1000, 900);
+        // Closed loop: the worker measures from the actual send (intended = sent).
         let mut c = Stats::new(Mode::ClosedLoop, 0, 1_000_000_000, None, &[429]);
-        c.add(&[r], &live);
+        c.add(
+            &[Record {
+                intended: r.sent,
+                ..r
+            }],
+            &live,
+        );
         assert_eq!(c.latency_200.max() / 1000, 100);
         assert_eq!(live.snapshot().done, 2);
+    }
+
+    #[test]
+    fn a_retried_request_has_one_latency_from_its_start_and_one_final_outcome() {
+        let live = Live::default();
+        let mut s = Stats::new(Mode::OpenLoop, 0, 1_000_000_000, None, &[429]);
+        let first = Record {
+            intended: 0,
+            sent: 10_000_000,
+            done: 20_000_000,
+            outcome: Outcome::Status(429),
+            attempt: 1,
+            last: false,
+        };
+        let retry = Record {
+            sent: 1_500_000_000,
+            done: 1_510_000_000,
+            outcome: Outcome::Status(200),
+            attempt: 2,
+            last: true,
+            ..first
+        };
+        s.add(&[first, retry], &live);
+        assert_eq!((s.count, s.retries, s.status_counts().len()), (2, 1, 2));
+        assert_eq!(s.latency_all.len(), 1);
+        assert_eq!(s.latency_denied.len(), 0);
+        assert_eq!(s.latency_200.max() / 1000, 1510);
+        assert_eq!(
+            s.finals,
+            Finals {
+                succeeded: 1,
+                ..Finals::default()
+            }
+        );
+        assert_eq!(s.send_lag.len(), 1);
+        assert_eq!(s.timeline.buckets.iter().map(|b| b.retries).sum::<u64>(), 1);
     }
 }

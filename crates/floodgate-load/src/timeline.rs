@@ -24,6 +24,8 @@ pub struct Bucket {
     pub denied: u64,
     /// Requests without a response.
     pub errors: u64,
+    /// Of `sent`, attempts that were retries (polite client only).
+    pub retries: u64,
     /// Latency of responses, µs (2 significant digits: enough for a p99 line).
     pub latency: Histogram<u64>,
 }
@@ -35,6 +37,7 @@ impl Default for Bucket {
             admitted: 0,
             denied: 0,
             errors: 0,
+            retries: 0,
             latency: new_histogram(2),
         }
     }
@@ -46,6 +49,7 @@ impl Bucket {
         self.admitted += other.admitted;
         self.denied += other.denied;
         self.errors += other.errors;
+        self.retries += other.retries;
         self.latency
             .add(&other.latency)
             .expect("histograms of the same bounds");

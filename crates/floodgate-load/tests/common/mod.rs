@@ -175,3 +175,45 @@ pub fn fixed_window(limit: u64, window: Duration) -> FixedWindow {
 pub fn gcra(per_second: u64, capacity: u64) -> Gcra {
     Gcra::new(Rate::per_second(per_second).unwrap(), capacity).unwrap()
 }
+
+/// The floodgate reverse proxy (floodgate-http's `Proxy`) on a free loopback port, with
+/// one global policy `spec`, in front of a backend answering 200 to everything. Its
+/// responses carry `RateLimit-Policy` and `RateLimit`, its denials (429) `Retry-After`.
+/// Returns the proxy's address and the backend's arrivals (the requests it let through).
+pub async fn floodgate_proxy(spec: floodgate_core::Spec) -> (SocketAddr, Arc<Arrivals>) {
+    use floodgate_http::proxy::{Proxy, ProxySettings};
+    use floodgate_http::{KeySource, Policy, RateLimiter};
+    let (backend, arrivals) = ok_server().await;
+    let limiter = RateLimiter::builder()
+        .policy(Policy::new("default", spec).key(KeySource::global()))
+        .build()
+        .expect("limiter");
+    let upstream = format!("http://{backend}").parse().expect("uri");
+    let settings = ProxySettings {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..ProxySettings::new(upstream)
+    };
+    let proxy = Proxy::bind(limiter, &settings).await.expect("bind proxy");
+    let addr = proxy.local_addr();
+    tokio::spawn(proxy.run(std::future::pending()));
+    (addr, arrivals)
+}
+
+/// 429 with `Retry-After: 1` to every request of any method, arrivals recorded.
+pub async fn always_429_server() -> (SocketAddr, Arc<Arrivals>) {
+    let arrivals = Arc::new(Arrivals::default());
+    let app = Router::new()
+        .route(
+            "/",
+            axum::routing::any(|State(a): State<Arc<Arrivals>>| async move {
+                a.note();
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [("retry-after", "1")],
+                    "slow down",
+                )
+            }),
+        )
+        .with_state(arrivals.clone());
+    (serve(app).await.0, arrivals)
+}
