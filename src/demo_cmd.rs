@@ -13,10 +13,11 @@ One recording backend on loopback, one floodgate proxy in front of it per algori
 the same limit, and the same traffic through each: a steady phase at 1.5 x the rate, then
 a burst of L requests just before a window boundary (aligned to the Unix epoch, where
 fixed windows start) and another just after. The table shows, per algorithm, requests
-admitted, 429s, the most requests the backend received in any window-length span, in
-any 1 s span and in one aligned window (from the backend's own timestamps), and p99
-latency. The fixed window lets about 2 L through across the boundary; the others hold
-their bound. Takes about 3 windows (6 s with the default 20/2s).";
+admitted, 429s, the most requests the backend received in any window-length span and
+in any 1 s span (from the backend's own timestamps), p99 latency, and each algorithm's
+guarantee checked on those timestamps. The fixed window lets about 2 L through across
+the boundary; the others hold their bound. Takes about 3 windows (6 s with the default
+20/2s).";
 
 const EXAMPLES: &str = "\
 Examples:

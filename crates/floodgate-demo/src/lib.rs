@@ -277,7 +277,12 @@ fn guarantee(kind: Kind, limit: u64, capacity: u64, window: Duration) -> (String
     }
 }
 
-/// A duration as the CLI reads it: `2s`, `500ms`, `1.25s`.
+/// A duration in seconds as the CLI reads it back.
+///
+/// ```
+/// use floodgate_demo::fmt_secs;
+/// assert_eq!((fmt_secs(2.0), fmt_secs(0.5), fmt_secs(1.25)), ("2s".into(), "500ms".into(), "1.25s".into()));
+/// ```
 pub fn fmt_secs(s: f64) -> String {
     let ms = (s * 1000.0).round();
     if ms % 1000.0 == 0.0 {
@@ -478,6 +483,10 @@ pub async fn run(cfg: &DemoConfig) -> Result<DemoReport, DemoError> {
 }
 
 /// `HH:MM:SS.mmm` (UTC) of an instant in seconds since the epoch.
+///
+/// ```
+/// assert_eq!(floodgate_demo::utc_time(1_700_000_001.25), "22:13:21.250");
+/// ```
 pub fn utc_time(unix_s: f64) -> String {
     let ms = (unix_s * 1000.0).round() as u64;
     let (s, ms) = (ms / 1000, ms % 1000);
