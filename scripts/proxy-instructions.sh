@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# User-space instructions per proxied request, floodgate proxy vs nginx limit_req, counted
+# by valgrind's callgrind: repeatable whatever else the machine is doing, unlike
+# requests/s. Both run one worker (floodgate --threads 1; nginx worker_processes 1,
+# master_process off) in front of the same backend, same limit settings as
+# scripts/bench-proxy.sh. Loopback only; bounded by -n.
+#
+#   scripts/proxy-instructions.sh [REQUESTS]   (default 3000; needs valgrind, and nginx
+#                                              for the comparison: apt-get install -y nginx)
+#
+# Per target: warm up with 200 requests, zero the counters, send REQUESTS with
+# `floodgate load --closed-loop -c 4`, dump, print instructions per request.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-3000}
+command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install -y valgrind)" >&2; exit 1; }
+for p in 28100 28180 28181; do
+  if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
+done
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
+cargo build --release -q --bin floodgate
+cargo build --release -q -p floodgate-http --example bench_backend
+BIN=$CARGO_TARGET_DIR/release
+TMP=$(mktemp -d /tmp/fg-instr.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
+trap cleanup EXIT
+"$BIN/examples/bench_backend" 127.0.0.1:28100 >/dev/null 2>&1 &
+PIDS+=($!)
+
+measure() { # label port command...
+  local label=$1 port=$2
+  shift 2
+  valgrind --tool=callgrind --callgrind-out-file="$TMP/$label.out" "$@" 2>"$TMP/$label.log" &
+  local vg=$!
+  PIDS+=($vg)
+  for _ in $(seq 600); do (echo >/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+  "$BIN/floodgate" load "http://127.0.0.1:$port/" -n 200 -c 4 --closed-loop >/dev/null
+  callgrind_control -z "$vg" >/dev/null 2>&1
+  "$BIN/floodgate" load "http://127.0.0.1:$port/" -n "$N" -c 4 --closed-loop --json >"$TMP/$label.json"
+  callgrind_control -d "$vg" >/dev/null 2>&1
+  sleep 1
+  kill "$vg" 2>/dev/null || true
+  wait "$vg" 2>/dev/null || true
+  local ok ir
+  ok=$(python3 -c "import json; print(json.load(open('$TMP/$label.json'))['statuses'].get('200', 0))")
+  ir=$(awk '/^totals:/ {print $2}' "$TMP/$label.out.1")
+  printf '%-28s %6s requests, %5s x 200   %7d instructions/request\n' "$label" "$N" "$ok" $((ir / N))
+  echo $((ir / N)) >"$TMP/$label.per"
+}
+
+measure "floodgate proxy" 28180 "$BIN/floodgate" proxy --listen 127.0.0.1:28180 \
+  --upstream http://127.0.0.1:28100 --rate 100000000/s --burst 100000000 --nodelay --threads 1
+if command -v nginx >/dev/null; then
+  mkdir -p "$TMP/nginx/logs"
+  cat >"$TMP/nginx/nginx.conf" <<NGX
+worker_processes 1;
+master_process off;
+daemon off;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/logs/error.log error;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $TMP/nginx/body; proxy_temp_path $TMP/nginx/proxy;
+  fastcgi_temp_path $TMP/nginx/fcgi; uwsgi_temp_path $TMP/nginx/uwsgi; scgi_temp_path $TMP/nginx/scgi;
+  limit_req_zone \$binary_remote_addr zone=perip:10m rate=100000000r/s;
+  limit_req_status 429;
+  upstream backend { server 127.0.0.1:28100; keepalive 128; }
+  server {
+    listen 127.0.0.1:28181;
+    location / {
+      limit_req zone=perip burst=100000000 nodelay;
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+  }
+}
+NGX
+  measure "nginx limit_req" 28181 nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf"
+  python3 -c "print('floodgate / nginx: %.2fx the instructions' % ($(cat "$TMP/floodgate proxy.per") / $(cat "$TMP/nginx limit_req.per")))"
+else
+  echo "nginx not installed: no comparison (apt-get install -y nginx)"
+fi
