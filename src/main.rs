@@ -59,7 +59,40 @@ fn main() {
         Command::Load(args) => load_cmd::run(args),
     };
     if let Err(e) = result {
-        eprintln!("floodgate: error: {e:#}");
+        eprintln!("floodgate: error: {}", render(&e));
         std::process::exit(2);
+    }
+}
+
+/// The error and its causes on one line, like `{:#}`, but a cause whose text the message
+/// already quotes (the library errors name their source in their own text) is not
+/// repeated.
+fn render(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render;
+    use anyhow::Context;
+
+    #[test]
+    fn causes_already_quoted_are_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let quoted = anyhow::Error::new(io).context("cannot connect to 127.0.0.1:1: refused");
+        assert_eq!(render(&quoted), "cannot connect to 127.0.0.1:1: refused");
+        let plain: anyhow::Result<()> = Err(anyhow::anyhow!("disk full")).context("writing x.svg");
+        assert_eq!(render(&plain.unwrap_err()), "writing x.svg: disk full");
     }
 }
