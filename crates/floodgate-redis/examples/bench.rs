@@ -45,12 +45,31 @@ fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-fn evalsha_calls(port: u16) -> u64 {
-    cli(port, &["INFO", "commandstats"])
+/// `INFO commandstats` for EVALSHA: calls and microseconds spent executing them (the
+/// whole script, its inner `redis.call`s included), counted by the server itself.
+fn evalsha_stats(port: u16) -> (u64, u64) {
+    let line = cli(port, &["INFO", "commandstats"])
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|r| r.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:").map(str::to_string))
+        .unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("calls="), field("usec="))
+}
+
+/// Round trips per decision and server µs per EVALSHA between two `evalsha_stats`.
+fn per_decision(before: (u64, u64), after: (u64, u64), decisions: u64) -> (f64, f64) {
+    let calls = after.0 - before.0;
+    let usec = after.1 - before.1;
+    let server = if calls == 0 {
+        0.0
+    } else {
+        usec as f64 / calls as f64
+    };
+    (calls as f64 / decisions.max(1) as f64, server)
 }
 
 struct Row {
@@ -61,6 +80,8 @@ struct Row {
     p50_us: f64,
     p99_us: f64,
     round_trips: f64,
+    /// Server time per EVALSHA, µs (0 when no call reached Redis).
+    server_us: f64,
 }
 
 fn pct(sorted: &[u32], p: f64) -> f64 {
@@ -212,7 +233,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .arg(60)
             .invoke_async(&mut raw(&url).await)
             .await?;
-        let before = evalsha_calls(port);
+        let before = evalsha_stats(port);
         let (n, el, lat) = run(callers, secs, move |c, i| {
             let s = s.clone();
             let key = format!("{p}seed:{}", (c as u64 * 7919 + i) % 1000);
@@ -223,7 +244,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })
         .await;
-        let rt = (evalsha_calls(port) - before) as f64 / n as f64;
+        let (rt, server_us) = per_decision(before, evalsha_stats(port), n);
         rows.push(Row {
             name: "seed INCR+EXPIRE (baseline)".into(),
             callers,
@@ -232,11 +253,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             p50_us: pct(&lat, 0.5),
             p99_us: pct(&lat, 0.99),
             round_trips: rt,
+            server_us,
         });
         for (name, alg) in &algs {
             let l = Arc::new(RedisLimiter::new(store.clone(), alg.clone())?);
             l.try_check(b"warm", 1).await?; // script load
-            let before = evalsha_calls(port);
+            let before = evalsha_stats(port);
             let lc = l.clone();
             let (n, el, lat) = run(callers, secs, move |c, i| {
                 let l = lc.clone();
@@ -246,7 +268,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             })
             .await;
-            let rt = (evalsha_calls(port) - before) as f64 / n as f64;
+            let (rt, server_us) = per_decision(before, evalsha_stats(port), n);
             rows.push(Row {
                 name: name.to_string(),
                 callers,
@@ -255,6 +277,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 p50_us: pct(&lat, 0.5),
                 p99_us: pct(&lat, 0.99),
                 round_trips: rt,
+                server_us,
             });
         }
     }
@@ -280,7 +303,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             AnyAlgorithm::Gcra(Gcra::new(Rate::per_minute(1)?, 10)?),
         )?);
         l.check(b"flooded", 1).await?;
-        let before = evalsha_calls(port);
+        let before = evalsha_stats(port);
         let lc = l.clone();
         let (n, el, lat) = run(16, secs, move |_, _| {
             let l = lc.clone();
@@ -289,7 +312,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })
         .await;
-        let rt = (evalsha_calls(port) - before) as f64 / n as f64;
+        let (rt, server_us) = per_decision(before, evalsha_stats(port), n);
         rows.push(Row {
             name: label.into(),
             callers: 16,
@@ -298,6 +321,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             p50_us: pct(&lat, 0.5),
             p99_us: pct(&lat, 0.99),
             round_trips: rt,
+            server_us,
         });
         eprintln!("{label}: {:?}", s.stats());
     }
@@ -307,9 +331,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|r| r.decisions as f64 / r.secs)
         .unwrap();
     println!(
-        "| workload | callers | decisions/s | vs seed (16) | p50 µs | p99 µs | round trips / decision |"
+        "| workload | callers | decisions/s | vs seed (16) | p50 µs | p99 µs | round trips / decision | server µs / call |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         let rate = r.decisions as f64 / r.secs;
         let ratio = if r.callers == 16 {
@@ -318,8 +342,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "".into()
         };
         println!(
-            "| {} | {} | {:.0} | {} | {:.0} | {:.0} | {:.3} |",
-            r.name, r.callers, rate, ratio, r.p50_us, r.p99_us, r.round_trips
+            "| {} | {} | {:.0} | {} | {:.0} | {:.0} | {:.3} | {:.2} |",
+            r.name, r.callers, rate, ratio, r.p50_us, r.p99_us, r.round_trips, r.server_us
         );
     }
     // redis-benchmark on the same server: the seed script and the GCRA script
