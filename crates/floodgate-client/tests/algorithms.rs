@@ -79,11 +79,12 @@ fn aimd_sequence() {
 }
 
 #[test]
-fn log10_root_is_integer_part() {
-    assert_eq!(
-        [1, 9, 10, 99, 100, 999, 1000].map(log10_root),
-        [1, 1, 1, 1, 2, 2, 3]
-    );
+fn log10_root_is_real_and_at_least_one() {
+    let got = [1.0, 9.0, 10.0, 20.0, 150.0, 1000.0, 0.0].map(log10_root);
+    let want = [1.0, 1.0, 1.0, 1.301_03, 2.176_09, 3.0, 1.0];
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 1e-5, "{got:?}");
+    }
 }
 
 fn vegas(initial: usize, smoothing: f64) -> Vegas {
@@ -98,40 +99,60 @@ fn vegas(initial: usize, smoothing: f64) -> Vegas {
 
 #[test]
 fn vegas_each_branch() {
+    // L = max(1, log10(limit)), real-valued: 1.301 at 20, 1.444 at 27.8, 1.421 at 26.4.
     let mut v = vegas(20, 1.0);
     // First sample only sets rtt_noload.
     assert_eq!(v.on_sample(&s(10.0, 20, false)), 20);
     assert_eq!(v.rtt_noload(), ms(10.0));
-    // queue = ceil(20 x (1 - 10/10)) = 0 <= L = 1: + beta (6).
-    assert_eq!(v.on_sample(&s(10.0, 20, false)), 26);
-    // queue = ceil(26 x (1 - 10/20)) = 13 > beta: - L.
-    assert_eq!(v.on_sample(&s(20.0, 26, false)), 25);
-    // queue = ceil(25 x (1 - 10/12.5)) = 5: alpha (3) <= 5 <= beta (6): unchanged.
-    assert_eq!(v.on_sample(&s(12.5, 25, false)), 25);
-    // queue = ceil(25 x (1 - 10/11)) = 3: not < alpha: unchanged.
-    assert_eq!(v.on_sample(&s(11.0, 25, false)), 25);
-    // queue = ceil(25 x (1 - 10/10.5)) = 2: L < 2 < alpha: + L.
-    assert_eq!(v.on_sample(&s(10.5, 25, false)), 26);
-    // Drop: - L.
-    assert_eq!(v.on_sample(&s(10.0, 26, true)), 25);
+    // queue = ceil(20 x (1 - 10/10)) = 0 <= L: + beta = 6 x 1.30103 -> 27.806.
+    assert_eq!(v.on_sample(&s(10.0, 20, false)), 27);
+    assert!(
+        (v.estimated() - 27.806_18).abs() < 1e-4,
+        "{}",
+        v.estimated()
+    );
+    // queue = ceil(27.806 x (1 - 10/20)) = 14 > beta (8.66): - L (1.444) -> 26.362.
+    assert_eq!(v.on_sample(&s(20.0, 27, false)), 26);
+    // queue = ceil(26.362 x (1 - 10/12.5)) = 6: alpha (4.26) <= 6 <= beta (8.53): unchanged.
+    assert_eq!(v.on_sample(&s(12.5, 26, false)), 26);
+    assert!(
+        (v.estimated() - 26.362_04).abs() < 1e-4,
+        "{}",
+        v.estimated()
+    );
+    // queue = ceil(26.362 x (1 - 10/11)) = 3: L (1.42) < 3 < alpha (4.26): + L -> 27.783.
+    assert_eq!(v.on_sample(&s(11.0, 26, false)), 27);
+    // queue = ceil(27.783 x (1 - 10/10.5)) = 2: L < 2 < alpha: + L (1.444) -> 29.227.
+    assert_eq!(v.on_sample(&s(10.5, 27, false)), 29);
+    // Drop: - L (1.466) -> 27.761.
+    assert_eq!(v.on_sample(&s(10.0, 29, true)), 27);
+    assert!(
+        (v.estimated() - 27.761_02).abs() < 1e-4,
+        "{}",
+        v.estimated()
+    );
     // App-limited (inflight x 2 < limit): unchanged even with no queue.
-    assert_eq!(v.on_sample(&s(10.0, 12, false)), 25);
+    assert_eq!(v.on_sample(&s(10.0, 12, false)), 27);
     // A new minimum RTT only updates rtt_noload.
-    assert_eq!(v.on_sample(&s(5.0, 25, false)), 25);
+    assert_eq!(v.on_sample(&s(5.0, 27, false)), 27);
     assert_eq!(v.rtt_noload(), ms(5.0));
 }
 
 #[test]
 fn vegas_log_scaling_and_smoothing() {
-    // At limit 150, L = 2: alpha 6, beta 12; no queue: + 12.
+    // At limit 150, L = log10(150) = 2.176: beta 13.06; no queue: + 13.06 -> 163.06.
     let mut v = vegas(150, 1.0);
     v.on_sample(&s(10.0, 150, false));
-    assert_eq!(v.on_sample(&s(10.0, 150, false)), 162);
-    // Smoothing 0.5: 20 -> 0.5 x 20 + 0.5 x 26 = 23.
+    assert_eq!(v.on_sample(&s(10.0, 150, false)), 163);
+    // Smoothing 0.5: 20 -> 0.5 x 20 + 0.5 x 27.806 = 23.903.
     let mut v = vegas(20, 0.5);
     v.on_sample(&s(10.0, 20, false));
     v.on_sample(&s(10.0, 20, false));
-    assert_eq!(v.estimated(), 23.0);
+    assert!(
+        (v.estimated() - 23.903_09).abs() < 1e-4,
+        "{}",
+        v.estimated()
+    );
     // Clamped at max before smoothing.
     let mut v = Vegas::new(VegasConfig {
         initial: 20,

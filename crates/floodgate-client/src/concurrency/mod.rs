@@ -55,15 +55,11 @@ impl<A: LimitAlgorithm + ?Sized> LimitAlgorithm for Box<A> {
     }
 }
 
-/// `max(1, floor(log10(limit)))`: concurrency-limits' `Log10RootFunction`, the `L` of Vegas.
-pub fn log10_root(limit: usize) -> usize {
-    let mut l = 0usize;
-    let mut x = limit;
-    while x >= 10 {
-        x /= 10;
-        l += 1;
-    }
-    l.max(1)
+/// `L = max(1, log10(limit))`, the step of Vegas (reference.md's formula, real-valued;
+/// Netflix's `Log10RootFunction` truncates it to an integer through a lookup table).
+pub fn log10_root(limit: f64) -> f64 {
+    let l = limit.log10();
+    if l.is_nan() { 1.0 } else { l.max(1.0) }
 }
 
 fn check_range(min: usize, initial: usize, max: usize) -> Result<(), crate::ConfigError> {

@@ -42,7 +42,7 @@ impl Default for VegasConfig {
 }
 
 /// Vegas: `rtt_noload` is the minimum RTT seen (re-probed now and then);
-/// `queue = ceil(limit x (1 - rtt_noload / rtt))`; with `L = max(1, floor(log10(limit)))`,
+/// `queue = ceil(limit x (1 - rtt_noload / rtt))`; with `L = max(1, log10(limit))` (real),
 /// `alpha = 3L`, `beta = 6L`:
 ///
 /// * drop: `limit - L`
@@ -120,7 +120,7 @@ impl LimitAlgorithm for Vegas {
         }
         let limit = self.estimated;
         let queue = (limit * (1.0 - self.rtt_noload as f64 / rtt as f64)).ceil();
-        let l = log10_root(limit as usize) as f64;
+        let l = log10_root(limit);
         let (alpha, beta, threshold) = (3.0 * l, 6.0 * l, l);
         let new = if s.dropped {
             limit - l
