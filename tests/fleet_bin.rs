@@ -9,7 +9,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+
+mod common;
+use common::{Proc, free_port, wait_listening};
 
 const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
 
@@ -71,21 +74,6 @@ async fn backend() -> (SocketAddr, Log) {
     (addr, log)
 }
 
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 struct Node {
     listen: SocketAddr,
     admin: SocketAddr,
@@ -131,14 +119,6 @@ fn unique(tag: &str) -> String {
             .unwrap()
             .as_nanos()
     )
-}
-
-async fn wait_listening(addr: SocketAddr) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(Instant::now() < deadline, "proxy did not start on {addr}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Start three proxies with `[fleet] strategy = ...`, `policy` (TOML `[[policy]]` tables)
