@@ -7,8 +7,9 @@
 //!   start, whatever happened to the others, and its latency is measured from that
 //!   intended time: a server that stalls for a second shows a second of latency on every
 //!   request it held up (no coordinated omission). [`Mode::ClosedLoop`] is there too.
-//! * One keep-alive HTTP/1.1 connection per worker (hyper 1 over tokio), re-opened after
-//!   errors; only the loopback interface, or a host the user names, is ever contacted.
+//! * One keep-alive HTTP/1.1 connection per worker (hyper 1 over tokio, workers on one
+//!   single-threaded runtime per core), re-opened after errors; only the loopback
+//!   interface, or a host the user names, is ever contacted.
 //! * HDR histograms (µs, 1 µs to 1 h) overall and by status (200, 429, other), a
 //!   timeline of outcomes per bucket aligned to the wall clock, window boundaries at
 //!   multiples of the window since the Unix epoch, and a [`boundary`] verdict.

@@ -14,6 +14,11 @@
 //!   waiting are dropped (hey's `-q` behaves like this, per worker). Latency is measured
 //!   from the actual send time.
 //!
+//! # Threads
+//! Workers run on one thread per core (at most one per connection), each with its own
+//! single-threaded tokio runtime; the aggregator and the deadline run on the caller's
+//! runtime. A worker and its hyper connection task always share a thread.
+//!
 //! # Polite workers
 //! With [`LoadConfig::polite`], all workers share one [`Polite`] engine from
 //! floodgate-client (one client with `concurrency` connections) and drive it the way its
@@ -271,13 +276,11 @@ pub async fn run_with(
             stats
         })
     };
-    let workers: Vec<_> = (0..config.concurrency)
-        .map(|id| tokio::spawn(worker(id, shared.clone(), tx.clone())))
-        .collect();
+    let threads = spawn_worker_threads(&shared, &tx)?;
     drop(tx);
-    let mut summaries = Vec::with_capacity(workers.len());
-    for w in workers {
-        summaries.push(w.await.unwrap_or_default());
+    let mut summaries = Vec::with_capacity(config.concurrency);
+    for t in threads {
+        summaries.extend(t.await.unwrap_or_default());
     }
     let elapsed = Instant::now().saturating_duration_since(start);
     deadline.abort();
@@ -296,6 +299,48 @@ pub async fn run_with(
         elapsed,
         stopped_early,
     ))
+}
+
+/// Run the workers on one thread per core (at most one per connection), each thread with
+/// its own single-threaded runtime, connections dealt round-robin: a connection's worker
+/// and hyper's connection task then always share a thread, so a response never wakes a
+/// task across threads and no work is stolen (oha does the same). Returns, per thread,
+/// the summaries of its workers when they are done.
+fn spawn_worker_threads(
+    shared: &Arc<Shared>,
+    tx: &mpsc::UnboundedSender<Vec<Record>>,
+) -> Result<Vec<tokio::sync::oneshot::Receiver<Vec<WorkerSummary>>>, LoadError> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let n = cores.min(shared.concurrency).max(1);
+    let mut done = Vec::with_capacity(n);
+    for t in 0..n {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(LoadError::Runtime)?;
+        let (shared, tx) = (shared.clone(), tx.clone());
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name(format!("floodgate-load-{t}"))
+            .spawn(move || {
+                let summaries = rt.block_on(async move {
+                    let ids = (t..shared.concurrency).step_by(n);
+                    let workers: Vec<_> = ids
+                        .map(|id| tokio::spawn(worker(id, shared.clone(), tx.clone())))
+                        .collect();
+                    drop(tx);
+                    let mut summaries = Vec::with_capacity(workers.len());
+                    for w in workers {
+                        summaries.push(w.await.unwrap_or_default());
+                    }
+                    summaries
+                });
+                let _ = done_tx.send(summaries);
+            })
+            .map_err(LoadError::Runtime)?;
+        done.push(done_rx);
+    }
+    Ok(done)
 }
 
 fn nanos(d: Duration) -> u64 {
