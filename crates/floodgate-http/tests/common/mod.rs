@@ -64,6 +64,16 @@ impl Backend {
                                         .boxed()
                                 }
                                 "/echo" => req.into_body().boxed(),
+                                // the whole body first, then the answer: no response head
+                                // can leave before the body has ended (or failed)
+                                "/collect" => match req.into_body().collect().await {
+                                    Ok(b) => {
+                                        Full::new(b.to_bytes()).map_err(|e| match e {}).boxed()
+                                    }
+                                    Err(_) => Full::new(Bytes::from_static(b"bad body"))
+                                        .map_err(|e| match e {})
+                                        .boxed(),
+                                },
                                 _ => Full::new(Bytes::from_static(b"ok"))
                                     .map_err(|e| match e {})
                                     .boxed(),
