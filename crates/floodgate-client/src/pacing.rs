@@ -6,7 +6,10 @@
 //! host and per policy; the send time of a request is the latest of what each live policy
 //! of its host allows. When `r = 0` the next send waits for the reset plus a jitter of up to
 //! [`PacerConfig::reset_jitter`] x `t`, so that clients told the same reset do not all
-//! return at one instant. `Retry-After` blocks the whole host ([`Pacer::block_host`]).
+//! return at one instant; the sends queued behind it then go `w / q` apart when the
+//! policy's `RateLimit-Policy` member is known ([`Pacer::observe_with_policies`]), so one
+//! client does not fire its whole backlog at the reset either. `Retry-After` blocks the
+//! whole host ([`Pacer::block_host`]).
 //!
 //! Time is [`Nanos`] from an injected clock: the pacer never reads one itself. Every wait it
 //! returns is at most [`PacerConfig::max_wait`].
@@ -18,7 +21,7 @@ use floodgate_core::Nanos;
 use floodgate_core::time::duration_to_nanos;
 use rand::Rng;
 
-use crate::headers::Remaining;
+use crate::headers::{Policy, QuotaUnit, Remaining};
 
 /// Pacer settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -109,11 +112,27 @@ impl Pacer {
     }
 
     /// Take in the `RateLimit` advice of a response from `host` received at `now`.
-    /// Members without a reset are ignored (there is nothing to spread over).
+    /// Members without a reset are ignored (there is nothing to spread over). Without the
+    /// policies' quotas, sends queued behind an `r = 0` reset all go at that reset: prefer
+    /// [`Pacer::observe_with_policies`].
     pub fn observe<R: Rng + ?Sized>(
         &mut self,
         host: &str,
         advice: &[Remaining],
+        now: Nanos,
+        rng: &mut R,
+    ) {
+        self.observe_with_policies(host, advice, &[], now, rng);
+    }
+
+    /// [`Pacer::observe`], knowing the `RateLimit-Policy` members too: after an `r = 0`
+    /// reset, the sends queued for that policy go `w / q` apart (the rate at which the
+    /// quota comes back) instead of all at the reset.
+    pub fn observe_with_policies<R: Rng + ?Sized>(
+        &mut self,
+        host: &str,
+        advice: &[Remaining],
+        policies: &[Policy],
         now: Nanos,
         rng: &mut R,
     ) {
@@ -156,7 +175,12 @@ impl Pacer {
                     };
                     let at = Nanos(now.0.saturating_add(t).saturating_add(extra));
                     slot.next = slot.next.max(at);
-                    slot.interval = 0;
+                    // after the reset the quota comes back at q per w: space the queue so
+                    let refill = policies
+                        .iter()
+                        .find(|p| p.name == r.name && p.unit == QuotaUnit::Requests)
+                        .and_then(|p| Some(duration_to_nanos(p.window?) / p.quota.max(1)));
+                    slot.interval = refill.unwrap_or(0).min(max_wait);
                 }
                 Some(interval) => {
                     slot.interval = interval;
@@ -243,6 +267,40 @@ mod tests {
             w >= Duration::from_secs(10) && w <= Duration::from_secs(11),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn queue_behind_a_zero_reset_goes_at_the_policy_rate() {
+        let mut rng = StdRng::seed_from_u64(2);
+        let cfg = PacerConfig {
+            reset_jitter: 0.0,
+            ..PacerConfig::default()
+        };
+        let now = Nanos::from_secs(1);
+        let policy = Policy {
+            name: "default".into(),
+            quota: 5,
+            window: Some(Duration::from_secs(10)),
+            unit: QuotaUnit::Requests,
+        };
+        // q = 5 per w = 10 s: after the reset at 10 s, one send every 2 s
+        let mut p = Pacer::new(cfg);
+        p.observe_with_policies(
+            "h",
+            &[rem("default", 0, 10)],
+            std::slice::from_ref(&policy),
+            now,
+            &mut rng,
+        );
+        let waits: Vec<_> = (0..4).map(|_| p.reserve("h", now)).collect();
+        assert_eq!(waits, [10, 12, 14, 16].map(Duration::from_secs).to_vec());
+        // a policy of another name does not apply; without one, the queue goes at the reset
+        let mut other = policy;
+        other.name = "other".into();
+        let mut p = Pacer::new(cfg);
+        p.observe_with_policies("h", &[rem("default", 0, 10)], &[other], now, &mut rng);
+        let waits: Vec<_> = (0..3).map(|_| p.reserve("h", now)).collect();
+        assert_eq!(waits, [10, 10, 10].map(Duration::from_secs).to_vec());
     }
 
     #[test]

@@ -311,7 +311,13 @@ impl Polite {
             let mut pacer = self.pacer.lock();
             if self.cfg.pacing {
                 let mut rng = self.rng.lock();
-                pacer.observe(host, &advice.remaining, now, &mut *rng);
+                pacer.observe_with_policies(
+                    host,
+                    &advice.remaining,
+                    &advice.policies,
+                    now,
+                    &mut *rng,
+                );
             }
             if let Some(ra) = retry_after {
                 // Retry-After takes precedence and holds every request to this host.
