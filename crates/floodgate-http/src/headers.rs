@@ -82,20 +82,21 @@ pub fn ratelimit_policy(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue
     {
         return Some(v.clone());
     }
-    let limits: Vec<(&PolicyInfo, u64)> = items.iter().map(|(p, d)| (*p, d.limit)).collect();
-    policy_value(&limits)
+    policy_value(items.iter().map(|(p, d)| (*p, d.limit)))
 }
 
 /// The `RateLimit-Policy` value for policies at these limits (`q`); `None` for none.
-pub fn policy_value(items: &[(&PolicyInfo, u64)]) -> Option<HeaderValue> {
+pub fn policy_value<'a>(
+    items: impl IntoIterator<Item = (&'a PolicyInfo, u64)>,
+) -> Option<HeaderValue> {
     let mut ser = ListSerializer::new();
     for (p, limit) in items {
         let Ok(name) = StringRef::from_str(&p.name) else {
             continue; // names are validated at build time
         };
-        let w = ceil_secs(advertised_window(&p.spec, *limit)).max(1);
+        let w = ceil_secs(advertised_window(&p.spec, limit)).max(1);
         ser.bare_item(name)
-            .parameter(KeyRef::constant("q"), int(*limit))
+            .parameter(KeyRef::constant("q"), int(limit))
             .parameter(KeyRef::constant("w"), int(w));
     }
     ser.finish().and_then(|s| HeaderValue::try_from(s).ok())
@@ -214,7 +215,7 @@ mod tests {
         ] {
             let p = info("p", kind, rate, cap);
             let limit = p.algorithm.limit();
-            let fresh = policy_value(&[(&p, limit)]).unwrap();
+            let fresh = policy_value([(&p, limit)]).unwrap();
             assert!(fresh.to_str().unwrap().contains(&format!(";q={limit};")));
             let d = Decision::allow(limit, 1, Duration::from_secs(1));
             assert_eq!(ratelimit_policy(&[(&p, d)]).unwrap(), fresh);
@@ -222,7 +223,7 @@ mod tests {
             let other = Decision::allow(limit + 7, 1, Duration::from_secs(1));
             assert_eq!(
                 ratelimit_policy(&[(&p, other)]).unwrap(),
-                policy_value(&[(&p, limit + 7)]).unwrap()
+                policy_value([(&p, limit + 7)]).unwrap()
             );
             assert_ne!(ratelimit_policy(&[(&p, other)]).unwrap(), fresh);
         }

@@ -39,7 +39,7 @@ impl PolicyInfo {
             algorithm,
             advertised: None,
         };
-        info.advertised = crate::headers::policy_value(&[(&info, info.algorithm.limit())]);
+        info.advertised = crate::headers::policy_value([(&info, info.algorithm.limit())]);
         info
     }
 }
