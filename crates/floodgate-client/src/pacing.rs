@@ -175,7 +175,8 @@ impl Pacer {
                     };
                     let at = Nanos(now.0.saturating_add(t).saturating_add(extra));
                     slot.next = slot.next.max(at);
-                    // after the reset the quota comes back at q per w: space the queue so
+                    // after the reset the quota comes back at q per w: the queued sends
+                    // go that far apart (none when the policy is unknown)
                     let refill = policies
                         .iter()
                         .find(|p| p.name == r.name && p.unit == QuotaUnit::Requests)

@@ -82,7 +82,8 @@ proptest! {
         let mut p = Pacer::new(PacerConfig { max_wait: l.max_wait, ..PacerConfig::default() });
         let mut rng = StdRng::seed_from_u64(seed);
         let t = Nanos::from_secs(now_secs);
-        p.observe("h", &a.remaining, t, &mut rng);
+        // the path the polite engine takes: with the policies, so a hostile q or w is covered
+        p.observe_with_policies("h", &a.remaining, &a.policies, t, &mut rng);
         for _ in 0..50 {
             prop_assert!(p.reserve("h", t) <= l.max_wait);
         }
