@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc instead of the system allocator: the proxy's hot path allocates per request
 /// (hyper's header maps, boxed futures), and glibc malloc/free were ~14% of its user-space
-/// instructions (callgrind, `scripts/bench-proxy.sh` workload).
+/// instructions (callgrind: `scripts/proxy-instructions.sh`).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
