@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Where a GCRA decision's server time goes: Redis's own `usec_per_call` for EVALSHA
+# (INFO commandstats) under redis-benchmark -c 16, for scripts that each do one piece of
+# the work, for the seed INCR+EXPIRE script, for the GCRA script as it is now, and for the
+# GCRA script before it was written flat (from git history, commit 11f40dc). Starts its
+# own redis-server on a free loopback port and stops it at the end.
+#
+#   scripts/redis-script-costs.sh [REQUESTS]     (default 60000 per script)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-60000}
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+TMP=$(mktemp -d /tmp/fg-rcost.XXXXXX)
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+  --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid"
+trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$TMP"' EXIT
+for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+L=crates/floodgate-redis/lua
+ARGS=(1 gkey redis 0 1 0 1000 1000000 1000) # KEYS[1], now from Redis TIME, cost 1, pad 0, T, tau, cap
+cost() { # label script-text [evalsha args...]
+  local label=$1 body=$2
+  shift 2
+  local sha
+  sha=$(redis-cli -p "$PORT" SCRIPT LOAD "$body")
+  redis-cli -p "$PORT" CONFIG RESETSTAT >/dev/null
+  redis-benchmark -p "$PORT" -c 16 -n "$N" -q evalsha "$sha" "$@" >/dev/null 2>&1
+  local us
+  us=$(redis-cli -p "$PORT" INFO commandstats | tr -d '\r' \
+    | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
+  printf '%-46s %6s us/call\n' "$label" "$us"
+}
+echo "redis-server on 127.0.0.1:$PORT, redis-benchmark -c 16 -n $N, server time per EVALSHA:"
+cost "empty script (return 1)" "return 1" "${ARGS[@]}"
+cost "return a seven-value reply" "return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
+cost "TIME + reply" "local t = redis.call('TIME') return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
+cost "GET + reply" "local v = redis.call('GET', KEYS[1]) return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
+cost "SET PX + reply" "redis.call('SET', KEYS[1], '1764741600123456789', 'PX', 1000) return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
+cost "TIME + GET + SET PX + reply" "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '1764741600123456789', 'PX', 1000) return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
+cost "seed INCR+EXPIRE" "local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return c" 1 key 60
+cost "GCRA before (time.lua prelude, commit 11f40dc)" "$(git show 11f40dc:$L/time.lua; git show 11f40dc:$L/gcra.lua)" "${ARGS[@]}"
+cost "GCRA now (flat, $L/gcra.lua)" "$(cat $L/gcra.lua)" "${ARGS[@]}"
