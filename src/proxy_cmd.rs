@@ -49,7 +49,8 @@ pub struct ProxyArgs {
     /// Denial status (without --config; default 429, nginx uses 503).
     #[arg(long, conflicts_with = "config")]
     status: Option<u16>,
-    /// Worker threads (default: one per core).
+    /// Worker threads, each a single-threaded runtime with its own upstream pool;
+    /// connections are dealt to them in turn (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
 }
@@ -104,6 +105,11 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             ProxySettings::new(http::Uri::default()),
             None,
         ),
+    };
+    settings.workers = match args.threads {
+        Some(0) => bail!("--threads 0: give at least 1 worker thread"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     if let Some(u) = &args.upstream {
         settings.upstream = parse_upstream(u)
@@ -160,12 +166,12 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    rt.enable_all();
-    if let Some(n) = args.threads {
-        rt.worker_threads(n.max(1));
-    }
-    let rt = rt.build().context("cannot start the runtime")?;
+    // this runtime accepts connections, serves the admin listener, and runs the store's
+    // background tasks (Redis connections); requests are served on the workers
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
     rt.block_on(async move {
         let limiter = match &cfg {
             Some(cfg) if cfg.store != StoreSpec::Memory => {

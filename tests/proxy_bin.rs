@@ -182,6 +182,21 @@ fn check_config_reports_file_line_and_field() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+    let out = Command::new(BIN)
+        .args([
+            "proxy",
+            "--check-config",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--rate",
+            "1/s",
+            "--threads",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--threads 0"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -63,6 +63,11 @@ pub struct ProxySettings {
     pub shutdown_grace: Duration,
     /// h2c prior knowledge to the upstream.
     pub upstream_http2: bool,
+    /// Worker threads, each with its own single-threaded runtime and its own upstream
+    /// connection pool; accepted connections are dealt to them in turn, and each stays
+    /// on its worker (no work stealing, no cross-thread wakeups per request). 0: serve
+    /// on the runtime that calls [`Proxy::run`].
+    pub workers: usize,
 }
 
 impl ProxySettings {
@@ -77,6 +82,7 @@ impl ProxySettings {
             connect_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
             upstream_http2: false,
+            workers: 0,
         }
     }
 }
@@ -98,6 +104,9 @@ pub enum ProxyError {
     /// The fleet's nodes are unusable (a name that does not resolve, say).
     #[error("fleet: {0}")]
     Fleet(String),
+    /// A worker thread or its runtime could not be started.
+    #[error("cannot start worker thread: {0}")]
+    Worker(std::io::Error),
 }
 
 /// The body of a proxied response: the upstream's, or a short error body.
@@ -326,6 +335,7 @@ pub struct Proxy {
     admin: Option<TcpListener>,
     limiter: RateLimiter,
     service: FleetService,
+    workers: Vec<Worker>,
     grace: Duration,
 }
 
@@ -345,25 +355,42 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
 }
 
 impl Proxy {
-    /// Bind the listeners (port 0 picks a free port).
+    /// Bind the listeners (port 0 picks a free port) and start the worker threads, if
+    /// `settings.workers` asks for any.
     pub async fn bind(limiter: RateLimiter, settings: &ProxySettings) -> Result<Proxy, ProxyError> {
-        let forward = Forward::new(settings, limiter.metrics().clone())?;
-        let listener = bind(settings.listen).await?;
-        let admin = match settings.admin {
-            Some(a) => Some(bind(a).await?),
-            None => None,
-        };
-        Ok(Proxy {
-            listener,
-            admin,
-            service: FleetService::new(
-                RateLimitService::new(forward, limiter.clone()),
+        let service = || -> Result<FleetService, ProxyError> {
+            Ok(FleetService::new(
+                RateLimitService::new(
+                    Forward::new(settings, limiter.metrics().clone())?,
+                    limiter.clone(),
+                ),
                 Sticky::new(
                     &limiter,
                     settings.connect_timeout,
                     settings.upstream_timeout,
                 )?,
-            ),
+            ))
+        };
+        let listener = bind(settings.listen).await?;
+        let admin = match settings.admin {
+            Some(a) => Some(bind(a).await?),
+            None => None,
+        };
+        let mut workers = Vec::with_capacity(settings.workers);
+        for i in 0..settings.workers {
+            let w = Worker::spawn(
+                i,
+                service()?,
+                limiter.metrics().clone(),
+                settings.shutdown_grace,
+            );
+            workers.push(w.map_err(ProxyError::Worker)?);
+        }
+        Ok(Proxy {
+            listener,
+            admin,
+            service: service()?,
+            workers,
             limiter,
             grace: settings.shutdown_grace,
         })
@@ -384,18 +411,15 @@ impl Proxy {
     /// Serve until `shutdown` completes, then drain in-flight requests (at most the grace
     /// period).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30));
-        builder.http2().timer(TokioTimer::new());
+        let builder = server_builder();
         let graceful = GracefulShutdown::new();
         let limiter = self.limiter.clone();
         let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let limiter = limiter.clone();
             async move { Ok::<_, Infallible>(admin(&limiter, req.uri().path())) }
         });
+        let metrics = self.limiter.metrics().clone();
+        let mut next = 0usize;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -411,26 +435,21 @@ impl Proxy {
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    let svc = self.service.clone();
-                    let metrics = self.limiter.metrics().clone();
-                    let hsvc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                        req.extensions_mut().insert(PeerAddr(peer));
-                        let mut svc = svc.clone();
-                        let metrics = metrics.clone();
-                        let start = Instant::now();
-                        async move {
-                            let r = svc.call(req).await;
-                            metrics.proxy_seconds.observe(start.elapsed().as_secs_f64());
-                            r
+                    if self.workers.is_empty() {
+                        serve(&builder, &graceful, stream, peer, self.service.clone(), metrics.clone());
+                        continue;
+                    }
+                    // deal connections to the workers in turn
+                    let w = &self.workers[next % self.workers.len()];
+                    next = next.wrapping_add(1);
+                    match stream.into_std() {
+                        Ok(s) => {
+                            if w.conns.send((s, peer)).is_err() {
+                                tracing::error!(worker = w.index, "worker thread is gone; connection dropped");
+                            }
                         }
-                    });
-                    let conn = builder.serve_connection(TokioIo::new(stream), hsvc).into_owned();
-                    let conn = graceful.watch(conn);
-                    tokio::spawn(async move {
-                        if let Err(e) = conn.await {
-                            tracing::debug!(error = %e, %peer, "connection ended with an error");
-                        }
-                    });
+                        Err(e) => tracing::warn!(error = %e, %peer, "cannot hand the connection to a worker"),
+                    }
                 }
                 r = accept_opt(self.admin.as_ref()) => {
                     if let Ok((stream, _)) = r {
@@ -443,14 +462,115 @@ impl Proxy {
         }
         drop(self.listener);
         drop(self.admin);
+        let mut done = Vec::with_capacity(self.workers.len());
+        for w in self.workers {
+            // closing the channel tells the worker to stop and drain
+            drop(w.conns);
+            done.push(w.done);
+        }
         tracing::info!(
             connections = graceful.count(),
+            workers = done.len(),
             "shutting down: draining in-flight requests"
         );
-        tokio::select! {
-            () = graceful.shutdown() => tracing::info!("drained"),
-            () = tokio::time::sleep(self.grace) => tracing::warn!(grace = ?self.grace, "grace period over; closing remaining connections"),
+        let workers = async {
+            for d in done {
+                let _ = d.await;
+            }
+        };
+        tokio::join!(drain(graceful, self.grace), workers);
+    }
+}
+
+/// The HTTP/1.1 + HTTP/2 (h2c) server settings every listener uses.
+fn server_builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30));
+    builder.http2().timer(TokioTimer::new());
+    builder
+}
+
+/// Serve one client connection on the current runtime, watched by `graceful`.
+fn serve(
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    svc: FleetService,
+    metrics: Arc<Metrics>,
+) {
+    let hsvc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(PeerAddr(peer));
+        let mut svc = svc.clone();
+        let metrics = metrics.clone();
+        let start = Instant::now();
+        async move {
+            let r = svc.call(req).await;
+            metrics.proxy_seconds.observe(start.elapsed().as_secs_f64());
+            r
         }
+    });
+    let conn = builder
+        .serve_connection(TokioIo::new(stream), hsvc)
+        .into_owned();
+    let conn = graceful.watch(conn);
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, %peer, "connection ended with an error");
+        }
+    });
+}
+
+/// Let the watched connections finish, for at most `grace`.
+async fn drain(graceful: GracefulShutdown, grace: Duration) {
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("drained"),
+        () = tokio::time::sleep(grace) => tracing::warn!(?grace, "grace period over; closing remaining connections"),
+    }
+}
+
+/// A worker thread: a single-threaded runtime serving the connections it is handed, with
+/// its own upstream pool (in its [`FleetService`]). It stops when `conns` is closed,
+/// after draining its connections, and then completes `done`.
+struct Worker {
+    index: usize,
+    conns: tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl Worker {
+    fn spawn(
+        index: usize,
+        svc: FleetService,
+        metrics: Arc<Metrics>,
+        grace: Duration,
+    ) -> std::io::Result<Worker> {
+        let (conns, mut rx) =
+            tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name(format!("floodgate-worker-{index}"))
+            .spawn(move || {
+                rt.block_on(async move {
+                    let builder = server_builder();
+                    let graceful = GracefulShutdown::new();
+                    while let Some((stream, peer)) = rx.recv().await {
+                        match tokio::net::TcpStream::from_std(stream) {
+                            Ok(s) => serve(&builder, &graceful, s, peer, svc.clone(), metrics.clone()),
+                            Err(e) => tracing::warn!(error = %e, %peer, "worker cannot take the connection"),
+                        }
+                    }
+                    drain(graceful, grace).await;
+                });
+                let _ = done_tx.send(());
+            })?;
+        Ok(Worker { index, conns, done })
     }
 }
 

@@ -254,11 +254,21 @@ async fn http2_prior_knowledge_and_streamed_bodies() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn graceful_shutdown_drains_held_requests() {
+async fn graceful_shutdown_drains_held_requests_on_worker_threads() {
+    graceful_shutdown_drains_held_requests(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_drains_held_requests_on_the_callers_runtime() {
+    graceful_shutdown_drains_held_requests(0).await;
+}
+
+async fn graceful_shutdown_drains_held_requests(workers: usize) {
     let backend = Backend::start().await;
-    let mut p = RunningProxy::start(
+    let mut p = RunningProxy::start_with_workers(
         "[[policy]]\nname = \"p\"\nrate = \"2/s\"\nburst = 2\n",
         backend.addr,
+        workers,
     )
     .await;
     let c = client();

@@ -106,8 +106,19 @@ pub struct RunningProxy {
 }
 
 impl RunningProxy {
-    /// Start from TOML text; `upstream` and ports are filled in.
+    /// Start from TOML text; `upstream` and ports are filled in. Served on two worker
+    /// threads, as `floodgate proxy` serves.
     pub async fn start(toml: &str, upstream: SocketAddr) -> RunningProxy {
+        Self::start_with_workers(toml, upstream, 2).await
+    }
+
+    /// As [`start`](Self::start), with `workers` worker threads (0: on the test's own
+    /// runtime, the library's default).
+    pub async fn start_with_workers(
+        toml: &str,
+        upstream: SocketAddr,
+        workers: usize,
+    ) -> RunningProxy {
         let cfg = Config::parse(toml, Path::new("test.toml")).unwrap();
         let limiter = cfg.build().await.unwrap();
         let mut settings = ProxySettings::new(format!("http://{upstream}").parse().unwrap());
@@ -116,6 +127,7 @@ impl RunningProxy {
         settings.upstream_timeout = cfg.upstream_timeout.unwrap_or(settings.upstream_timeout);
         settings.connect_timeout = cfg.connect_timeout.unwrap_or(settings.connect_timeout);
         settings.shutdown_grace = Duration::from_secs(5);
+        settings.workers = workers;
         let proxy = Proxy::bind(limiter.clone(), &settings).await.unwrap();
         let addr = proxy.local_addr();
         let admin = proxy.admin_addr().unwrap();
