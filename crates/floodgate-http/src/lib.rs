@@ -46,6 +46,7 @@ pub mod proxy;
 pub mod redis_store;
 pub mod sticky;
 pub mod store;
+pub mod upstream;
 
 pub use fleet::{Fleet, FleetError, Strategy};
 pub use hybrid_store::HybridStore;

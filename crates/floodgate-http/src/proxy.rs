@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderName};
+use http::header::{CONTENT_TYPE, HOST, HeaderName};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
@@ -45,6 +45,7 @@ use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
 use crate::metrics::Metrics;
 use crate::sticky::{FleetService, Sticky};
+use crate::upstream::{Http1Pool, UpstreamBody};
 
 /// Proxy settings (the non-limiter part of the config).
 #[derive(Debug, Clone)]
@@ -110,7 +111,7 @@ pub enum ProxyError {
 }
 
 /// The body of a proxied response: the upstream's, or a short error body.
-pub type ForwardBody = Either<Incoming, Full<Bytes>>;
+pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
 
 /// The client's request body on its way upstream, watched: when reading it fails
 /// (malformed framing, the client hanging up), `failed` is set, so that the failed
@@ -165,16 +166,26 @@ impl http_body::Body for ClientBody {
     }
 }
 
-/// Forwards requests to one upstream over a pooled client.
+/// How requests reach the upstream.
+#[derive(Clone)]
+enum Upstream {
+    /// HTTP/1.1 over this forwarder's own connection pool.
+    Http1(Arc<Http1Pool>),
+    /// HTTP/2 (h2c prior knowledge), multiplexed by hyper-util's client.
+    Http2(Box<Client<HttpConnector, ClientBody>>),
+}
+
+/// Forwards requests to one upstream over pooled connections.
 #[derive(Clone)]
 pub struct Forward {
-    client: Client<HttpConnector, ClientBody>,
+    upstream: Upstream,
     scheme: Scheme,
     authority: Authority,
     timeout: Duration,
-    http2: bool,
     metrics: Arc<Metrics>,
 }
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl std::fmt::Debug for Forward {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -215,6 +226,11 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
+/// How long an upstream connection may sit unused before it is closed.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Most idle upstream connections kept (per worker).
+const POOL_MAX_IDLE: usize = 1024;
+
 impl Forward {
     /// A forwarder to `settings.upstream`.
     pub fn new(settings: &ProxySettings, metrics: Arc<Metrics>) -> Result<Forward, ProxyError> {
@@ -223,22 +239,42 @@ impl Forward {
         let authority = parts
             .authority
             .ok_or_else(|| ProxyError::Upstream(format!("{} has no host", settings.upstream)))?;
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(settings.connect_timeout));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(1024)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .http2_only(settings.upstream_http2)
-            .build(connector);
+        let upstream = if settings.upstream_http2 {
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(settings.connect_timeout));
+            connector.set_nodelay(true);
+            Upstream::Http2(Box::new(
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                    .pool_timer(TokioTimer::new())
+                    .timer(TokioTimer::new())
+                    .http2_only(true)
+                    .build(connector),
+            ))
+        } else {
+            if scheme != Scheme::HTTP {
+                return Err(ProxyError::Upstream(format!(
+                    "{}: only http:// upstreams are supported",
+                    settings.upstream
+                )));
+            }
+            let addr = format!(
+                "{}:{}",
+                authority.host(),
+                authority.port_u16().unwrap_or(80)
+            );
+            Upstream::Http1(Arc::new(Http1Pool::new(
+                addr,
+                settings.connect_timeout,
+                POOL_IDLE_TIMEOUT,
+                POOL_MAX_IDLE,
+            )))
+        };
         Ok(Forward {
-            client,
+            upstream,
             scheme,
             authority,
             timeout: settings.upstream_timeout,
-            http2: settings.upstream_http2,
             metrics,
         })
     }
@@ -266,19 +302,34 @@ impl Service<Request<Incoming>> for Forward {
                 .path_and_query()
                 .cloned()
                 .unwrap_or_else(|| PathAndQuery::from_static("/"));
-            let mut uri = http::uri::Parts::default();
-            uri.scheme = Some(this.scheme.clone());
-            uri.authority = Some(this.authority.clone());
-            uri.path_and_query = Some(pq);
-            parts.uri = match Uri::from_parts(uri) {
-                Ok(u) => u,
-                Err(_) => return Ok(this.error(StatusCode::BAD_REQUEST, "unusable request target")),
-            };
-            parts.version = if this.http2 {
-                Version::HTTP_2
-            } else {
-                Version::HTTP_11
-            };
+            match &this.upstream {
+                Upstream::Http1(_) => {
+                    // origin-form target; the client's Host (or HTTP/2 :authority) kept
+                    if !parts.headers.contains_key(HOST) {
+                        let host = parts.uri.authority().unwrap_or(&this.authority).as_str();
+                        if let Ok(v) = HeaderValue::from_str(host) {
+                            parts.headers.insert(HOST, v);
+                        }
+                    }
+                    parts.uri = Uri::from(pq);
+                    parts.version = Version::HTTP_11;
+                }
+                Upstream::Http2(_) => {
+                    let mut uri = http::uri::Parts::default();
+                    uri.scheme = Some(this.scheme.clone());
+                    uri.authority = Some(this.authority.clone());
+                    uri.path_and_query = Some(pq);
+                    parts.uri = match Uri::from_parts(uri) {
+                        Ok(u) => u,
+                        Err(_) => {
+                            return Ok(
+                                this.error(StatusCode::BAD_REQUEST, "unusable request target")
+                            );
+                        }
+                    };
+                    parts.version = Version::HTTP_2;
+                }
+            }
             strip_hop_by_hop(&mut parts.headers);
             if let Some(PeerAddr(peer)) = parts.extensions.get::<PeerAddr>() {
                 let ip = crate::key::ip_text(peer.ip().to_canonical());
@@ -301,7 +352,17 @@ impl Service<Request<Incoming>> for Forward {
                 failed: failed.clone(),
             };
             let req = Request::from_parts(parts, body);
-            match tokio::time::timeout(this.timeout, this.client.request(req)).await {
+            let sent = async {
+                match &this.upstream {
+                    Upstream::Http1(pool) => pool.send(req).await.map_err(BoxError::from),
+                    Upstream::Http2(client) => client
+                        .request(req)
+                        .await
+                        .map(|r| r.map(UpstreamBody::unpooled))
+                        .map_err(BoxError::from),
+                }
+            };
+            match tokio::time::timeout(this.timeout, sent).await {
                 Ok(Ok(resp)) => {
                     let (mut parts, body) = resp.into_parts();
                     strip_hop_by_hop(&mut parts.headers);

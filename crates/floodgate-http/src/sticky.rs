@@ -39,6 +39,7 @@ use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
 use crate::proxy::{ClientBody, Forward, ForwardBody, ProxyError, strip_hop_by_hop};
+use crate::upstream::UpstreamBody;
 
 /// The header marking a request forwarded by a fleet node.
 pub static FORWARDED_BY: HeaderName = HeaderName::from_static("floodgate-forwarded-by");
@@ -252,7 +253,7 @@ impl Sticky {
                 strip_hop_by_hop(&mut parts.headers);
                 Sent::Response(Response::from_parts(
                     parts,
-                    Either::Left(Either::Left(body)),
+                    Either::Left(Either::Left(UpstreamBody::unpooled(body))),
                 ))
             }
             Ok(Err(mut e)) => match e.take_message() {

@@ -26,13 +26,20 @@ pub struct Arrival {
     pub at: Instant,
     pub path: String,
     pub headers: HeaderMap,
+    /// Which backend connection it came on (0, 1, ... in accept order).
+    pub conn: usize,
+    pub version: http::Version,
 }
 
 /// A hyper backend on 127.0.0.1:0. `/slow` answers after 2 s; `/echo` streams the request
-/// body back; everything else answers "ok".
+/// body back; `/collect` reads the whole body, then echoes it; `/empty` is a 204;
+/// `/close` answers "ok" with `Connection: close`; `/big` sends 4 MB; everything else
+/// answers "ok".
 pub struct Backend {
     pub addr: SocketAddr,
     pub arrivals: Arc<Mutex<Vec<Arrival>>>,
+    /// Connections accepted so far.
+    pub connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Backend {
@@ -41,11 +48,14 @@ impl Backend {
         let addr = listener.local_addr().unwrap();
         let arrivals = Arc::new(Mutex::new(Vec::new()));
         let rec = arrivals.clone();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = connections.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                let conn = accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let rec = rec.clone();
                 let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let rec = rec.clone();
@@ -54,7 +64,10 @@ impl Backend {
                             at: Instant::now(),
                             path: req.uri().path().to_string(),
                             headers: req.headers().clone(),
+                            conn,
+                            version: req.version(),
                         });
+                        let path = req.uri().path().to_string();
                         let body: http_body_util::combinators::BoxBody<Bytes, hyper::Error> =
                             match req.uri().path() {
                                 "/slow" => {
@@ -74,11 +87,28 @@ impl Backend {
                                         .map_err(|e| match e {})
                                         .boxed(),
                                 },
+                                "/empty" => {
+                                    http_body_util::Empty::new().map_err(|e| match e {}).boxed()
+                                }
+                                "/big" => Full::new(Bytes::from(vec![b'x'; 4 << 20]))
+                                    .map_err(|e| match e {})
+                                    .boxed(),
                                 _ => Full::new(Bytes::from_static(b"ok"))
                                     .map_err(|e| match e {})
                                     .boxed(),
                             };
-                        Ok::<_, Infallible>(Response::new(body))
+                        let mut resp = Response::new(body);
+                        match path.as_str() {
+                            "/empty" => *resp.status_mut() = StatusCode::NO_CONTENT,
+                            "/close" => {
+                                resp.headers_mut().insert(
+                                    http::header::CONNECTION,
+                                    http::HeaderValue::from_static("close"),
+                                );
+                            }
+                            _ => {}
+                        }
+                        Ok::<_, Infallible>(resp)
                     }
                 });
                 tokio::spawn(async move {
@@ -88,7 +118,11 @@ impl Backend {
                 });
             }
         });
-        Backend { addr, arrivals }
+        Backend {
+            addr,
+            arrivals,
+            connections,
+        }
     }
 
     pub fn arrivals(&self) -> Vec<Arrival> {
@@ -128,6 +162,7 @@ impl RunningProxy {
         settings.connect_timeout = cfg.connect_timeout.unwrap_or(settings.connect_timeout);
         settings.shutdown_grace = Duration::from_secs(5);
         settings.workers = workers;
+        settings.upstream_http2 = cfg.upstream_http2;
         let proxy = Proxy::bind(limiter.clone(), &settings).await.unwrap();
         let addr = proxy.local_addr();
         let admin = proxy.admin_addr().unwrap();
