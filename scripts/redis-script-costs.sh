@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Where a GCRA decision's server time goes: Redis's own `usec_per_call` for EVALSHA
 # (INFO commandstats) under redis-benchmark -c 16, for scripts that each do one piece of
-# the work, for the seed INCR+EXPIRE script, for the GCRA script as it is now, and for the
-# GCRA script before it was written flat (from git history, commit 11f40dc). Starts its
-# own redis-server on a free loopback port and stops it at the end.
+# the work, for the seed INCR+EXPIRE script, for the GCRA script as it is now, and for
+# earlier versions from git history: before it was written flat (commit 11f40dc), and
+# flat with the decimal stored TAT and the seven-value reply (commit 18a1bbc). Starts its
+# own redis-server on a free loopback port and stops it at the end. Rates are noisy on a
+# shared machine; server time per call is the figure to compare (run it twice).
 #
 #   scripts/redis-script-costs.sh [REQUESTS]     (default 60000 per script)
 set -euo pipefail
@@ -17,7 +19,8 @@ trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$TMP
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 L=crates/floodgate-redis/lua
-ARGS=(1 gkey redis 0 1 0 1000 1000000 1000) # KEYS[1], now from Redis TIME, cost 1, pad 0, T, tau, cap
+# KEYS[1], now from Redis TIME, cost 1, pad 0, T, tau, cap (the current script ignores cap)
+ARGS=(1 gkey redis 0 1 0 1000 1000000 1000)
 cost() { # label script-text [evalsha args...]
   local label=$1 body=$2
   shift 2
@@ -33,10 +36,16 @@ cost() { # label script-text [evalsha args...]
 echo "redis-server on 127.0.0.1:$PORT, redis-benchmark -c 16 -n $N, server time per EVALSHA:"
 cost "empty script (return 1)" "return 1" "${ARGS[@]}"
 cost "return a seven-value reply" "return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
+cost "return one integer" "return 1000000" "${ARGS[@]}"
+cost "five tonumber (strtod) + one integer" "local a = tonumber(ARGV[3]) + tonumber(ARGV[5]) + tonumber(ARGV[6]) + tonumber('1764741600') + tonumber('123456') return 1" "${ARGS[@]}"
+cost "decimal TAT: 2 sub + 2 tonumber + format" "local v = '1764741600123456789' local a = tonumber(string.sub(v, 1, 10)) + tonumber(string.sub(v, 11)) local w = string.format('%d%09d', 1764741600, 123456789) return 1" "${ARGS[@]}"
+cost "binary TAT: struct unpack + pack" "local v = struct.pack('>I5I4', 1764741600, 123456789) local a, b = struct.unpack('>I5I4', v) return 1" "${ARGS[@]}"
 cost "TIME + reply" "local t = redis.call('TIME') return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
 cost "GET + reply" "local v = redis.call('GET', KEYS[1]) return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
 cost "SET PX + reply" "redis.call('SET', KEYS[1], '1764741600123456789', 'PX', 1000) return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
 cost "TIME + GET + SET PX + reply" "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '1764741600123456789', 'PX', 1000) return {1, 1000, 999, -1, 1000000, 0, 0}" "${ARGS[@]}"
+cost "TIME + GET + SET PX + one integer" "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '1764741600123456789', 'PX', 1000) return 1000000" "${ARGS[@]}"
 cost "seed INCR+EXPIRE" "local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return c" 1 key 60
 cost "GCRA before (time.lua prelude, commit 11f40dc)" "$(git show 11f40dc:$L/time.lua; git show 11f40dc:$L/gcra.lua)" "${ARGS[@]}"
-cost "GCRA now (flat, $L/gcra.lua)" "$(cat $L/gcra.lua)" "${ARGS[@]}"
+cost "GCRA flat, decimal TAT, 7 values (18a1bbc)" "$(git show 18a1bbc:$L/gcra.lua)" "${ARGS[@]}"
+cost "GCRA now ($L/gcra.lua)" "$(cat $L/gcra.lua)" "${ARGS[@]}"

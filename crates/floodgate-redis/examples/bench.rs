@@ -450,7 +450,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "evalsha",
             words(&[
                 "evalsha", &gcra_sha, "1", "gkey", "redis", "0", "1", "0", "1000", "1000000",
-                "1000",
             ]),
         ),
     ];

@@ -1,16 +1,23 @@
--- GCRA (redis-cell's CL.THROTTLE). KEYS[1]: the TAT as decimal ns, expiring at the TAT.
--- ARGV: now_s|'redis', now_n, cost, pad_ms, T (emission interval, ns), tau (ns),
--- capacity (tau = T x capacity). Reply: allowed, limit, remaining, retry_after (ns, -1),
--- reset_after (ns), delay (ns), denial (0 none, 1 rate limited, 2 cost above limit).
--- The hottest script, so it stands alone and is written flat (no prelude of local
--- functions: 3 to 15% less server time per call, scripts/redis-script-costs.sh). Same arithmetic as
--- time.lua: instants as exact (seconds, nanoseconds) pairs, every duration below 2^52 ns,
--- floor divisions corrected by their exact remainder. Redis TIME is read only when
--- ARGV[1] is 'redis'; the arguments the path does not need are not converted.
+-- GCRA (redis-cell's CL.THROTTLE). KEYS[1]: the TAT, expiring at the TAT (+ padding).
+-- ARGV: now_s|'redis', now_n, cost, pad_ms, T (emission interval, ns), tau (ns).
+-- Reply: one integer, ttl0 = max(TAT - now, 0) in ns before this call: ttl0 when the call
+-- is admitted, -1 - ttl0 when denied. The Rust side derives remaining, retry_after,
+-- reset_after and the denial kind from it with the core's own GCRA (scripts.rs), so the
+-- answer is the core's by construction; the sign is this script's decision, checked
+-- against the core's. A cost above capacity is always denied here (cost x T > tau).
+-- The hottest script, so it stands alone, flat, with local aliases, few conversions and a
+-- one-integer reply (scripts/redis-script-costs.sh measures each piece). Instants are
+-- exact (seconds, nanoseconds) pairs, every duration below 2^52 ns, floor divisions
+-- corrected by their exact remainder. Redis TIME is read only when ARGV[1] is 'redis'.
+-- Stored TAT: struct '>I5I4' (seconds, nanoseconds), 9 bytes whose first byte is below
+-- 3 for any time below 2^63 ns. The previous format, decimal nanoseconds (digits only,
+-- first byte '0'..'9'), is still read, so keys written before an upgrade keep their
+-- state; each is rewritten in the new format at its next admitted call.
+local tonumber, call = tonumber, redis.call
 local a1 = ARGV[1]
 local s, n
 if a1 == 'redis' then
-  local t = redis.call('TIME')
+  local t = call('TIME')
   s = tonumber(t[1])
   n = tonumber(t[2]) * 1000
 else
@@ -20,15 +27,16 @@ end
 local cost = tonumber(ARGV[3])
 local T = tonumber(ARGV[5])
 local tau = tonumber(ARGV[6])
-local cap = tonumber(ARGV[7])
 local ttl0 = 0
-local v = redis.call('GET', KEYS[1])
+local v = call('GET', KEYS[1])
 if v then
-  local len = #v
-  local ts, tn = 0, 0
-  if len <= 9 then tn = tonumber(v) else
-    ts = tonumber(string.sub(v, 1, len - 9))
-    tn = tonumber(string.sub(v, len - 8))
+  local ts, tn
+  if string.byte(v) < 48 then ts, tn = struct.unpack('>I5I4', v) else
+    local len = #v -- the previous, decimal format
+    if len <= 9 then ts = 0; tn = tonumber(v) else
+      ts = tonumber(string.sub(v, 1, len - 9))
+      tn = tonumber(string.sub(v, len - 8))
+    end
   end
   local ds = ts - s
   if ds > 4000000 then ttl0 = 4503599627370496
@@ -38,31 +46,16 @@ if v then
   end
 end
 local ttl = ttl0 + cost * T
-if cost > cap or ttl > tau then
-  local r = 0
-  if ttl0 <= tau then
-    local a = tau - ttl0
-    r = math.floor(a / T)
-    local m = a - r * T
-    if m < 0 then r = r - 1 elseif m >= T then r = r + 1 end
-  end
-  if cost > cap then return { 0, cap, r, -1, ttl0, 0, 2 } end
-  return { 0, cap, r, ttl - tau, ttl0, 0, 1 }
-end
+if ttl > tau then return -1 - ttl0 end
 if cost > 0 then
   local m = n + ttl
   local q = math.floor(m / 1000000000)
   local r = m - q * 1000000000
   if r < 0 then q = q - 1; r = r + 1000000000 elseif r >= 1000000000 then q = q + 1; r = r - 1000000000 end
-  local ms = math.floor(ttl / 1000000)
-  if ms * 1000000 < ttl then ms = ms + 1 end
-  if ms < 1 then ms = 1 end
-  local val
-  if s + q == 0 then val = string.format('%d', r) else val = string.format('%d%09d', s + q, r) end
-  redis.call('SET', KEYS[1], val, 'PX', ms + tonumber(ARGV[4]))
+  -- expiry: ttl rounded up to ms (floor + 1 >= ceil, at most 1 ms late), plus padding
+  local ms = math.floor(ttl / 1000000) + 1
+  local pad = ARGV[4]
+  if pad ~= '0' then ms = ms + tonumber(pad) end
+  call('SET', KEYS[1], struct.pack('>I5I4', s + q, r), 'PX', ms)
 end
-local a = tau - ttl
-local r = math.floor(a / T)
-local m = a - r * T
-if m < 0 then r = r - 1 elseif m >= T then r = r + 1 end
-return { 1, cap, r, -1, ttl, 0, 0 }
+return ttl0

@@ -21,7 +21,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use floodgate_core::algorithms::DelayMode;
+use floodgate_core::algorithms::{DelayMode, Gcra, GcraState};
 use floodgate_core::{Algorithm, AnyAlgorithm, Decision, Denial, Nanos, Rate};
 use redis::Script;
 
@@ -76,6 +76,9 @@ pub struct ScriptCall {
     kind: &'static str,
     limit: u64,
     params: Vec<i64>,
+    /// GCRA's script replies with one integer (the TAT's lead over now, signed by the
+    /// decision); the decision is this algorithm's, computed from it.
+    gcra: Option<Gcra>,
 }
 
 fn domain(what: &'static str, value: u128, unit: &str) -> Result<u64, Error> {
@@ -142,7 +145,7 @@ impl ScriptCall {
                 )?;
                 (
                     &*GCRA,
-                    vec![g.emission_interval_nanos(), g.tolerance_nanos(), limit],
+                    vec![g.emission_interval_nanos(), g.tolerance_nanos()],
                 )
             }
             AnyAlgorithm::FixedWindow(f) => {
@@ -175,11 +178,16 @@ impl ScriptCall {
             .into_iter()
             .map(|p| i64::try_from(p).unwrap_or(-1))
             .collect();
+        let gcra = match algorithm {
+            AnyAlgorithm::Gcra(g) => Some(g.clone()),
+            _ => None,
+        };
         Ok(ScriptCall {
             script,
             kind,
             limit,
             params,
+            gcra,
         })
     }
 
@@ -227,12 +235,19 @@ impl ScriptCall {
         Ok(inv)
     }
 
-    /// Turn the script's seven integers into the core's [`Decision`].
+    /// Turn the script's reply into the core's [`Decision`]: seven integers, or for GCRA
+    /// one (see [`gcra_decision`](Self::gcra_decision)).
     pub fn decision(&self, reply: &[i64], cost: u64) -> Result<Decision, Error> {
         let bad = |detail: String| Error::BadReply {
             script: self.kind,
             detail,
         };
+        if let Some(g) = &self.gcra {
+            let [lead] = reply else {
+                return Err(bad(format!("expected 1 integer, got {reply:?}")));
+            };
+            return Self::gcra_decision(g, *lead, cost).map_err(bad);
+        }
         let [allowed, limit, remaining, retry, reset, delay, denial] = reply else {
             return Err(bad(format!("expected 7 integers, got {reply:?}")));
         };
@@ -262,6 +277,29 @@ impl ScriptCall {
         };
         if d.limit != self.limit || d.allowed == d.denial.is_some() {
             return Err(bad(format!("inconsistent reply {reply:?}")));
+        }
+        Ok(d)
+    }
+
+    /// GCRA's decision from the script's one integer: `ttl0` (ns by which the stored TAT
+    /// led now before the call, 0 when behind) when the script admitted the call,
+    /// `-1 - ttl0` when it denied it. Every GCRA quantity (remaining, retry_after,
+    /// reset_after, the denial kind) depends on `now` and the TAT only through `ttl0`, so
+    /// the core's own `decide` at now = 0 with TAT = `ttl0` gives exactly the decision it
+    /// would give at Redis's instant; the script's verdict must agree with it.
+    fn gcra_decision(g: &Gcra, lead: i64, cost: u64) -> Result<Decision, String> {
+        let (script_allowed, ttl0) = if lead >= 0 {
+            (true, lead as u64)
+        } else {
+            (false, (-1 - lead) as u64)
+        };
+        let state = GcraState { tat: Nanos(ttl0) };
+        let (d, _) = g.decide(&state, Nanos(0), cost);
+        if d.allowed != script_allowed {
+            return Err(format!(
+                "the script {} cost {cost} at a TAT {ttl0} ns ahead; the core does not",
+                if script_allowed { "admitted" } else { "denied" }
+            ));
         }
         Ok(d)
     }

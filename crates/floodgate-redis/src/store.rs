@@ -109,6 +109,18 @@ pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A script's reply: an array of integers, or one integer (the GCRA script's).
+struct Ints(Vec<i64>);
+
+impl redis::FromRedisValue for Ints {
+    fn from_redis_value(v: redis::Value) -> Result<Ints, redis::ParsingError> {
+        match v {
+            redis::Value::Int(i) => Ok(Ints(vec![i])),
+            other => Ok(Ints(Vec::<i64>::from_redis_value(other)?)),
+        }
+    }
+}
+
 #[derive(Clone)]
 enum Conn {
     Single(ConnectionManager),
@@ -304,13 +316,14 @@ impl RedisStore {
 
     /// Run a script invocation with the per-call timeout. One round trip (`EVALSHA`); after
     /// `SCRIPT FLUSH` or a restart, `NOSCRIPT` makes it load the script and retry once.
+    /// The reply is the script's integers: an array, or one integer as a one-element vector.
     pub async fn eval(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Vec<i64>, Error> {
         bump(&self.counters.redis_calls);
         let mut conn = self.conn.clone();
         let fut = async {
             match &mut conn {
-                Conn::Single(c) => inv.invoke_async::<Vec<i64>>(c).await,
-                Conn::Cluster(c) => inv.invoke_async::<Vec<i64>>(c).await,
+                Conn::Single(c) => inv.invoke_async::<Ints>(c).await,
+                Conn::Cluster(c) => inv.invoke_async::<Ints>(c).await,
             }
         };
         match tokio::time::timeout(self.config.timeout, fut).await {
@@ -324,7 +337,7 @@ impl RedisStore {
                 bump(&self.counters.errors);
                 Err(Error::Redis(e))
             }
-            Ok(Ok(v)) => Ok(v),
+            Ok(Ok(v)) => Ok(v.0),
         }
     }
 

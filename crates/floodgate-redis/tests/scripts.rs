@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use floodgate_core::algorithms::*;
-use floodgate_core::{AnyAlgorithm, Nanos, Rate};
+use floodgate_core::{Algorithm, AnyAlgorithm, Nanos, Rate};
 use floodgate_redis::{RedisLimiter, StoreConfig, ThrottleArgs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -279,4 +279,59 @@ async fn caller_time_mode_uses_the_callers_clock() {
     );
     assert!(l.check_at(b"u", next, 1).await.unwrap().decision.allowed);
     common::assert_ttls_and_clean(&store, &prefix).await;
+}
+
+/// A GCRA key written in the previous stored format (decimal nanoseconds) before an
+/// upgrade keeps its state: the script reads it exactly as the core's TAT, and the next
+/// admitted call rewrites it in the current 9-byte format, which reads back the same.
+#[tokio::test]
+async fn gcra_reads_the_previous_decimal_format() {
+    let prefix = common::unique_prefix("gcra-format");
+    let store = common::store(common::SHARED, &prefix).await;
+    let g = Gcra::new(Rate::per_second(10).unwrap(), 5).unwrap(); // T 100 ms, tau 500 ms
+    let l = RedisLimiter::new(store.clone(), AnyAlgorithm::Gcra(g.clone())).unwrap();
+    let now = Nanos(1_700_000_000_123_456_789);
+    // (stored TAT, instant, cost): ahead by less than tau (admitted), ahead so far that
+    // cost 2 is denied, behind now, and TATs of at most 9 digits (seconds part 0)
+    let cases = [
+        (now.0 + 250_000_001, now, 1),
+        (now.0 + 400_000_000, now, 2),
+        (now.0 - 7_000_000_000, now, 1),
+        (999_999_999, Nanos(900_000_000), 3),
+        (5, Nanos(1), 1),
+    ];
+    for (i, (tat, at, cost)) in cases.into_iter().enumerate() {
+        let user = format!("u{i}");
+        let key = l.redis_key(user.as_bytes()).unwrap();
+        let _: () = store
+            .command(
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(tat.to_string())
+                    .arg("PX")
+                    .arg(60_000),
+            )
+            .await
+            .unwrap();
+        let mut state = GcraState { tat: Nanos(tat) };
+        let want = g.check(&mut state, at, cost);
+        let got = l.try_check_at(user.as_bytes(), at, cost).await.unwrap();
+        assert_eq!(got, want, "case {i}: TAT {tat}, now {at:?}, cost {cost}");
+        let stored: Vec<u8> = store.command(redis::cmd("GET").arg(&key)).await.unwrap();
+        if want.allowed {
+            assert!(stored.len() == 9 && stored[0] < 3, "case {i}: {stored:?}");
+        } else {
+            assert_eq!(
+                stored,
+                tat.to_string().into_bytes(),
+                "case {i}: denial wrote"
+            );
+        }
+        // the rewritten (or untouched) value reads back as the core's state
+        let later = Nanos(at.0 + 30_000_000);
+        let want = g.check(&mut state, later, 1);
+        let got = l.try_check_at(user.as_bytes(), later, 1).await.unwrap();
+        assert_eq!(got, want, "case {i}: the call after");
+    }
+    assert_eq!(common::assert_ttls_and_clean(&store, &prefix).await, 5);
 }
