@@ -283,7 +283,7 @@ async fn caller_time_mode_uses_the_callers_clock() {
 
 /// A GCRA key written in the previous stored format (decimal nanoseconds) before an
 /// upgrade keeps its state: the script reads it exactly as the core's TAT, and the next
-/// admitted call rewrites it in the current 9-byte format, which reads back the same.
+/// admitted call rewrites it in the current 12-byte format, which reads back the same.
 #[tokio::test]
 async fn gcra_reads_the_previous_decimal_format() {
     let prefix = common::unique_prefix("gcra-format");
@@ -319,7 +319,7 @@ async fn gcra_reads_the_previous_decimal_format() {
         assert_eq!(got, want, "case {i}: TAT {tat}, now {at:?}, cost {cost}");
         let stored: Vec<u8> = store.command(redis::cmd("GET").arg(&key)).await.unwrap();
         if want.allowed {
-            assert!(stored.len() == 9 && stored[0] < 3, "case {i}: {stored:?}");
+            assert!(stored.len() == 12 && stored[0] < 3, "case {i}: {stored:?}");
         } else {
             assert_eq!(
                 stored,
