@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use floodgate_core::decision::ceil_secs;
 use floodgate_core::{Algorithm, Decision};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
 
 use crate::policy::{PolicyInfo, advertised_window};
 
@@ -68,8 +68,15 @@ impl Default for HeaderOptions {
     }
 }
 
+/// The largest Structured Fields Integer (15 digits); larger values are capped.
+const SF_INT_MAX: u64 = 999_999_999_999_999;
+
+fn sf_int(v: u64) -> u64 {
+    v.min(SF_INT_MAX)
+}
+
 fn int(v: u64) -> Integer {
-    Integer::constant(v.min(999_999_999_999_999) as i64)
+    Integer::constant(sf_int(v) as i64)
 }
 
 /// The `RateLimit-Policy` value for these policies and decisions; `None` for none.
@@ -102,18 +109,36 @@ pub fn policy_value<'a>(
     ser.finish().and_then(|s| HeaderValue::try_from(s).ok())
 }
 
-/// The `RateLimit` value for these policies and decisions; `None` for none.
+/// `name` as a Structured Fields string (`"default"`), serialized by `sfv`; `None` if it
+/// is not printable ASCII.
+pub fn sf_string(name: &str) -> Option<String> {
+    let name = StringRef::from_str(name).ok()?;
+    Some(ItemSerializer::new().bare_item(name).finish())
+}
+
+/// The `RateLimit` value for these policies and decisions; `None` for none. Each member is
+/// the policy's name as serialized once by `sfv` ([`PolicyInfo::sf_name`]) followed by
+/// its two integer parameters (`;r=15;t=23`): per request, only two integers are written.
 pub fn ratelimit(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue> {
-    let mut ser = ListSerializer::new();
+    let mut buf = Vec::with_capacity(32 * items.len());
+    let mut num = itoa::Buffer::new();
     for (p, d) in items {
-        let Ok(name) = StringRef::from_str(&p.name) else {
+        let Some(name) = &p.sf_name else {
             continue;
         };
-        ser.bare_item(name)
-            .parameter(KeyRef::constant("r"), int(d.remaining))
-            .parameter(KeyRef::constant("t"), int(ceil_secs(d.reset_after)));
+        if !buf.is_empty() {
+            buf.extend_from_slice(b", ");
+        }
+        buf.extend_from_slice(name.as_bytes());
+        buf.extend_from_slice(b";r=");
+        buf.extend_from_slice(num.format(sf_int(d.remaining)).as_bytes());
+        buf.extend_from_slice(b";t=");
+        buf.extend_from_slice(num.format(sf_int(ceil_secs(d.reset_after))).as_bytes());
     }
-    ser.finish().and_then(|s| HeaderValue::try_from(s).ok())
+    if buf.is_empty() {
+        return None;
+    }
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(buf)).ok()
 }
 
 /// `Retry-After` in whole seconds for a true retry time and a jitter span: the true time
@@ -203,6 +228,65 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(parsed.len(), 2);
+    }
+
+    /// The `RateLimit` value as `sfv` serializes the whole list.
+    fn ratelimit_by_sfv(items: &[(&PolicyInfo, Decision)]) -> Option<String> {
+        let mut ser = ListSerializer::new();
+        for (p, d) in items {
+            let Ok(name) = StringRef::from_str(&p.name) else {
+                continue;
+            };
+            ser.bare_item(name)
+                .parameter(KeyRef::constant("r"), int(d.remaining))
+                .parameter(KeyRef::constant("t"), int(ceil_secs(d.reset_after)));
+        }
+        ser.finish()
+    }
+
+    #[test]
+    fn ratelimit_matches_sfv_serializing_the_whole_list() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let names = [
+            "default",
+            "a\"quoted\\name",
+            "x",
+            "per key",
+            "\u{e9}t\u{e9}",
+        ];
+        for _ in 0..500 {
+            let n = rng.usize(1..=3);
+            let infos: Vec<PolicyInfo> = (0..n)
+                .map(|_| info(names[rng.usize(..names.len())], Kind::Gcra, "10/s", None))
+                .collect();
+            let big = [
+                0,
+                1,
+                59,
+                999_999_999_999_999,
+                1_000_000_000_000_000,
+                u64::MAX,
+            ];
+            let items: Vec<(&PolicyInfo, Decision)> = infos
+                .iter()
+                .map(|p| {
+                    let r = if rng.bool() {
+                        rng.u64(..)
+                    } else {
+                        big[rng.usize(..big.len())]
+                    };
+                    let t = Duration::from_nanos(rng.u64(..));
+                    (p, Decision::allow(10, r, t))
+                })
+                .collect();
+            let ours = ratelimit(&items).map(|v| v.to_str().unwrap().to_string());
+            assert_eq!(
+                ours,
+                ratelimit_by_sfv(&items),
+                "{:?}",
+                infos.iter().map(|p| &p.name).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

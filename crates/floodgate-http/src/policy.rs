@@ -27,6 +27,10 @@ pub struct PolicyInfo {
     /// This policy's `RateLimit-Policy` value at the algorithm's own limit, rendered once
     /// (it only changes if a decision reports another limit).
     pub advertised: Option<http::HeaderValue>,
+    /// The name as a Structured Fields string (quoted, escaped), serialized once: the
+    /// start of this policy's member in every `RateLimit` value. `None` if the name is
+    /// not printable ASCII (names are validated when the limiter is built).
+    pub sf_name: Option<String>,
 }
 
 impl PolicyInfo {
@@ -38,7 +42,9 @@ impl PolicyInfo {
             spec,
             algorithm,
             advertised: None,
+            sf_name: None,
         };
+        info.sf_name = crate::headers::sf_string(&info.name);
         info.advertised = crate::headers::policy_value([(&info, info.algorithm.limit())]);
         info
     }
