@@ -175,9 +175,13 @@ enum Upstream {
     Http2(Box<Client<HttpConnector, ClientBody>>),
 }
 
-/// Forwards requests to one upstream over pooled connections.
+/// Forwards requests to one upstream over pooled connections. Cloning shares it.
 #[derive(Clone)]
 pub struct Forward {
+    inner: Arc<ForwardInner>,
+}
+
+struct ForwardInner {
     upstream: Upstream,
     scheme: Scheme,
     authority: Authority,
@@ -190,7 +194,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 impl std::fmt::Debug for Forward {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Forward")
-            .field("authority", &self.authority)
+            .field("authority", &self.inner.authority)
             .finish_non_exhaustive()
     }
 }
@@ -271,11 +275,13 @@ impl Forward {
             )))
         };
         Ok(Forward {
-            upstream,
-            scheme,
-            authority,
-            timeout: settings.upstream_timeout,
-            metrics,
+            inner: Arc::new(ForwardInner {
+                upstream,
+                scheme,
+                authority,
+                timeout: settings.upstream_timeout,
+                metrics,
+            }),
         })
     }
 
@@ -302,11 +308,15 @@ impl Service<Request<Incoming>> for Forward {
                 .path_and_query()
                 .cloned()
                 .unwrap_or_else(|| PathAndQuery::from_static("/"));
-            match &this.upstream {
+            match &this.inner.upstream {
                 Upstream::Http1(_) => {
                     // origin-form target; the client's Host (or HTTP/2 :authority) kept
                     if !parts.headers.contains_key(HOST) {
-                        let host = parts.uri.authority().unwrap_or(&this.authority).as_str();
+                        let host = parts
+                            .uri
+                            .authority()
+                            .unwrap_or(&this.inner.authority)
+                            .as_str();
                         if let Ok(v) = HeaderValue::from_str(host) {
                             parts.headers.insert(HOST, v);
                         }
@@ -316,8 +326,8 @@ impl Service<Request<Incoming>> for Forward {
                 }
                 Upstream::Http2(_) => {
                     let mut uri = http::uri::Parts::default();
-                    uri.scheme = Some(this.scheme.clone());
-                    uri.authority = Some(this.authority.clone());
+                    uri.scheme = Some(this.inner.scheme.clone());
+                    uri.authority = Some(this.inner.authority.clone());
                     uri.path_and_query = Some(pq);
                     parts.uri = match Uri::from_parts(uri) {
                         Ok(u) => u,
@@ -353,7 +363,7 @@ impl Service<Request<Incoming>> for Forward {
             };
             let req = Request::from_parts(parts, body);
             let sent = async {
-                match &this.upstream {
+                match &this.inner.upstream {
                     Upstream::Http1(pool) => pool.send(req).await.map_err(BoxError::from),
                     Upstream::Http2(client) => client
                         .request(req)
@@ -362,7 +372,7 @@ impl Service<Request<Incoming>> for Forward {
                         .map_err(BoxError::from),
                 }
             };
-            match tokio::time::timeout(this.timeout, sent).await {
+            match tokio::time::timeout(this.inner.timeout, sent).await {
                 Ok(Ok(resp)) => {
                     let (mut parts, body) = resp.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
@@ -376,13 +386,13 @@ impl Service<Request<Incoming>> for Forward {
                     ))
                 }
                 Ok(Err(e)) => {
-                    this.metrics.upstream_error("connect");
-                    tracing::warn!(error = %e, upstream = %this.authority, "upstream failed");
+                    this.inner.metrics.upstream_error("connect");
+                    tracing::warn!(error = %e, upstream = %this.inner.authority, "upstream failed");
                     Ok(this.error(StatusCode::BAD_GATEWAY, "upstream unavailable"))
                 }
                 Err(_) => {
-                    this.metrics.upstream_error("timeout");
-                    tracing::warn!(upstream = %this.authority, timeout = ?this.timeout, "upstream timed out");
+                    this.inner.metrics.upstream_error("timeout");
+                    tracing::warn!(upstream = %this.inner.authority, timeout = ?this.inner.timeout, "upstream timed out");
                     Ok(this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out"))
                 }
             }
