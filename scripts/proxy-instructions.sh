@@ -8,7 +8,8 @@
 #   scripts/proxy-instructions.sh [REQUESTS]   (default 3000; needs valgrind, and nginx
 #                                              for the comparison: apt-get install -y nginx)
 #
-# Per target: warm up with 200 requests, zero the counters, send REQUESTS with
+# Two scenarios: every request proxied (limit far above the load), and nearly every
+# request denied (1 r/s, burst 1). Per target: warm up with 200 requests, zero the counters, send REQUESTS with
 # `floodgate load --closed-loop -c 4`, dump, print instructions per request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,9 +50,7 @@ measure() { # label port command...
   echo $((ir / N)) >"$TMP/$label.per"
 }
 
-measure "floodgate proxy" 28180 "$BIN/floodgate" proxy --listen 127.0.0.1:28180 \
-  --upstream http://127.0.0.1:28100 --rate 100000000/s --burst 100000000 --nodelay --threads 1
-if command -v nginx >/dev/null; then
+nginx_conf() { # $1 = rate (r/s), $2 = burst
   mkdir -p "$TMP/nginx/logs"
   cat >"$TMP/nginx/nginx.conf" <<NGX
 worker_processes 1;
@@ -64,13 +63,13 @@ http {
   access_log off;
   client_body_temp_path $TMP/nginx/body; proxy_temp_path $TMP/nginx/proxy;
   fastcgi_temp_path $TMP/nginx/fcgi; uwsgi_temp_path $TMP/nginx/uwsgi; scgi_temp_path $TMP/nginx/scgi;
-  limit_req_zone \$binary_remote_addr zone=perip:10m rate=100000000r/s;
+  limit_req_zone \$binary_remote_addr zone=perip:10m rate=${1}r/s;
   limit_req_status 429;
   upstream backend { server 127.0.0.1:28100; keepalive 128; }
   server {
     listen 127.0.0.1:28181;
     location / {
-      limit_req zone=perip burst=100000000 nodelay;
+      limit_req zone=perip burst=$2 nodelay;
       proxy_pass http://backend;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
@@ -79,8 +78,20 @@ http {
   }
 }
 NGX
-  measure "nginx limit_req" 28181 nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf"
-  python3 -c "print('floodgate / nginx: %.2fx the instructions' % ($(cat "$TMP/floodgate proxy.per") / $(cat "$TMP/nginx limit_req.per")))"
-else
-  echo "nginx not installed: no comparison (apt-get install -y nginx)"
-fi
+}
+
+# $1 = label suffix, $2 = rate (r/s), $3 = burst
+scenario() {
+  measure "floodgate proxy$1" 28180 "$BIN/floodgate" proxy --listen 127.0.0.1:28180 \
+    --upstream http://127.0.0.1:28100 --rate "$2/s" --burst "$3" --nodelay --threads 1
+  if command -v nginx >/dev/null; then
+    nginx_conf "$2" "$3"
+    measure "nginx limit_req$1" 28181 nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf"
+    python3 -c "print('floodgate / nginx$1: %.2fx the instructions' % ($(cat "$TMP/floodgate proxy$1.per") / $(cat "$TMP/nginx limit_req$1.per")))"
+  else
+    echo "nginx not installed: no comparison (apt-get install -y nginx)"
+  fi
+}
+
+scenario "" 100000000 100000000   # every request proxied
+scenario ", denied" 1 1            # nearly every request denied (429)

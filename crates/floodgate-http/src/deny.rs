@@ -44,10 +44,14 @@ pub fn short_response(
         }
         ("application/problem+json", v.to_string())
     } else {
-        (
-            "text/plain; charset=utf-8",
-            format!("{} {title}: {detail}\n", status.as_u16()),
-        )
+        let mut body = String::with_capacity(8 + title.len() + detail.len());
+        body.push_str(status.as_str());
+        body.push(' ');
+        body.push_str(title);
+        body.push_str(": ");
+        body.push_str(detail);
+        body.push('\n');
+        ("text/plain; charset=utf-8", body)
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;

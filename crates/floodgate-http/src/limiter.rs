@@ -784,10 +784,14 @@ impl RateLimiter {
             }) => {
                 let mut rng = fastrand::Rng::new();
                 let secs = headers::retry_after_secs(r, inner.jitter, &mut rng);
-                (
-                    format!("rate limited by policy {policy:?}; retry after {secs} s"),
-                    Some(secs),
-                )
+                // the hottest denial: written without the formatting machinery
+                let mut detail = String::with_capacity(48 + policy.len());
+                detail.push_str("rate limited by policy ");
+                push_quoted(&mut detail, policy);
+                detail.push_str("; retry after ");
+                detail.push_str(itoa::Buffer::new().format(secs));
+                detail.push_str(" s");
+                (detail, Some(secs))
             }
             _ => (format!("rate limited by policy {policy:?}"), None),
         };
@@ -835,5 +839,41 @@ impl RateLimiter {
             None,
             wants_problem_json(headers),
         )
+    }
+}
+
+/// `s` in quotes as `{:?}` writes it: plain copy when nothing needs escaping (policy
+/// names are printable ASCII), `Debug` otherwise.
+fn push_quoted(out: &mut String, s: &str) {
+    if s.bytes()
+        .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ')
+    {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        use std::fmt::Write as _;
+        let _ = write!(out, "{s:?}");
+    }
+}
+
+#[cfg(test)]
+mod push_quoted_tests {
+    #[test]
+    fn writes_what_debug_writes() {
+        for s in [
+            "default",
+            "per key",
+            "a\"b",
+            "back\\slash",
+            "tab\there",
+            "\u{e9}t\u{e9}",
+            "",
+            "it's",
+        ] {
+            let mut out = String::new();
+            super::push_quoted(&mut out, s);
+            assert_eq!(out, format!("{s:?}"));
+        }
     }
 }
