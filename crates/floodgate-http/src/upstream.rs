@@ -4,11 +4,13 @@
 //! connection is only ever used on the thread that opened it. A connection goes back
 //! to the pool when its response body has been read to the end (or had none); a
 //! response dropped half-read takes its connection with it (hyper closes it). Checkout
-//! is last-in first-out, so the warmest connections are reused and idle ones age out.
+//! is last-in first-out, so the warmest connections are reused; the oldest idle ones
+//! are closed once unused for the idle timeout (checked as connections come back).
 //!
 //! A request is only retried on another connection when hyper hands it back unsent
 //! (the pooled connection turned out closed), so a request is never sent twice.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -59,7 +61,8 @@ pub(crate) struct Http1Pool {
     connect_timeout: Duration,
     idle_timeout: Duration,
     max_idle: usize,
-    idle: Mutex<Vec<Idle>>,
+    /// Oldest first: returns push at the back, checkouts pop from the back (warmest).
+    idle: Mutex<VecDeque<Idle>>,
 }
 
 impl std::fmt::Debug for Http1Pool {
@@ -85,7 +88,7 @@ impl Http1Pool {
             connect_timeout,
             idle_timeout,
             max_idle,
-            idle: Mutex::new(Vec::new()),
+            idle: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -122,7 +125,7 @@ impl Http1Pool {
     /// The most recently returned connection that is still open and ready.
     async fn checkout(&self) -> Option<SendRequest<ClientBody>> {
         loop {
-            let idle = self.idle.lock().ok()?.pop()?;
+            let idle = self.idle.lock().ok()?.pop_back()?;
             if idle.since.elapsed() > self.idle_timeout || idle.sender.is_closed() {
                 continue;
             }
@@ -165,13 +168,21 @@ impl Http1Pool {
         if sender.is_closed() {
             return;
         }
-        if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < self.max_idle
-        {
-            idle.push(Idle {
-                sender,
-                since: Instant::now(),
-            });
+        if let Ok(mut idle) = self.idle.lock() {
+            // connections unused for the idle timeout are closed as traffic passes (the
+            // upstream usually closes them first)
+            while idle
+                .front()
+                .is_some_and(|i| i.since.elapsed() > self.idle_timeout || i.sender.is_closed())
+            {
+                idle.pop_front();
+            }
+            if idle.len() < self.max_idle {
+                idle.push_back(Idle {
+                    sender,
+                    since: Instant::now(),
+                });
+            }
         }
     }
 }
@@ -241,5 +252,95 @@ impl Drop for UpstreamBody {
         if self.inner.is_end_stream() {
             self.release();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+
+    /// A loopback hyper backend answering "ok" to everything.
+    async fn backend() -> std::net::SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                let svc = hyper::service::service_fn(|_req: Request<Incoming>| async {
+                    Ok::<_, Infallible>(Response::new(http_body_util::Full::new(
+                        Bytes::from_static(b"ok"),
+                    )))
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(s), svc),
+                );
+            }
+        });
+        addr
+    }
+
+    /// One GET through `pool`. The pool sends `ClientBody`, which wraps hyper's
+    /// `Incoming` (no public constructor): a throwaway loopback server hands over the
+    /// (empty) body of a request made to it.
+    async fn get(pool: &Arc<Http1Pool>, addr: std::net::SocketAddr) {
+        let (tx, rx) = tokio::sync::oneshot::channel::<Incoming>();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let here = l.local_addr().unwrap();
+        let tx = std::sync::Mutex::new(Some(tx));
+        tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                if let Some(tx) = tx.lock().unwrap().take() {
+                    let _ = tx.send(req.into_body());
+                }
+                async { Ok::<_, Infallible>(Response::new(http_body_util::Empty::<Bytes>::new())) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(s), svc)
+                .await;
+        });
+        let s = tokio::net::TcpStream::connect(here).await.unwrap();
+        let (mut c, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let pending = c.send_request(
+            Request::get("/")
+                .header("host", "x")
+                .body(http_body_util::Empty::<Bytes>::new())
+                .unwrap(),
+        );
+        let body = rx.await.unwrap();
+        let (body, _) = ClientBody::watch(body);
+        let req = Request::get("/")
+            .header("host", addr.to_string())
+            .body(body)
+            .unwrap();
+        let resp = pool.send(req).await.unwrap();
+        let got = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(got, "ok");
+        let _ = pending.await;
+    }
+
+    #[tokio::test]
+    async fn idle_connections_past_the_timeout_are_closed_as_traffic_passes() {
+        let addr = backend().await;
+        let timeout = Duration::from_millis(100);
+        let pool = Arc::new(Http1Pool::new(addr.to_string(), timeout, timeout, 16));
+        // three at once: three connections, all idle afterwards
+        tokio::join!(get(&pool, addr), get(&pool, addr), get(&pool, addr));
+        assert_eq!(pool.idle.lock().unwrap().len(), 3);
+        // then steady traffic on one connection for longer than the idle timeout: the
+        // two below it are closed, the one in use stays
+        let start = Instant::now();
+        while start.elapsed() < timeout * 3 {
+            get(&pool, addr).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(pool.idle.lock().unwrap().len(), 1);
     }
 }
