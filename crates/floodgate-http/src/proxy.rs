@@ -405,9 +405,16 @@ pub struct Proxy {
     listener: TcpListener,
     admin: Option<TcpListener>,
     limiter: RateLimiter,
-    service: FleetService,
-    workers: Vec<Worker>,
+    serving: Serving,
     grace: Duration,
+}
+
+/// Where accepted connections are served.
+enum Serving {
+    /// On the runtime that calls [`Proxy::run`].
+    Here(FleetService),
+    /// Dealt in turn to worker threads, each with its own service and upstream pool.
+    Workers(Vec<Worker>),
 }
 
 impl std::fmt::Debug for Proxy {
@@ -447,21 +454,25 @@ impl Proxy {
             Some(a) => Some(bind(a).await?),
             None => None,
         };
-        let mut workers = Vec::with_capacity(settings.workers);
-        for i in 0..settings.workers {
-            let w = Worker::spawn(
-                i,
-                service()?,
-                limiter.metrics().clone(),
-                settings.shutdown_grace,
-            );
-            workers.push(w.map_err(ProxyError::Worker)?);
-        }
+        let serving = if settings.workers == 0 {
+            Serving::Here(service()?)
+        } else {
+            let mut workers = Vec::with_capacity(settings.workers);
+            for i in 0..settings.workers {
+                let w = Worker::spawn(
+                    i,
+                    service()?,
+                    limiter.metrics().clone(),
+                    settings.shutdown_grace,
+                );
+                workers.push(w.map_err(ProxyError::Worker)?);
+            }
+            Serving::Workers(workers)
+        };
         Ok(Proxy {
             listener,
             admin,
-            service: service()?,
-            workers,
+            serving,
             limiter,
             grace: settings.shutdown_grace,
         })
@@ -506,12 +517,15 @@ impl Proxy {
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    if self.workers.is_empty() {
-                        serve(&builder, &graceful, stream, peer, self.service.clone(), metrics.clone());
-                        continue;
-                    }
+                    let workers = match &self.serving {
+                        Serving::Here(svc) => {
+                            serve(&builder, &graceful, stream, peer, svc.clone(), metrics.clone());
+                            continue;
+                        }
+                        Serving::Workers(w) => w,
+                    };
                     // deal connections to the workers in turn
-                    let w = &self.workers[next % self.workers.len()];
+                    let w = &workers[next % workers.len()];
                     next = next.wrapping_add(1);
                     match stream.into_std() {
                         Ok(s) => {
@@ -533,11 +547,13 @@ impl Proxy {
         }
         drop(self.listener);
         drop(self.admin);
-        let mut done = Vec::with_capacity(self.workers.len());
-        for w in self.workers {
-            // closing the channel tells the worker to stop and drain
-            drop(w.conns);
-            done.push(w.done);
+        let mut done = Vec::new();
+        if let Serving::Workers(workers) = self.serving {
+            for w in workers {
+                // closing the channel tells the worker to stop and drain
+                drop(w.conns);
+                done.push(w.done);
+            }
         }
         tracing::info!(
             connections = graceful.count(),

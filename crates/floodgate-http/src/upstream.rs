@@ -126,7 +126,7 @@ impl Http1Pool {
     async fn checkout(&self) -> Option<SendRequest<ClientBody>> {
         loop {
             let idle = self.idle.lock().ok()?.pop_back()?;
-            if idle.since.elapsed() > self.idle_timeout || idle.sender.is_closed() {
+            if self.stale(&idle) {
                 continue;
             }
             let mut sender = idle.sender;
@@ -164,6 +164,11 @@ impl Http1Pool {
         Ok(sender)
     }
 
+    /// Unused for longer than the idle timeout, or closed by the upstream.
+    fn stale(&self, idle: &Idle) -> bool {
+        idle.since.elapsed() > self.idle_timeout || idle.sender.is_closed()
+    }
+
     fn give_back(&self, sender: SendRequest<ClientBody>) {
         if sender.is_closed() {
             return;
@@ -171,10 +176,7 @@ impl Http1Pool {
         if let Ok(mut idle) = self.idle.lock() {
             // connections unused for the idle timeout are closed as traffic passes (the
             // upstream usually closes them first)
-            while idle
-                .front()
-                .is_some_and(|i| i.since.elapsed() > self.idle_timeout || i.sender.is_closed())
-            {
+            while idle.front().is_some_and(|i| self.stale(i)) {
                 idle.pop_front();
             }
             if idle.len() < self.max_idle {
