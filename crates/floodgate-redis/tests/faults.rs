@@ -83,20 +83,26 @@ async fn pause_kill_restart_under_load() {
     tasks.extend(load(closed.clone(), log_closed.clone(), stop));
 
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let paused_at = Instant::now();
+    // each fault has two instants: before the signal is sent (`kill` is a process, it can
+    // take tens of ms to run) and after it has surely taken effect; a sample belongs to
+    // a window only where its state is certain
+    let pausing_at = Instant::now();
     server.pause();
+    let paused_at = Instant::now();
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let resuming_at = Instant::now();
     server.resume();
     let resumed_at = Instant::now();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let killed_at = Instant::now();
     let server_port = server.port;
     let handle = tokio::task::spawn_blocking(move || {
         server.kill();
         server
     });
     server = handle.await.unwrap();
+    let killed_at = Instant::now();
     tokio::time::sleep(Duration::from_millis(600)).await;
+    let restarting_at = Instant::now();
     let handle = tokio::task::spawn_blocking(move || {
         server.restart();
         server
@@ -123,7 +129,7 @@ async fn pause_kill_restart_under_load() {
         // healthy before the pause: Redis answered, except where a starved call really
         // hit the per-call timeout (a loaded 2-core machine can do that) and the breaker
         // that timeout opened; never an error, and nearly always Redis
-        let before: Vec<&Sample> = log.iter().filter(|s| s.at + TIMEOUT < paused_at).collect();
+        let before: Vec<&Sample> = log.iter().filter(|s| s.at + TIMEOUT < pausing_at).collect();
         let from_redis = before
             .iter()
             .filter(|s| s.outcome.source == Source::Redis)
@@ -146,8 +152,8 @@ async fn pause_kill_restart_under_load() {
         let faulty: Vec<&Sample> = log
             .iter()
             .filter(|s| {
-                (s.at > paused_at + TIMEOUT && s.at + TIMEOUT < resumed_at)
-                    || (s.at > killed_at + TIMEOUT && s.at < restarted_at)
+                (s.at > paused_at + TIMEOUT && s.at + TIMEOUT < resuming_at)
+                    || (s.at > killed_at + TIMEOUT && s.at < restarting_at)
             })
             .collect();
         assert!(faulty.len() > 50, "{policy:?}");
