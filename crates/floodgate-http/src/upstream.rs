@@ -1,14 +1,28 @@
 //! HTTP/1.1 connections to one upstream, kept for reuse: the proxy's forwarding path.
 //!
 //! One [`Http1Pool`] per proxy worker (see [`crate::proxy::ProxySettings::workers`]), so a
-//! connection is only ever used on the thread that opened it. A connection goes back
-//! to the pool when its response body has been read to the end (or had none); a
-//! response dropped half-read takes its connection with it (hyper closes it). Checkout
+//! connection is only ever used on the thread that opened it. Two kinds of exchange:
+//!
+//! * **Requests without a body** (most GETs, HEADs, DELETEs) go the direct way
+//!   ([`direct`]): the calling task writes the head and reads the response from the
+//!   socket itself.
+//! * **Requests with a body** go through hyper's HTTP/1.1 client connection, which
+//!   streams the body upstream while the response may already be coming back.
+//!
+//! A connection goes back to the pool when its response body has been read to the end
+//! (or had none); a response dropped half-read takes its connection with it. Checkout
 //! is last-in first-out, so the warmest connections are reused; the oldest idle ones
 //! are closed once unused for the idle timeout (checked as connections come back).
 //!
-//! A request is only retried on another connection when hyper hands it back unsent
-//! (the pooled connection turned out closed), so a request is never sent twice.
+//! A request is sent again on another connection only when it cannot have been acted
+//! on: hyper handed it back unsent, or (direct way) writing it to a pooled connection
+//! failed, or a pooled connection closed before any byte of the response and the
+//! method is idempotent (RFC 9110 §9.2.2). A fresh connection is never retried.
+
+mod chunked;
+mod direct;
+
+use direct::DirectBody;
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -48,12 +62,20 @@ pub(crate) enum UpstreamError {
     /// response, or the client's own request body failed).
     #[error("upstream exchange failed: {0}")]
     Http(#[from] hyper::Error),
+    /// The direct exchange (a request without a body) failed.
+    #[error(transparent)]
+    Direct(#[from] direct::ExchangeError),
 }
 
-struct Idle {
-    sender: SendRequest<ClientBody>,
+/// An idle connection and when it became idle.
+struct Idle<C> {
+    conn: C,
     since: Instant,
 }
+
+/// Idle connections, oldest first: returns push at the back, checkouts pop from the
+/// back (warmest).
+type IdleList<C> = Mutex<VecDeque<Idle<C>>>;
 
 /// Idle HTTP/1.1 connections to one upstream (`host:port`).
 pub(crate) struct Http1Pool {
@@ -61,8 +83,10 @@ pub(crate) struct Http1Pool {
     connect_timeout: Duration,
     idle_timeout: Duration,
     max_idle: usize,
-    /// Oldest first: returns push at the back, checkouts pop from the back (warmest).
-    idle: Mutex<VecDeque<Idle>>,
+    /// Connections in hyper's hands (used for requests with a body).
+    idle: IdleList<SendRequest<ClientBody>>,
+    /// Connections for the direct way.
+    direct: IdleList<direct::Conn>,
 }
 
 impl std::fmt::Debug for Http1Pool {
@@ -70,6 +94,7 @@ impl std::fmt::Debug for Http1Pool {
         f.debug_struct("Http1Pool")
             .field("addr", &self.addr)
             .field("idle", &self.idle.lock().map_or(0, |v| v.len()))
+            .field("direct", &self.direct.lock().map_or(0, |v| v.len()))
             .finish_non_exhaustive()
     }
 }
@@ -89,11 +114,55 @@ impl Http1Pool {
             idle_timeout,
             max_idle,
             idle: Mutex::new(VecDeque::new()),
+            direct: Mutex::new(VecDeque::new()),
         }
     }
 
     /// Send `req` (origin-form URI, `Host` set) on an idle connection, or a new one.
     pub(crate) async fn send(
+        self: &Arc<Self>,
+        req: Request<ClientBody>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        if req.body().is_end_stream() {
+            self.send_direct(req).await
+        } else {
+            self.send_hyper(req).await
+        }
+    }
+
+    /// A request without a body, the direct way.
+    async fn send_direct(
+        self: &Arc<Self>,
+        req: Request<ClientBody>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        let mut head = Vec::with_capacity(256);
+        direct::encode_head(&mut head, req.method(), target, req.headers());
+        let method = req.method();
+        loop {
+            let (conn, pooled) = match self.checkout_direct() {
+                Some(c) => (c, true),
+                None => (
+                    direct::Conn::connect(&self.addr, self.connect_timeout).await?,
+                    false,
+                ),
+            };
+            match direct::exchange(conn, &head, method, self).await {
+                Ok(resp) => return Ok(resp.map(UpstreamBody::direct)),
+                // the pooled connection had closed: nothing was acted on
+                Err(direct::ExchangeError::Write(_)) if pooled => continue,
+                Err(direct::ExchangeError::Head(direct::HeadError::ClosedEarly))
+                    if pooled && direct::idempotent(method) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// A request with a body, through hyper's client connection.
+    async fn send_hyper(
         self: &Arc<Self>,
         mut req: Request<ClientBody>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
@@ -111,7 +180,9 @@ impl Http1Pool {
                     } else {
                         Some((sender, self.clone()))
                     };
-                    return Ok(resp.map(|inner| UpstreamBody { inner, back }));
+                    return Ok(resp.map(|inner| UpstreamBody {
+                        kind: Kind::Hyper { inner, back },
+                    }));
                 }
                 Err(mut e) => match e.take_message() {
                     // never written: the pooled connection had closed; try another
@@ -122,14 +193,20 @@ impl Http1Pool {
         }
     }
 
+    /// The most recently returned direct connection that is still open.
+    fn checkout_direct(&self) -> Option<direct::Conn> {
+        self.take(&self.direct, direct::Conn::still_open)
+    }
+
+    /// Back from a complete response (the caller checked it is reusable).
+    pub(crate) fn give_back_direct(&self, conn: direct::Conn) {
+        self.put_back(&self.direct, conn, |c| !c.still_open());
+    }
+
     /// The most recently returned connection that is still open and ready.
     async fn checkout(&self) -> Option<SendRequest<ClientBody>> {
         loop {
-            let idle = self.idle.lock().ok()?.pop_back()?;
-            if self.stale(&idle) {
-                continue;
-            }
-            let mut sender = idle.sender;
+            let mut sender = self.take(&self.idle, |s| !s.is_closed())?;
             // ready at once unless the connection is still finishing its last response
             if sender.ready().await.is_ok() {
                 return Some(sender);
@@ -138,23 +215,9 @@ impl Http1Pool {
     }
 
     async fn connect(&self) -> Result<SendRequest<ClientBody>, UpstreamError> {
-        let connect = tokio::net::TcpStream::connect(self.addr.as_str());
-        let stream = match tokio::time::timeout(self.connect_timeout, connect).await {
-            Err(_) => {
-                return Err(UpstreamError::ConnectTimeout {
-                    addr: self.addr.clone(),
-                    timeout: self.connect_timeout,
-                });
-            }
-            Ok(Err(source)) => {
-                return Err(UpstreamError::Connect {
-                    addr: self.addr.clone(),
-                    source,
-                });
-            }
-            Ok(Ok(s)) => s,
-        };
-        let _ = stream.set_nodelay(true);
+        let stream = direct::Conn::connect(&self.addr, self.connect_timeout)
+            .await?
+            .into_stream();
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -164,24 +227,38 @@ impl Http1Pool {
         Ok(sender)
     }
 
-    /// Unused for longer than the idle timeout, or closed by the upstream.
-    fn stale(&self, idle: &Idle) -> bool {
-        idle.since.elapsed() > self.idle_timeout || idle.sender.is_closed()
+    fn give_back(&self, sender: SendRequest<ClientBody>) {
+        if !sender.is_closed() {
+            self.put_back(&self.idle, sender, |s| s.is_closed());
+        }
     }
 
-    fn give_back(&self, sender: SendRequest<ClientBody>) {
-        if sender.is_closed() {
-            return;
+    /// The warmest connection of `list` that is within the idle timeout and `usable`;
+    /// the others popped on the way are closed.
+    fn take<C>(&self, list: &IdleList<C>, mut usable: impl FnMut(&mut C) -> bool) -> Option<C> {
+        let mut idle = list.lock().ok()?;
+        loop {
+            let mut i = idle.pop_back()?;
+            if i.since.elapsed() <= self.idle_timeout && usable(&mut i.conn) {
+                return Some(i.conn);
+            }
         }
-        if let Ok(mut idle) = self.idle.lock() {
-            // connections unused for the idle timeout are closed as traffic passes (the
-            // upstream usually closes them first)
-            while idle.front().is_some_and(|i| self.stale(i)) {
+    }
+
+    /// Return `conn` to `list` (unless it holds `max_idle` already). Connections unused
+    /// for the idle timeout, or `closed`, are dropped from the old end as traffic
+    /// passes (the upstream usually closes them first).
+    fn put_back<C>(&self, list: &IdleList<C>, conn: C, mut closed: impl FnMut(&mut C) -> bool) {
+        if let Ok(mut idle) = list.lock() {
+            while idle
+                .front_mut()
+                .is_some_and(|i| i.since.elapsed() > self.idle_timeout || closed(&mut i.conn))
+            {
                 idle.pop_front();
             }
             if idle.len() < self.max_idle {
                 idle.push_back(Idle {
-                    sender,
+                    conn,
                     since: Instant::now(),
                 });
             }
@@ -192,67 +269,105 @@ impl Http1Pool {
 /// An upstream response body. Read to its end (or dropped after it), it returns its
 /// connection to the pool it came from.
 pub struct UpstreamBody {
-    inner: Incoming,
-    back: Option<(SendRequest<ClientBody>, Arc<Http1Pool>)>,
+    kind: Kind,
 }
+
+enum Kind {
+    /// Read by hyper's client connection (requests with a body, HTTP/2, sticky
+    /// forwarding).
+    Hyper {
+        inner: Incoming,
+        back: Option<(SendRequest<ClientBody>, Arc<Http1Pool>)>,
+    },
+    /// Read straight from the socket ([`direct`]).
+    Direct(DirectBody),
+}
+
+/// The error of an [`UpstreamBody`]: hyper's, or the direct way's body error.
+pub type UpstreamBodyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl std::fmt::Debug for UpstreamBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamBody")
-            .field("pooled", &self.back.is_some())
-            .finish_non_exhaustive()
+        match &self.kind {
+            Kind::Hyper { back, .. } => f
+                .debug_struct("UpstreamBody")
+                .field("pooled", &back.is_some())
+                .finish_non_exhaustive(),
+            Kind::Direct(d) => f.debug_tuple("UpstreamBody").field(d).finish(),
+        }
     }
 }
 
 impl UpstreamBody {
     /// A body whose connection is not pooled here (HTTP/2, sticky forwarding).
     pub(crate) fn unpooled(inner: Incoming) -> UpstreamBody {
-        UpstreamBody { inner, back: None }
+        UpstreamBody {
+            kind: Kind::Hyper { inner, back: None },
+        }
     }
 
-    fn release(&mut self) {
-        if let Some((sender, pool)) = self.back.take() {
-            pool.give_back(sender);
+    fn direct(body: DirectBody) -> UpstreamBody {
+        UpstreamBody {
+            kind: Kind::Direct(body),
         }
     }
 }
 
 impl http_body::Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = UpstreamBodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
-        let this = self.get_mut();
-        let r = Pin::new(&mut this.inner).poll_frame(cx);
-        match &r {
-            // the last frame out (a body of known length), or the end seen: the
-            // connection can take the next request before the client has this one
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.release(),
-            Poll::Ready(None) => this.release(),
-            Poll::Ready(Some(Err(_))) => this.back = None,
-            _ => {}
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, UpstreamBodyError>>> {
+        match &mut self.get_mut().kind {
+            Kind::Direct(d) => Pin::new(d).poll_frame(cx).map_err(Into::into),
+            Kind::Hyper { inner, back } => {
+                let r = Pin::new(&mut *inner).poll_frame(cx);
+                match &r {
+                    // the last frame out (a body of known length), or the end seen: the
+                    // connection can take the next request before the client has this one
+                    Poll::Ready(Some(Ok(_))) if inner.is_end_stream() => release(back),
+                    Poll::Ready(None) => release(back),
+                    Poll::Ready(Some(Err(_))) => *back = None,
+                    _ => {}
+                }
+                r.map_err(Into::into)
+            }
         }
-        r
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.kind {
+            Kind::Hyper { inner, .. } => inner.is_end_stream(),
+            Kind::Direct(d) => d.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        match &self.kind {
+            Kind::Hyper { inner, .. } => inner.size_hint(),
+            Kind::Direct(d) => d.size_hint(),
+        }
+    }
+}
+
+fn release(back: &mut Option<(SendRequest<ClientBody>, Arc<Http1Pool>)>) {
+    if let Some((sender, pool)) = back.take() {
+        pool.give_back(sender);
     }
 }
 
 impl Drop for UpstreamBody {
     fn drop(&mut self) {
         // a body with nothing left (none at all, or read to the end) leaves its
-        // connection reusable; one dropped half-read does not
-        if self.inner.is_end_stream() {
-            self.release();
+        // connection reusable; one dropped half-read does not (the direct way's
+        // connection goes back as its last byte is read, or is closed with it)
+        if let Kind::Hyper { inner, back } = &mut self.kind
+            && inner.is_end_stream()
+        {
+            release(back);
         }
     }
 }
@@ -335,7 +450,7 @@ mod tests {
         let pool = Arc::new(Http1Pool::new(addr.to_string(), timeout, timeout, 16));
         // three at once: three connections, all idle afterwards
         tokio::join!(get(&pool, addr), get(&pool, addr), get(&pool, addr));
-        assert_eq!(pool.idle.lock().unwrap().len(), 3);
+        assert_eq!(pool.direct.lock().unwrap().len(), 3);
         // then steady traffic on one connection for longer than the idle timeout: the
         // two below it are closed, the one in use stays
         let start = Instant::now();
@@ -343,6 +458,6 @@ mod tests {
             get(&pool, addr).await;
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(pool.idle.lock().unwrap().len(), 1);
+        assert_eq!(pool.direct.lock().unwrap().len(), 1);
     }
 }
