@@ -45,7 +45,7 @@ use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
 use crate::metrics::Metrics;
 use crate::sticky::{FleetService, Sticky};
-use crate::upstream::{Http1Pool, UpstreamBody};
+use crate::upstream::{Http1Pool, UpstreamBody, direct};
 
 /// Proxy settings (the non-limiter part of the config).
 #[derive(Debug, Clone)]
@@ -210,10 +210,25 @@ static HOP_BY_HOP: [HeaderName; 8] = [
     HeaderName::from_static("upgrade"),
 ];
 
+/// Whether `name` (lowercase, as `HeaderName` holds it) is one of [`HOP_BY_HOP`].
+fn is_hop_by_hop(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
 pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     // one pass over the names first: most messages carry none, and eight removals
     // (each hashing its name) cost more than the scan
-    if !h.keys().any(|k| HOP_BY_HOP.contains(k)) {
+    if !h.keys().any(|k| is_hop_by_hop(k.as_str())) {
         return;
     }
     // headers named in Connection are hop-by-hop too
@@ -229,6 +244,64 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
 }
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// How one request goes upstream.
+enum Route<'a> {
+    /// No body, HTTP/1.1: the encoded head, sent the direct way.
+    Direct(&'a Arc<Http1Pool>, Vec<u8>, http::Method),
+    /// Through hyper's client (a body to stream, or an HTTP/2 upstream).
+    Hyper(Request<ClientBody>),
+}
+
+/// The request fields sent upstream, in order, to `emit`: the client's, less the
+/// hop-by-hop ones (and those its `Connection` names) and `X-Forwarded-For`; then
+/// `Host: host` when given (the client sent none); then `X-Forwarded-For` with the
+/// client's values joined by ", " and `peer` appended. Every value emitted is a valid
+/// field value (no CR, LF or NUL).
+fn upstream_fields(
+    headers: &HeaderMap,
+    host: Option<&str>,
+    peer: Option<std::net::IpAddr>,
+    mut emit: impl FnMut(&HeaderName, &[u8]),
+) {
+    // headers named in Connection are hop-by-hop too (rare: only then is this built)
+    let named: Vec<HeaderName> = match headers.get(http::header::CONNECTION) {
+        None => Vec::new(),
+        Some(_) => headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
+            .collect(),
+    };
+    let mut forwarded: Vec<u8> = Vec::new();
+    for (name, value) in headers {
+        let n = name.as_str();
+        if is_hop_by_hop(n) || named.contains(name) {
+            continue;
+        }
+        if name == X_FORWARDED_FOR {
+            if !forwarded.is_empty() {
+                forwarded.extend_from_slice(b", ");
+            }
+            forwarded.extend_from_slice(value.as_bytes());
+            continue;
+        }
+        emit(name, value.as_bytes());
+    }
+    if let Some(h) = host {
+        emit(&HOST, h.as_bytes());
+    }
+    if let Some(ip) = peer {
+        if !forwarded.is_empty() {
+            forwarded.extend_from_slice(b", ");
+        }
+        forwarded.extend_from_slice(crate::key::ip_text(ip).as_bytes());
+    }
+    if !forwarded.is_empty() {
+        emit(&X_FORWARDED_FOR, &forwarded);
+    }
+}
 
 /// How long an upstream connection may sit unused before it is closed.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -302,74 +375,83 @@ impl Service<Request<Incoming>> for Forward {
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
-            let (mut parts, body) = req.into_parts();
-            let pq = parts
-                .uri
-                .path_and_query()
-                .cloned()
-                .unwrap_or_else(|| PathAndQuery::from_static("/"));
-            match &this.inner.upstream {
-                Upstream::Http1(_) => {
-                    // origin-form target; the client's Host (or HTTP/2 :authority) kept
-                    if !parts.headers.contains_key(HOST) {
-                        let host = parts
-                            .uri
-                            .authority()
-                            .unwrap_or(&this.inner.authority)
-                            .as_str();
-                        if let Ok(v) = HeaderValue::from_str(host) {
-                            parts.headers.insert(HOST, v);
-                        }
-                    }
-                    parts.uri = Uri::from(pq);
-                    parts.version = Version::HTTP_11;
-                }
-                Upstream::Http2(_) => {
-                    let mut uri = http::uri::Parts::default();
-                    uri.scheme = Some(this.inner.scheme.clone());
-                    uri.authority = Some(this.inner.authority.clone());
-                    uri.path_and_query = Some(pq);
-                    parts.uri = match Uri::from_parts(uri) {
-                        Ok(u) => u,
-                        Err(_) => {
-                            return Ok(
-                                this.error(StatusCode::BAD_REQUEST, "unusable request target")
-                            );
-                        }
-                    };
-                    parts.version = Version::HTTP_2;
-                }
-            }
-            strip_hop_by_hop(&mut parts.headers);
-            if let Some(PeerAddr(peer)) = parts.extensions.get::<PeerAddr>() {
-                let ip = crate::key::ip_text(peer.ip().to_canonical());
-                let value = match parts.headers.get(&X_FORWARDED_FOR) {
-                    Some(prev) => {
-                        let mut v = prev.as_bytes().to_vec();
-                        v.extend_from_slice(b", ");
-                        v.extend_from_slice(ip.as_bytes());
-                        HeaderValue::from_bytes(&v).ok()
-                    }
-                    None => HeaderValue::from_str(&ip).ok(),
-                };
-                if let Some(v) = value {
-                    parts.headers.insert(X_FORWARDED_FOR.clone(), v);
-                }
-            }
+            let (parts, body) = req.into_parts();
+            let peer = parts
+                .extensions
+                .get::<PeerAddr>()
+                .map(|p| p.0.ip().to_canonical());
+            let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+            // the client's Host (or HTTP/2 :authority) is kept
+            let host = (!parts.headers.contains_key(HOST)).then(|| {
+                parts
+                    .uri
+                    .authority()
+                    .unwrap_or(&this.inner.authority)
+                    .as_str()
+            });
             let failed = Arc::new(AtomicBool::new(false));
-            let body = ClientBody {
-                inner: body,
-                failed: failed.clone(),
+            let route = match &this.inner.upstream {
+                // no body: the head is encoded straight from the client's
+                Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) => {
+                    let mut head = Vec::with_capacity(256);
+                    direct::encode_request_line(&mut head, &parts.method, target);
+                    upstream_fields(&parts.headers, host, peer, |name, value| {
+                        direct::encode_field(&mut head, name.as_str().as_bytes(), value)
+                    });
+                    head.extend_from_slice(b"\r\n");
+                    Route::Direct(pool, head, parts.method)
+                }
+                upstream => {
+                    let h2 = matches!(upstream, Upstream::Http2(_));
+                    let mut headers = HeaderMap::with_capacity(parts.headers.len() + 2);
+                    upstream_fields(&parts.headers, host.filter(|_| !h2), peer, |name, value| {
+                        if let Ok(v) = HeaderValue::from_bytes(value) {
+                            headers.append(name.clone(), v);
+                        }
+                    });
+                    let pq = PathAndQuery::try_from(target)
+                        .unwrap_or_else(|_| PathAndQuery::from_static("/"));
+                    let (uri, version) = if h2 {
+                        // absolute form: hyper sends it as :scheme and :authority
+                        let mut uri = http::uri::Parts::default();
+                        uri.scheme = Some(this.inner.scheme.clone());
+                        uri.authority = Some(this.inner.authority.clone());
+                        uri.path_and_query = Some(pq);
+                        match Uri::from_parts(uri) {
+                            Ok(u) => (u, Version::HTTP_2),
+                            Err(_) => {
+                                return Ok(
+                                    this.error(StatusCode::BAD_REQUEST, "unusable request target")
+                                );
+                            }
+                        }
+                    } else {
+                        (Uri::from(pq), Version::HTTP_11)
+                    };
+                    let mut req = Request::new(ClientBody {
+                        inner: body,
+                        failed: failed.clone(),
+                    });
+                    *req.method_mut() = parts.method;
+                    *req.uri_mut() = uri;
+                    *req.version_mut() = version;
+                    *req.headers_mut() = headers;
+                    Route::Hyper(req)
+                }
             };
-            let req = Request::from_parts(parts, body);
             let sent = async {
-                match &this.inner.upstream {
-                    Upstream::Http1(pool) => pool.send(req).await.map_err(BoxError::from),
-                    Upstream::Http2(client) => client
-                        .request(req)
-                        .await
-                        .map(|r| r.map(UpstreamBody::unpooled))
-                        .map_err(BoxError::from),
+                match route {
+                    Route::Direct(pool, head, method) => {
+                        pool.send_head(&head, &method).await.map_err(BoxError::from)
+                    }
+                    Route::Hyper(req) => match &this.inner.upstream {
+                        Upstream::Http1(pool) => pool.send(req).await.map_err(BoxError::from),
+                        Upstream::Http2(client) => client
+                            .request(req)
+                            .await
+                            .map(|r| r.map(UpstreamBody::unpooled))
+                            .map_err(BoxError::from),
+                    },
                 }
             };
             match tokio::time::timeout(this.inner.timeout, sent).await {
@@ -743,5 +825,12 @@ mod tests {
         h.insert("x-kept", HeaderValue::from_static("yes"));
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 2);
+        // the fast name test and the list agree
+        for n in &HOP_BY_HOP {
+            assert!(is_hop_by_hop(n.as_str()), "{n}");
+        }
+        for n in ["x-kept", "host", "content-length", "tes", "connections"] {
+            assert!(!is_hop_by_hop(n), "{n}");
+        }
     }
 }

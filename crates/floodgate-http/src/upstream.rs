@@ -20,7 +20,7 @@
 //! method is idempotent (RFC 9110 §9.2.2). A fresh connection is never retried.
 
 mod chunked;
-mod direct;
+pub(crate) mod direct;
 
 use direct::DirectBody;
 
@@ -31,7 +31,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{Method, Request, Response};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
@@ -130,7 +130,7 @@ impl Http1Pool {
         }
     }
 
-    /// A request without a body, the direct way.
+    /// A request without a body, the direct way, its head encoded from `req`.
     async fn send_direct(
         self: &Arc<Self>,
         req: Request<ClientBody>,
@@ -138,7 +138,16 @@ impl Http1Pool {
         let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
         let mut head = Vec::with_capacity(256);
         direct::encode_head(&mut head, req.method(), target, req.headers());
-        let method = req.method();
+        self.send_head(&head, req.method()).await
+    }
+
+    /// Send `head`, the encoded head of a request without a body (see
+    /// [`direct::encode_head`]), the direct way.
+    pub(crate) async fn send_head(
+        self: &Arc<Self>,
+        head: &[u8],
+        method: &Method,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         loop {
             let (conn, pooled) = match self.checkout_direct() {
                 Some(c) => (c, true),
@@ -147,7 +156,7 @@ impl Http1Pool {
                     false,
                 ),
             };
-            match direct::exchange(conn, &head, method, self).await {
+            match direct::exchange(conn, head, method, self).await {
                 Ok(resp) => return Ok(resp.map(UpstreamBody::direct)),
                 // the pooled connection had closed: nothing was acted on
                 Err(direct::ExchangeError::Write(_)) if pooled => continue,

@@ -162,3 +162,56 @@ async fn an_h2c_upstream_gets_http2() {
         "{a:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_with_and_without_a_body_reach_the_upstream_with_the_same_fields() {
+    // without a body the proxy writes the head itself (the direct way); with one, hyper's
+    // client does: the upstream must not be able to tell them apart
+    let backend = Backend::start().await;
+    let p = RunningProxy::start(UNLIMITED, backend.addr).await;
+    let mut c = one_connection(p.addr).await;
+    for body in ["", "payload"] {
+        let req = Request::post("/fields")
+            .header("host", "api.example.test")
+            .header("x-forwarded-for", "1.2.3.4")
+            .header("x-forwarded-for", "5.6.7.8")
+            .header("connection", "keep-alive, x-secret")
+            .header("x-secret", "dropped")
+            .header("keep-alive", "timeout=5")
+            .header("te", "trailers")
+            .header("x-kept", "yes")
+            .header("x-many", "1")
+            .header("x-many", "2")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        c.ready().await.unwrap();
+        let resp = c.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.into_body().collect().await.unwrap();
+    }
+    let got: Vec<Vec<(String, String)>> = backend
+        .arrivals()
+        .iter()
+        .map(|a| {
+            let mut f: Vec<(String, String)> = a
+                .headers
+                .iter()
+                .filter(|(n, _)| *n != "content-length")
+                .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+                .collect();
+            f.sort();
+            f
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("host", "api.example.test"),
+        ("x-forwarded-for", "1.2.3.4, 5.6.7.8, 127.0.0.1"),
+        ("x-kept", "yes"),
+        ("x-many", "1"),
+        ("x-many", "2"),
+    ]
+    .iter()
+    .map(|(n, v)| (n.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(got, vec![want.clone(), want]);
+}

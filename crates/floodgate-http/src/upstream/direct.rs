@@ -126,16 +126,12 @@ impl Conn {
         Ok(())
     }
 
-    /// Read more bytes into the buffer; `Ok(0)` at the end of the stream.
+    /// Read more bytes into the buffer; `Ok(0)` at the end of the stream. A read that
+    /// leaves room in the buffer clears the socket's readiness (tokio's `poll_read`
+    /// does), so [`still_open`](Self::still_open) makes no system call afterwards.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.stream.poll_read_ready(cx))?;
-            self.buf.reserve(READ_CHUNK);
-            match self.stream.try_read_buf(&mut self.buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
-        }
+        self.buf.reserve(READ_CHUNK);
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf)
     }
 
     async fn fill(&mut self) -> io::Result<usize> {
@@ -349,16 +345,27 @@ fn parse_length(v: &[u8]) -> Result<u64, HeadError> {
 /// Write `METHOD target HTTP/1.1`, the fields and the blank line. Names and values come
 /// from `http`'s types, which hold no CR or LF, so nothing can be injected.
 pub(crate) fn encode_head(out: &mut Vec<u8>, method: &Method, target: &str, headers: &HeaderMap) {
+    encode_request_line(out, method, target);
+    for (name, value) in headers {
+        encode_field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `METHOD target HTTP/1.1` and its CRLF.
+pub(crate) fn encode_request_line(out: &mut Vec<u8>, method: &Method, target: &str) {
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+}
+
+/// `name: value` and its CRLF. The caller passes bytes of a valid `HeaderName` and
+/// `HeaderValue` (no CR, LF or NUL).
+pub(crate) fn encode_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 
