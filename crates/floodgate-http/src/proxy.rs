@@ -250,7 +250,7 @@ enum Route<'a> {
     /// No body, HTTP/1.1: the encoded head, sent the direct way.
     Direct(&'a Arc<Http1Pool>, Vec<u8>, http::Method),
     /// Through hyper's client (a body to stream, or an HTTP/2 upstream).
-    Hyper(Request<ClientBody>),
+    Hyper(Box<Request<ClientBody>>),
 }
 
 /// The request fields sent upstream, in order, to `emit`: the client's, less the
@@ -436,7 +436,7 @@ impl Service<Request<Incoming>> for Forward {
                     *req.uri_mut() = uri;
                     *req.version_mut() = version;
                     *req.headers_mut() = headers;
-                    Route::Hyper(req)
+                    Route::Hyper(Box::new(req))
                 }
             };
             let sent = async {
@@ -445,9 +445,9 @@ impl Service<Request<Incoming>> for Forward {
                         pool.send_head(&head, &method).await.map_err(BoxError::from)
                     }
                     Route::Hyper(req) => match &this.inner.upstream {
-                        Upstream::Http1(pool) => pool.send(req).await.map_err(BoxError::from),
+                        Upstream::Http1(pool) => pool.send(*req).await.map_err(BoxError::from),
                         Upstream::Http2(client) => client
-                            .request(req)
+                            .request(*req)
                             .await
                             .map(|r| r.map(UpstreamBody::unpooled))
                             .map_err(BoxError::from),
