@@ -80,6 +80,15 @@ where
     K: Hash + Eq + Clone,
     A: Algorithm,
 {
+    // One check (the usual request: one policy) is exactly `KeyedLimiter::check`: decide,
+    // and charge only when admitted; no lock ordering or cost-0 views to compute.
+    if let [c] = checks {
+        let d = c.limiter.check(c.key, now, c.cost);
+        return MultiDecision {
+            allowed: d.allowed,
+            decisions: vec![d],
+        };
+    }
     struct Slot {
         hash: u64,
         lock: usize,
@@ -192,6 +201,52 @@ mod tests {
     use super::*;
     use crate::Rate;
     use crate::algorithms::Gcra;
+
+    #[test]
+    fn one_check_decides_as_the_general_path_does() {
+        // the one-check shortcut against two checks on distinct limiters with one of them
+        // unlimited-ish: same decisions for the shared limiter, cost after cost
+        let one: KeyedLimiter<u64, _> =
+            KeyedLimiter::new(Gcra::new(Rate::per_second(1).unwrap(), 3).unwrap(), 10).unwrap();
+        let two: KeyedLimiter<u64, _> =
+            KeyedLimiter::new(Gcra::new(Rate::per_second(1).unwrap(), 3).unwrap(), 10).unwrap();
+        let wide: KeyedLimiter<u64, _> = KeyedLimiter::new(
+            Gcra::new(Rate::per_second(1000).unwrap(), 1000).unwrap(),
+            10,
+        )
+        .unwrap();
+        let k = 1;
+        for (i, cost) in [1, 5, 2, 1, 1, 0, 3].into_iter().enumerate() {
+            let now = Nanos::from_millis(i as u64 * 300);
+            let a = check_all(
+                &[Check {
+                    limiter: &one,
+                    key: &k,
+                    cost,
+                }],
+                now,
+            );
+            let b = check_all(
+                &[
+                    Check {
+                        limiter: &two,
+                        key: &k,
+                        cost,
+                    },
+                    Check {
+                        limiter: &wide,
+                        key: &k,
+                        cost: 0,
+                    },
+                ],
+                now,
+            );
+            assert_eq!(a.allowed, b.allowed, "step {i}");
+            assert_eq!(a.decisions[0], b.decisions[0], "step {i}");
+            assert_eq!(a.decisions.len(), 1);
+        }
+        assert_eq!(one.len(), two.len());
+    }
 
     #[test]
     fn duplicates_are_charged_once_with_summed_cost() {
