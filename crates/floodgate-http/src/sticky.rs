@@ -320,10 +320,12 @@ impl Service<Request<Incoming>> for FleetService {
     }
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
-        let mut local = self.local.clone();
+        // no fleet: the rate-limited service's own (already boxed) future, not a clone of
+        // the service and a second box around it
         let Some(sticky) = self.sticky.clone() else {
-            return Box::pin(local.call(req));
+            return self.local.call(req);
         };
+        let mut local = self.local.clone();
         Box::pin(async move {
             if req.headers().contains_key(&FORWARDED_BY) {
                 let from_node = req
