@@ -22,6 +22,7 @@ use floodgate_core::decision::ceil_secs;
 use floodgate_core::{Algorithm, Decision};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
+use smallvec::SmallVec;
 
 use crate::policy::{PolicyInfo, advertised_window};
 
@@ -161,15 +162,51 @@ pub fn most_restrictive<'a>(items: &'a [(&PolicyInfo, Decision)]) -> Option<&'a 
 
 /// Write the RateLimit and legacy headers for `items` into `headers`.
 pub fn write(headers: &mut HeaderMap, items: &[(&PolicyInfo, Decision)], opts: &HeaderOptions) {
+    render(items, opts).insert_into(headers);
+}
+
+/// Rendered rate-limit header fields not yet in a map, in the order they are inserted
+/// (at most one value per name). The request path holds these instead of a `HeaderMap`
+/// of its own and inserts them straight into the response's map.
+#[derive(Debug, Default)]
+pub(crate) struct RateHeaders {
+    fields: SmallVec<[(&'static HeaderName, HeaderValue); 3]>,
+}
+
+impl RateHeaders {
+    /// Add a field (inserted after those already added).
+    pub(crate) fn push(&mut self, name: &'static HeaderName, value: HeaderValue) {
+        self.fields.push((name, value));
+    }
+
+    /// Insert every field into `headers`, replacing values of the same names, as
+    /// `HeaderMap::insert` (and `HeaderMap::extend` with a map) does.
+    pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
+        for (name, value) in self.fields {
+            headers.insert(name.clone(), value);
+        }
+    }
+
+    /// The fields as a map.
+    pub(crate) fn into_map(self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        self.insert_into(&mut h);
+        h
+    }
+}
+
+/// The RateLimit and legacy headers for `items` (what [`write`] inserts).
+pub(crate) fn render(items: &[(&PolicyInfo, Decision)], opts: &HeaderOptions) -> RateHeaders {
+    let mut headers = RateHeaders::default();
     if items.is_empty() {
-        return;
+        return headers;
     }
     if opts.ratelimit {
         if let Some(v) = ratelimit_policy(items) {
-            headers.insert(RATELIMIT_POLICY.clone(), v);
+            headers.push(&RATELIMIT_POLICY, v);
         }
         if let Some(v) = ratelimit(items) {
-            headers.insert(RATELIMIT.clone(), v);
+            headers.push(&RATELIMIT, v);
         }
     }
     if let (Some(fmt), Some(d)) = (opts.legacy, most_restrictive(items)) {
@@ -182,13 +219,11 @@ pub fn write(headers: &mut HeaderMap, items: &[(&PolicyInfo, Decision)], opts: &
                 .unwrap_or(0)
                 .saturating_add(reset),
         };
-        headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit));
-        headers.insert(
-            X_RATELIMIT_REMAINING.clone(),
-            HeaderValue::from(d.remaining),
-        );
-        headers.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(reset));
+        headers.push(&X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
+        headers.push(&X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
+        headers.push(&X_RATELIMIT_RESET, HeaderValue::from(reset));
     }
+    headers
 }
 
 /// Milliseconds, rounded up.

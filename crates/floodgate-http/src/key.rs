@@ -19,7 +19,7 @@
 //! so per-address limits on IPv6 are no limit at all.
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use http::{Extensions, HeaderMap, HeaderName, Method, Uri};
@@ -206,7 +206,8 @@ impl KeySource {
         ipcfg: &ClientIpConfig,
         max_len: usize,
     ) -> Result<Vec<u8>, KeyError> {
-        let mut out = Vec::new();
+        // room for the usual key (an address, an API key) in the first allocation
+        let mut out = Vec::with_capacity(max_len.min(64));
         for (i, part) in self.0.iter().enumerate() {
             if i > 0 {
                 out.push(0x1f);
@@ -214,7 +215,7 @@ impl KeySource {
             match part {
                 KeyPart::Ip => {
                     let ip = req.client_ip.clone()?;
-                    out.extend_from_slice(ip_key(ip, ipcfg).as_bytes());
+                    push_ip_key(ip, ipcfg, &mut out);
                 }
                 KeyPart::Global => out.push(b'*'),
                 KeyPart::Route => out.extend_from_slice(req.uri.path().as_bytes()),
@@ -257,26 +258,68 @@ pub fn ip_key(ip: IpAddr, cfg: &ClientIpConfig) -> String {
         .unwrap_or_else(|_| ip.to_string())
 }
 
+/// [`ip_key`]'s bytes appended to `out`; a full-length IPv4 address (the usual key) is
+/// written without an intermediate `String`.
+fn push_ip_key(ip: IpAddr, cfg: &ClientIpConfig, out: &mut Vec<u8>) {
+    if let IpAddr::V4(v4) = ip.to_canonical()
+        && cfg.ipv4_prefix >= 32
+    {
+        out.extend_from_slice(V4Text::new(v4).as_bytes());
+        return;
+    }
+    out.extend_from_slice(ip_key(ip, cfg).as_bytes());
+}
+
+/// An IPv4 address in dotted-quad form (as `Display` writes it) in a stack buffer: at
+/// most 15 bytes, all ASCII.
+struct V4Text {
+    buf: [u8; 15],
+    len: usize,
+}
+
+impl V4Text {
+    fn new(v4: Ipv4Addr) -> V4Text {
+        let mut t = V4Text {
+            buf: [0; 15],
+            len: 0,
+        };
+        for (i, o) in v4.octets().into_iter().enumerate() {
+            if i > 0 {
+                t.push(b'.');
+            }
+            if o >= 100 {
+                t.push(b'0' + o / 100);
+            }
+            if o >= 10 {
+                t.push(b'0' + o / 10 % 10);
+            }
+            t.push(b'0' + o % 10);
+        }
+        t
+    }
+
+    /// Appends one byte; 4 octets of at most 3 digits and 3 dots fit in the 15 bytes.
+    fn push(&mut self, b: u8) {
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
 /// `ip` as text, exactly as its `Display` writes it (dotted quad, or RFC 5952 for IPv6),
 /// but without the formatting machinery for IPv4: it runs for every request.
 pub fn ip_text(ip: IpAddr) -> String {
     let IpAddr::V4(v4) = ip else {
         return ip.to_string();
     };
-    let mut s = String::with_capacity(15);
-    for (i, o) in v4.octets().into_iter().enumerate() {
-        if i > 0 {
-            s.push('.');
-        }
-        if o >= 100 {
-            s.push(char::from(b'0' + o / 100));
-        }
-        if o >= 10 {
-            s.push(char::from(b'0' + o / 10 % 10));
-        }
-        s.push(char::from(b'0' + o % 10));
-    }
-    s
+    let text = V4Text::new(v4);
+    // ASCII digits and dots: always UTF-8
+    String::from_utf8_lossy(text.as_bytes()).into_owned()
 }
 
 /// Whether `ip` is in any of `nets` (IPv4-mapped IPv6 addresses match IPv4 networks).
@@ -383,6 +426,28 @@ mod tests {
         for s in ["::1", "2001:db8::7", "::ffff:192.0.2.1", "fe80::1:2:3:4"] {
             let ip: IpAddr = s.parse().unwrap();
             assert_eq!(ip_text(ip), ip.to_string());
+        }
+    }
+
+    #[test]
+    fn pushed_ip_key_is_ip_key() {
+        let mut c = ClientIpConfig::default();
+        for prefixes in [(32, 64), (24, 128), (0, 0), (40, 200)] {
+            (c.ipv4_prefix, c.ipv6_prefix) = prefixes;
+            for s in [
+                "203.0.113.7",
+                "0.0.0.0",
+                "255.255.255.255",
+                "10.1.99.100",
+                "::ffff:192.0.2.1",
+                "2001:db8:1:2:3:4:5:6",
+                "::1",
+            ] {
+                let ip: IpAddr = s.parse().unwrap();
+                let mut out = b"x".to_vec();
+                push_ip_key(ip, &c, &mut out);
+                assert_eq!(out[1..], *ip_key(ip, &c).as_bytes(), "{s} {prefixes:?}");
+            }
         }
     }
 

@@ -16,7 +16,7 @@ use http_body_util::{Either, Full};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::limiter::{Prepared, RateLimiter, Verdict};
+use crate::limiter::{Outcome, Prepared, RateLimiter};
 
 /// Applies a [`RateLimiter`] to a service.
 #[derive(Clone, Debug)]
@@ -81,27 +81,34 @@ where
         // the clone is not ready; the readied service goes into the future (tower's rule)
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let prepared = self.limiter.prepare(&req);
+        let plan = match self.limiter.prepare(&req) {
+            Prepared::Bypass => {
+                return Box::pin(async move {
+                    let resp = inner.call(req).await?;
+                    Ok(resp.map(Either::Left))
+                });
+            }
+            Prepared::Respond(r) => return Box::pin(async move { Ok(r.map(Either::Right)) }),
+            Prepared::Check(plan) => plan,
+        };
         let limiter = self.limiter.clone();
         Box::pin(async move {
-            let plan = match prepared {
-                Prepared::Bypass => {
-                    let resp = inner.call(req).await?;
-                    return Ok(resp.map(Either::Left));
-                }
-                Prepared::Respond(r) => return Ok(r.map(Either::Right)),
-                Prepared::Check(plan) => plan,
+            // the in-process store decides without a future of its own; another store's
+            // future is boxed, so that this future's size is not the sum of both
+            let outcome = match limiter.local_store() {
+                Some(local) => limiter.check_now(local, plan, req.headers()),
+                None => Box::pin(limiter.check(plan, req.headers())).await,
             };
-            match limiter.check(plan).await {
-                Verdict::Respond(r) => Ok(r.map(Either::Right)),
-                Verdict::Pass { headers, delay } => {
+            match outcome {
+                Outcome::Respond(r) => Ok(r.map(Either::Right)),
+                Outcome::Pass { headers, delay } => {
                     if !delay.is_zero() && !limiter.hold(delay).await {
                         let mut r = limiter.queue_full_response(req.headers());
-                        r.headers_mut().extend(headers);
+                        headers.insert_into(r.headers_mut());
                         return Ok(r.map(Either::Right));
                     }
                     let mut resp = inner.call(req).await?;
-                    resp.headers_mut().extend(headers);
+                    headers.insert_into(resp.headers_mut());
                     Ok(resp.map(Either::Left))
                 }
             }

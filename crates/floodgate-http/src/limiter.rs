@@ -15,13 +15,14 @@ use ipnet::IpNet;
 
 use crate::deny::{short_response, wants_problem_json};
 use crate::fleet::{Fleet, FleetError, Strategy};
-use crate::headers::{self, HeaderOptions, X_RATELIMIT_DELAY_MS, ceil_millis};
+use crate::headers::{self, HeaderOptions, RateHeaders, X_RATELIMIT_DELAY_MS, ceil_millis};
 use crate::key::{
     ClientIpConfig, KeyError, PeerFn, RequestInfo, in_nets, peer_from_extension, resolve_client_ip,
 };
 use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
 use crate::policy::{CompiledRoute, Policy, PolicyInfo, Route};
-use crate::store::{DecisionStore, LocalStore, StoreCheck};
+use crate::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
+use smallvec::SmallVec;
 
 /// What to do with a request whose key cannot be extracted (no peer address, missing
 /// API-key header, a key over the length limit, a malformed forwarding header).
@@ -319,14 +320,17 @@ impl RateLimiterBuilder {
                 return Err(FleetError::NeedsLocalStore(f.strategy()).into());
             }
         }
-        let store: Arc<dyn DecisionStore> = match self.store {
-            Some(s) => s,
-            None => Arc::new(LocalStore::new(&infos, self.max_keys).map_err(|source| {
-                BuildError::Policy {
-                    name: "max_keys".into(),
-                    source,
-                }
-            })?),
+        let (store, local): (Arc<dyn DecisionStore>, _) = match self.store {
+            Some(s) => (s, None),
+            None => {
+                let local = Arc::new(LocalStore::new(&infos, self.max_keys).map_err(|source| {
+                    BuildError::Policy {
+                        name: "max_keys".into(),
+                        source,
+                    }
+                })?);
+                (local.clone(), Some(local))
+            }
         };
         let names: Vec<String> = infos.iter().map(|p| p.name.clone()).collect();
         Ok(RateLimiter {
@@ -336,6 +340,7 @@ impl RateLimiterBuilder {
                 infos,
                 routes: compiled,
                 store,
+                local,
                 store_name: self.store_name,
                 client_ip: self.client_ip,
                 peer: self.peer,
@@ -361,6 +366,8 @@ struct Inner {
     infos: Vec<PolicyInfo>,
     routes: Vec<CompiledRoute>,
     store: Arc<dyn DecisionStore>,
+    /// The same store when it is the built-in [`LocalStore`]: decided without a future.
+    local: Option<Arc<LocalStore>>,
     store_name: &'static str,
     client_ip: ClientIpConfig,
     peer: PeerFn,
@@ -395,14 +402,46 @@ impl std::fmt::Debug for RateLimiter {
     }
 }
 
+/// `(policy index, key, cost)` of a request's checks; a route has one or two policies
+/// as a rule, held without an allocation.
+type Checks = SmallVec<[(usize, Vec<u8>, u64); 2]>;
+
 /// The work left after the synchronous part of a decision: the checks to run.
 pub(crate) struct Plan {
-    /// `(policy index, key, cost)`, enforced policies.
-    enforced: Vec<(usize, Vec<u8>, u64)>,
-    /// `(policy index, key, cost)`, dry-run policies.
+    /// Enforced policies.
+    enforced: Checks,
+    /// Dry-run policies (rare: empty, and so unallocated, as a rule).
     shadow: Vec<(usize, Vec<u8>, u64)>,
-    problem_json: bool,
     start: std::time::Instant,
+}
+
+/// A store's answer to one list of checks (`None` for an empty list).
+type Answer = Result<Option<MultiDecision>, StoreError>;
+
+/// A [`Verdict`] whose rate-limit headers are not yet in a map: the layer inserts them
+/// straight into the response.
+pub(crate) enum Outcome {
+    /// As [`Verdict::Pass`].
+    Pass {
+        /// Headers to add to the response.
+        headers: RateHeaders,
+        /// How long to hold the request first.
+        delay: Duration,
+    },
+    /// As [`Verdict::Respond`].
+    Respond(Response<Full<Bytes>>),
+}
+
+impl Outcome {
+    fn into_verdict(self) -> Verdict {
+        match self {
+            Outcome::Pass { headers, delay } => Verdict::Pass {
+                headers: headers.into_map(),
+                delay,
+            },
+            Outcome::Respond(r) => Verdict::Respond(r),
+        }
+    }
 }
 
 /// The synchronous first step: either a final answer or a plan to check.
@@ -550,7 +589,7 @@ impl RateLimiter {
                 delay: Duration::ZERO,
             },
             Prepared::Respond(r) => Verdict::Respond(r),
-            Prepared::Check(plan) => self.check(plan).await,
+            Prepared::Check(plan) => self.check(plan, req.headers()).await.into_verdict(),
         }
     }
 
@@ -583,9 +622,8 @@ impl RateLimiter {
             client_ip,
         };
         let mut plan = Plan {
-            enforced: Vec::with_capacity(route.checks.len()),
+            enforced: Checks::new(),
             shadow: Vec::new(),
-            problem_json: false,
             start,
         };
         for &(idx, cost) in &route.checks {
@@ -624,7 +662,6 @@ impl RateLimiter {
             inner.metrics.request(RequestOutcome::MissingKeyAllowed);
             return Prepared::Bypass;
         }
-        plan.problem_json = wants_problem_json(req.headers());
         Prepared::Check(plan)
     }
 
@@ -638,29 +675,74 @@ impl RateLimiter {
         )
     }
 
-    async fn run_checks(
-        &self,
-        checks: &[(usize, Vec<u8>, u64)],
-    ) -> Result<Option<MultiDecision>, crate::store::StoreError> {
-        if checks.is_empty() {
-            return Ok(None);
-        }
-        let list: Vec<StoreCheck<'_>> = checks
+    fn store_checks<'a>(
+        &'a self,
+        checks: &'a [(usize, Vec<u8>, u64)],
+    ) -> SmallVec<[StoreCheck<'a>; 2]> {
+        checks
             .iter()
             .map(|(idx, key, cost)| StoreCheck {
                 policy: &self.inner.infos[*idx],
                 key,
                 cost: *cost,
             })
-            .collect();
+            .collect()
+    }
+
+    async fn run_checks(&self, checks: &[(usize, Vec<u8>, u64)]) -> Answer {
+        if checks.is_empty() {
+            return Ok(None);
+        }
+        let list = self.store_checks(checks);
         self.inner.store.check(&list).await.map(Some)
     }
 
-    pub(crate) async fn check(&self, plan: Plan) -> Verdict {
-        let inner = &*self.inner;
-        let m = &inner.metrics;
+    fn run_local(&self, local: &LocalStore, checks: &[(usize, Vec<u8>, u64)]) -> Answer {
+        if checks.is_empty() {
+            return Ok(None);
+        }
+        local.check_now(&self.store_checks(checks)).map(Some)
+    }
+
+    /// The store when it is the built-in in-process one, which
+    /// [`check_now`](Self::check_now) asks without a future to build or box.
+    pub(crate) fn local_store(&self) -> Option<&LocalStore> {
+        self.inner.local.as_deref()
+    }
+
+    /// Decide on `plan` at once with `local`, this limiter's [`local_store`](Self::local_store).
+    /// `req_headers` are the request's (for the form of a denial's body).
+    pub(crate) fn check_now(
+        &self,
+        local: &LocalStore,
+        plan: Plan,
+        req_headers: &HeaderMap,
+    ) -> Outcome {
+        let enforced = self.run_local(local, &plan.enforced);
+        let shadow = self.run_local(local, &plan.shadow);
+        self.finish(plan, enforced, shadow, req_headers)
+    }
+
+    /// Decide on `plan` with whatever store this limiter has.
+    pub(crate) async fn check(&self, plan: Plan, req_headers: &HeaderMap) -> Outcome {
+        if let Some(local) = self.local_store() {
+            return self.check_now(local, plan, req_headers);
+        }
         let enforced = self.run_checks(&plan.enforced).await;
         let shadow = self.run_checks(&plan.shadow).await;
+        self.finish(plan, enforced, shadow, req_headers)
+    }
+
+    /// The outcome of `plan` from the store's answers.
+    fn finish(
+        &self,
+        plan: Plan,
+        enforced: Answer,
+        shadow: Answer,
+        req_headers: &HeaderMap,
+    ) -> Outcome {
+        let inner = &*self.inner;
+        let m = &inner.metrics;
         m.decision_seconds
             .observe(plan.start.elapsed().as_secs_f64());
         let (enforced, shadow) = match (enforced, shadow) {
@@ -671,27 +753,26 @@ impl RateLimiter {
                 return match inner.store_failure {
                     StoreFailure::Allow => {
                         m.request(RequestOutcome::StoreErrorAllowed);
-                        Verdict::Pass {
-                            headers: HeaderMap::new(),
+                        Outcome::Pass {
+                            headers: RateHeaders::default(),
                             delay: Duration::ZERO,
                         }
                     }
                     StoreFailure::Deny => {
                         m.request(RequestOutcome::StoreErrorDenied);
-                        Verdict::Respond(short_response(
+                        Outcome::Respond(short_response(
                             StatusCode::SERVICE_UNAVAILABLE,
                             "rate limiter unavailable",
                             None,
                             None,
-                            plan.problem_json,
+                            wants_problem_json(req_headers),
                         ))
                     }
                 };
             }
         };
         // every policy's decision, enforced first, for the headers
-        let mut items: Vec<(&PolicyInfo, Decision)> =
-            Vec::with_capacity(plan.enforced.len() + plan.shadow.len());
+        let mut items: SmallVec<[(&PolicyInfo, Decision); 2]> = SmallVec::new();
         if let Some(e) = &enforced {
             for ((idx, key, _), d) in plan.enforced.iter().zip(&e.decisions) {
                 let outcome = if !d.allowed {
@@ -725,8 +806,7 @@ impl RateLimiter {
                 items.push((&inner.infos[*idx], *d));
             }
         }
-        let mut headers = HeaderMap::new();
-        headers::write(&mut headers, &items, &inner.headers);
+        let mut headers = headers::render(&items, &inner.headers);
         match enforced {
             Some(e) if !e.allowed => {
                 m.request(RequestOutcome::Rejected);
@@ -739,20 +819,25 @@ impl RateLimiter {
                     .map(|((i, _, _), d)| (*i, d))
                     .unwrap_or((plan.enforced[0].0, &e.decisions[0]));
                 let name = &inner.infos[idx].name;
-                Verdict::Respond(self.denial(binding, name, headers, plan.problem_json))
+                Outcome::Respond(self.denial(
+                    binding,
+                    name,
+                    headers,
+                    wants_problem_json(req_headers),
+                ))
             }
             Some(e) => {
                 let delay = e.delay();
                 if delay.is_zero() {
                     m.request(RequestOutcome::Passed);
                 } else if inner.headers.delay {
-                    headers.insert(X_RATELIMIT_DELAY_MS.clone(), ceil_millis(delay).into());
+                    headers.push(&X_RATELIMIT_DELAY_MS, ceil_millis(delay).into());
                 }
-                Verdict::Pass { headers, delay }
+                Outcome::Pass { headers, delay }
             }
             None => {
                 m.request(RequestOutcome::Passed);
-                Verdict::Pass {
+                Outcome::Pass {
                     headers,
                     delay: Duration::ZERO,
                 }
@@ -764,7 +849,7 @@ impl RateLimiter {
         &self,
         binding: Option<Decision>,
         policy: &str,
-        headers: HeaderMap,
+        headers: RateHeaders,
         problem_json: bool,
     ) -> Response<Full<Bytes>> {
         let inner = &*self.inner;
@@ -802,7 +887,7 @@ impl RateLimiter {
             Some(policy),
             problem_json,
         );
-        resp.headers_mut().extend(headers);
+        headers.insert_into(resp.headers_mut());
         resp
     }
 

@@ -12,6 +12,8 @@ use std::sync::Arc;
 use floodgate_core::multi::{Check, MultiDecision, check_all};
 use floodgate_core::{AnyAlgorithm, Clock, ConfigError, KeyedLimiter, Nanos, Stats};
 
+use smallvec::SmallVec;
+
 use crate::policy::PolicyInfo;
 
 /// A boxed, sendable future.
@@ -172,26 +174,29 @@ impl LocalStore {
         let list = checks
             .iter()
             .map(|c| {
-                let limiter = self
-                    .limiters
-                    .get(c.policy.index)
-                    .ok_or_else(|| StoreError {
-                        store: "memory",
-                        message: format!(
-                            "policy {:?} (index {}) is not in this store ({} policies)",
-                            c.policy.name,
-                            c.policy.index,
-                            self.limiters.len()
-                        ),
-                    })?;
                 Ok(Check {
-                    limiter,
+                    limiter: self.limiter(c.policy)?,
                     key: c.key,
                     cost: c.cost,
                 })
             })
-            .collect::<Result<Vec<Check<'_, Vec<u8>, AnyAlgorithm>>, StoreError>>()?;
+            .collect::<Result<SmallVec<[Check<'_, Vec<u8>, AnyAlgorithm>; 2]>, StoreError>>()?;
         Ok(check_all(&list, now))
+    }
+
+    fn limiter(
+        &self,
+        policy: &PolicyInfo,
+    ) -> Result<&KeyedLimiter<Vec<u8>, AnyAlgorithm>, StoreError> {
+        self.limiters.get(policy.index).ok_or_else(|| StoreError {
+            store: "memory",
+            message: format!(
+                "policy {:?} (index {}) is not in this store ({} policies)",
+                policy.name,
+                policy.index,
+                self.limiters.len()
+            ),
+        })
     }
 }
 
