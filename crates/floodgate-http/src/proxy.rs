@@ -439,22 +439,33 @@ impl Service<Request<Incoming>> for Forward {
                     Route::Hyper(Box::new(req))
                 }
             };
-            let sent = async {
-                match route {
-                    Route::Direct(pool, head, method) => {
-                        pool.send_head(&head, &method).await.map_err(BoxError::from)
+            // Ok(response), Ok(error), or Err(()) when no response head came within the
+            // upstream timeout (the direct way times itself, on its connection's timer)
+            let timeout = this.inner.timeout;
+            let sent: Result<Result<Response<UpstreamBody>, BoxError>, ()> = match route {
+                Route::Direct(pool, head, method) => {
+                    match pool.send_head(&head, &method, timeout).await {
+                        Err(crate::upstream::UpstreamError::Direct(
+                            direct::ExchangeError::TimedOut,
+                        )) => Err(()),
+                        r => Ok(r.map_err(BoxError::from)),
                     }
-                    Route::Hyper(req) => match &this.inner.upstream {
-                        Upstream::Http1(pool) => pool.send(*req).await.map_err(BoxError::from),
-                        Upstream::Http2(client) => client
-                            .request(*req)
-                            .await
-                            .map(|r| r.map(UpstreamBody::unpooled))
-                            .map_err(BoxError::from),
-                    },
+                }
+                Route::Hyper(req) => {
+                    let send = async {
+                        match &this.inner.upstream {
+                            Upstream::Http1(pool) => pool.send(*req).await.map_err(BoxError::from),
+                            Upstream::Http2(client) => client
+                                .request(*req)
+                                .await
+                                .map(|r| r.map(UpstreamBody::unpooled))
+                                .map_err(BoxError::from),
+                        }
+                    };
+                    tokio::time::timeout(timeout, send).await.map_err(|_| ())
                 }
             };
-            match tokio::time::timeout(this.inner.timeout, sent).await {
+            match sent {
                 Ok(Ok(resp)) => {
                     let (mut parts, body) = resp.into_parts();
                     strip_hop_by_hop(&mut parts.headers);

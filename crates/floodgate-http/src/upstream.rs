@@ -118,60 +118,9 @@ impl Http1Pool {
         }
     }
 
-    /// Send `req` (origin-form URI, `Host` set) on an idle connection, or a new one.
+    /// Send `req` (origin-form URI, `Host` set), a request with a body, through
+    /// hyper's client connection: an idle one, or a new one.
     pub(crate) async fn send(
-        self: &Arc<Self>,
-        req: Request<ClientBody>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        if req.body().is_end_stream() {
-            self.send_direct(req).await
-        } else {
-            self.send_hyper(req).await
-        }
-    }
-
-    /// A request without a body, the direct way, its head encoded from `req`.
-    async fn send_direct(
-        self: &Arc<Self>,
-        req: Request<ClientBody>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
-        let mut head = Vec::with_capacity(256);
-        direct::encode_head(&mut head, req.method(), target, req.headers());
-        self.send_head(&head, req.method()).await
-    }
-
-    /// Send `head`, the encoded head of a request without a body (see
-    /// [`direct::encode_head`]), the direct way.
-    pub(crate) async fn send_head(
-        self: &Arc<Self>,
-        head: &[u8],
-        method: &Method,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        loop {
-            let (conn, pooled) = match self.checkout_direct() {
-                Some(c) => (c, true),
-                None => (
-                    direct::Conn::connect(&self.addr, self.connect_timeout).await?,
-                    false,
-                ),
-            };
-            match direct::exchange(conn, head, method, self).await {
-                Ok(resp) => return Ok(resp.map(UpstreamBody::direct)),
-                // the pooled connection had closed: nothing was acted on
-                Err(direct::ExchangeError::Write(_)) if pooled => continue,
-                Err(direct::ExchangeError::Head(direct::HeadError::ClosedEarly))
-                    if pooled && direct::idempotent(method) =>
-                {
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// A request with a body, through hyper's client connection.
-    async fn send_hyper(
         self: &Arc<Self>,
         mut req: Request<ClientBody>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
@@ -198,6 +147,41 @@ impl Http1Pool {
                     Some(r) if pooled => req = r,
                     _ => return Err(UpstreamError::Http(e.into_error())),
                 },
+            }
+        }
+    }
+
+    /// Send `head`, the encoded head of a request without a body (see
+    /// [`direct::encode_request_line`]), the direct way: on an idle connection, or a
+    /// new one.
+    ///
+    /// `timeout` bounds each attempt from the request's first byte written to the
+    /// response head read (connecting has its own timeout); it runs on the
+    /// connection's own timer, moved forward per request, so a request arms no new one.
+    pub(crate) async fn send_head(
+        self: &Arc<Self>,
+        head: &[u8],
+        method: &Method,
+        timeout: Duration,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        loop {
+            let (conn, pooled) = match self.checkout_direct() {
+                Some(c) => (c, true),
+                None => (
+                    direct::Conn::connect(&self.addr, self.connect_timeout).await?,
+                    false,
+                ),
+            };
+            match direct::exchange(conn, head, method, timeout, self).await {
+                Ok(resp) => return Ok(resp.map(UpstreamBody::direct)),
+                // the pooled connection had closed: nothing was acted on
+                Err(direct::ExchangeError::Write(_)) if pooled => continue,
+                Err(direct::ExchangeError::Head(direct::HeadError::ClosedEarly))
+                    if pooled && direct::idempotent(method) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -406,50 +390,18 @@ mod tests {
         addr
     }
 
-    /// One GET through `pool`. The pool sends `ClientBody`, which wraps hyper's
-    /// `Incoming` (no public constructor): a throwaway loopback server hands over the
-    /// (empty) body of a request made to it.
+    /// One GET through `pool`, the direct way.
     async fn get(pool: &Arc<Http1Pool>, addr: std::net::SocketAddr) {
-        let (tx, rx) = tokio::sync::oneshot::channel::<Incoming>();
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let here = l.local_addr().unwrap();
-        let tx = std::sync::Mutex::new(Some(tx));
-        tokio::spawn(async move {
-            let (s, _) = l.accept().await.unwrap();
-            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                if let Some(tx) = tx.lock().unwrap().take() {
-                    let _ = tx.send(req.into_body());
-                }
-                async { Ok::<_, Infallible>(Response::new(http_body_util::Empty::<Bytes>::new())) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(s), svc)
-                .await;
-        });
-        let s = tokio::net::TcpStream::connect(here).await.unwrap();
-        let (mut c, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+        let head = format!("GET / HTTP/1.1\r\nhost: {addr}\r\n\r\n");
+        let resp = pool
+            .send_head(head.as_bytes(), &http::Method::GET, Duration::from_secs(5))
             .await
             .unwrap();
-        tokio::spawn(conn);
-        let pending = c.send_request(
-            Request::get("/")
-                .header("host", "x")
-                .body(http_body_util::Empty::<Bytes>::new())
-                .unwrap(),
-        );
-        let body = rx.await.unwrap();
-        let (body, _) = ClientBody::watch(body);
-        let req = Request::get("/")
-            .header("host", addr.to_string())
-            .body(body)
-            .unwrap();
-        let resp = pool.send(req).await.unwrap();
         let got = http_body_util::BodyExt::collect(resp.into_body())
             .await
             .unwrap()
             .to_bytes();
         assert_eq!(got, "ok");
-        let _ = pending.await;
     }
 
     #[tokio::test]

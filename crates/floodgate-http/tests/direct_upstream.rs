@@ -268,3 +268,31 @@ async fn a_pooled_connection_dropped_silently_is_retried_only_for_idempotent_met
     );
     assert_eq!(posts, 1, "the POST went out once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_timeout_restarts_with_each_request_on_a_kept_connection() {
+    // the connection's timer is moved forward per request: requests spread over more
+    // than one timeout on one connection all succeed, and a slow one still times out
+    let (addr, seen) = raw_backend(|_, _, line| {
+        if line.contains("/slow") {
+            std::thread::sleep(std::time::Duration::from_millis(600));
+        }
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+            false,
+        )
+    })
+    .await;
+    let cfg = format!("upstream_timeout = \"300ms\"\n{UNLIMITED}");
+    let p = RunningProxy::start_with_workers(&cfg, addr, 1).await;
+    for _ in 0..8 {
+        let (s, b) = fetch(p.addr, Method::GET, "/").await;
+        assert_eq!((s, b.unwrap()), (StatusCode::OK, Bytes::from("ok")));
+        tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    }
+    assert_eq!(conns(&seen), vec![0; 8], "one kept connection");
+    let (s, _) = fetch(p.addr, Method::GET, "/slow").await;
+    assert_eq!(s, StatusCode::GATEWAY_TIMEOUT);
+    let (s, _) = fetch(p.addr, Method::GET, "/").await;
+    assert_eq!(s, StatusCode::OK, "the proxy goes on after a timeout");
+}

@@ -38,6 +38,11 @@ const READ_CHUNK: usize = 8 * 1024;
 pub(crate) struct Conn {
     stream: TcpStream,
     buf: BytesMut,
+    /// The exchange timeout's timer, kept for the connection's life: moving a
+    /// registered deadline later is one atomic update, where a new timer per request
+    /// would be registered in and removed from tokio's timer wheel each time.
+    /// (`None` only while an exchange holds it.)
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// Why a response head could not be read.
@@ -90,6 +95,7 @@ impl Conn {
         Ok(Conn {
             stream,
             buf: BytesMut::new(),
+            timer: Some(Box::pin(tokio::time::sleep(timeout))),
         })
     }
 
@@ -342,17 +348,8 @@ fn parse_length(v: &[u8]) -> Result<u64, HeadError> {
     value.ok_or(HeadError::Malformed("invalid Content-Length"))
 }
 
-/// Write `METHOD target HTTP/1.1`, the fields and the blank line. Names and values come
-/// from `http`'s types, which hold no CR or LF, so nothing can be injected.
-pub(crate) fn encode_head(out: &mut Vec<u8>, method: &Method, target: &str, headers: &HeaderMap) {
-    encode_request_line(out, method, target);
-    for (name, value) in headers {
-        encode_field(out, name.as_str().as_bytes(), value.as_bytes());
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `METHOD target HTTP/1.1` and its CRLF.
+/// `METHOD target HTTP/1.1` and its CRLF. A head is this line, [`encode_field`] per
+/// field, and a blank line (`\r\n`).
 pub(crate) fn encode_request_line(out: &mut Vec<u8>, method: &Method, target: &str) {
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
@@ -361,7 +358,7 @@ pub(crate) fn encode_request_line(out: &mut Vec<u8>, method: &Method, target: &s
 }
 
 /// `name: value` and its CRLF. The caller passes bytes of a valid `HeaderName` and
-/// `HeaderValue` (no CR, LF or NUL).
+/// `HeaderValue` (no CR, LF or NUL), so nothing can be injected.
 pub(crate) fn encode_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
@@ -378,36 +375,49 @@ pub(crate) fn idempotent(method: &Method) -> bool {
     )
 }
 
-/// Send the encoded request `head` on `conn` and read the response head. The body is
-/// returned as a [`DirectBody`] that gives `conn` back to `pool` when complete.
+/// Send the encoded request `head` on `conn` and read the response head, within
+/// `timeout`. The body is returned as a [`DirectBody`] that gives `conn` back to `pool`
+/// when complete.
 pub(crate) async fn exchange(
     mut conn: Conn,
     head: &[u8],
     method: &Method,
+    timeout: Duration,
     pool: &Arc<Http1Pool>,
 ) -> Result<Response<DirectBody>, ExchangeError> {
-    if let Err(e) = conn.write_all(head).await {
-        return Err(ExchangeError::Write(e));
-    }
-    match conn.read_head(method).await {
-        Ok(FinalHead {
-            response,
-            framing,
-            keep_alive,
-        }) => {
-            let mut body = DirectBody {
-                conn: Some(conn),
-                framing,
-                keep_alive,
-                pool: pool.clone(),
-            };
-            if matches!(body.framing, Framing::Done) {
-                body.finish();
-            }
-            Ok(response.map(|()| body))
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut timer = match conn.timer.take() {
+        Some(mut t) => {
+            t.as_mut().reset(deadline);
+            t
         }
-        Err(e) => Err(ExchangeError::Head(e)),
+        None => Box::pin(tokio::time::sleep_until(deadline)),
+    };
+    let work = async {
+        conn.write_all(head).await.map_err(ExchangeError::Write)?;
+        conn.read_head(method).await.map_err(ExchangeError::Head)
+    };
+    let got = tokio::select! {
+        biased;
+        r = work => r,
+        () = timer.as_mut() => Err(ExchangeError::TimedOut),
+    };
+    let FinalHead {
+        response,
+        framing,
+        keep_alive,
+    } = got?;
+    conn.timer = Some(timer);
+    let mut body = DirectBody {
+        conn: Some(conn),
+        framing,
+        keep_alive,
+        pool: pool.clone(),
+    };
+    if matches!(body.framing, Framing::Done) {
+        body.finish();
     }
+    Ok(response.map(|()| body))
 }
 
 /// Why [`exchange`] failed.
@@ -419,6 +429,9 @@ pub(crate) enum ExchangeError {
     /// No valid response head.
     #[error(transparent)]
     Head(HeadError),
+    /// No response head within the upstream timeout.
+    #[error("no response head within the upstream timeout")]
+    TimedOut,
 }
 
 /// Why a response body failed mid-way.
@@ -734,7 +747,11 @@ mod tests {
         h.append("x-many", HeaderValue::from_static("1"));
         h.append("x-many", HeaderValue::from_static("2"));
         let mut out = Vec::new();
-        encode_head(&mut out, &Method::DELETE, "/a?b=c", &h);
+        encode_request_line(&mut out, &Method::DELETE, "/a?b=c");
+        for (n, v) in &h {
+            encode_field(&mut out, n.as_str().as_bytes(), v.as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
         assert_eq!(
             out,
             b"DELETE /a?b=c HTTP/1.1\r\nhost: example.test\r\nx-many: 1\r\nx-many: 2\r\n\r\n"
