@@ -12,6 +12,7 @@
 //! max_keys = 1000000                   # per policy, in-process store
 //! upstream_timeout = "30s"             # response head from upstream, else 504
 //! connect_timeout = "5s"               # else 502
+//! head_timeout = "30s"                 # client: idle or slow request head, then closed
 //! shutdown_grace = "30s"               # drain in-flight requests on SIGTERM/Ctrl-C
 //! upstream_http2 = false               # h2c prior knowledge to the upstream
 //!
@@ -322,6 +323,10 @@ pub struct Config {
     /// Time allowed to connect to the upstream (default 5 s), else 502.
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub connect_timeout: Option<Duration>,
+    /// How long a client connection may wait for a request head with no request in
+    /// flight (default 30 s), else it is closed.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub head_timeout: Option<Duration>,
     /// How long to drain in-flight requests at shutdown (default 30 s).
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub shutdown_grace: Option<Duration>,

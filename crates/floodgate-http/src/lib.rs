@@ -35,6 +35,7 @@
 pub mod config;
 pub mod deny;
 pub mod fleet;
+mod head_timeout;
 pub mod headers;
 pub mod hybrid_store;
 pub mod key;

@@ -40,6 +40,7 @@ use tokio::net::TcpListener;
 use tower_service::Service;
 
 use crate::deny::short_response;
+use crate::head_timeout::{self, HeadWait, Watched};
 use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
@@ -69,6 +70,10 @@ pub struct ProxySettings {
     /// on its worker (no work stealing, no cross-thread wakeups per request). 0: serve
     /// on the runtime that calls [`Proxy::run`].
     pub workers: usize,
+    /// How long a client connection may wait for a request head with no request in
+    /// flight (idle between requests, or a head arriving too slowly) before it is
+    /// closed.
+    pub head_timeout: Duration,
 }
 
 impl ProxySettings {
@@ -84,9 +89,13 @@ impl ProxySettings {
             shutdown_grace: Duration::from_secs(30),
             upstream_http2: false,
             workers: 0,
+            head_timeout: DEFAULT_HEAD_TIMEOUT,
         }
     }
 }
+
+/// The default [`ProxySettings::head_timeout`] (hyper's header-read timeout before).
+pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -500,6 +509,7 @@ pub struct Proxy {
     limiter: RateLimiter,
     serving: Serving,
     grace: Duration,
+    head_timeout: Duration,
 }
 
 /// Where accepted connections are served.
@@ -557,6 +567,7 @@ impl Proxy {
                     service()?,
                     limiter.metrics().clone(),
                     settings.shutdown_grace,
+                    settings.head_timeout,
                 );
                 workers.push(w.map_err(ProxyError::Worker)?);
             }
@@ -568,6 +579,7 @@ impl Proxy {
             serving,
             limiter,
             grace: settings.shutdown_grace,
+            head_timeout: settings.head_timeout,
         })
     }
 
@@ -587,6 +599,7 @@ impl Proxy {
     /// period).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let builder = server_builder();
+        let admin_builder = admin_builder();
         let graceful = GracefulShutdown::new();
         let limiter = self.limiter.clone();
         let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -612,7 +625,7 @@ impl Proxy {
                     let _ = stream.set_nodelay(true);
                     let workers = match &self.serving {
                         Serving::Here(svc) => {
-                            serve(&builder, &graceful, stream, peer, svc.clone(), metrics.clone());
+                            serve(&builder, &graceful, stream, peer, svc.clone(), metrics.clone(), self.head_timeout);
                             continue;
                         }
                         Serving::Workers(w) => w,
@@ -631,7 +644,7 @@ impl Proxy {
                 }
                 r = accept_opt(self.admin.as_ref()) => {
                     if let Ok((stream, _)) = r {
-                        let conn = builder.serve_connection(TokioIo::new(stream), admin_svc.clone()).into_owned();
+                        let conn = admin_builder.serve_connection(TokioIo::new(stream), admin_svc.clone()).into_owned();
                         let conn = graceful.watch(conn);
                         tokio::spawn(async move { let _ = conn.await; });
                     }
@@ -662,18 +675,29 @@ impl Proxy {
     }
 }
 
-/// The HTTP/1.1 + HTTP/2 (h2c) server settings every listener uses.
+/// The HTTP/1.1 + HTTP/2 (h2c) server settings of the proxy's listener. No header-read
+/// timeout here: [`head_timeout`] closes connections that wait too long for a head.
 fn server_builder() -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // with a timer, hyper would arm its 30 s default header-read timeout per request
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30));
+        .header_read_timeout(None::<Duration>);
     builder.http2().timer(TokioTimer::new());
     builder
 }
 
-/// Serve one client connection on the current runtime, watched by `graceful`.
+/// The admin listener's: hyper's own header-read timeout (its cost per request does not
+/// matter there).
+fn admin_builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = server_builder();
+    builder.http1().header_read_timeout(DEFAULT_HEAD_TIMEOUT);
+    builder
+}
+
+/// Serve one client connection on the current runtime, watched by `graceful`, closed
+/// once it has waited `head_timeout` for a request head ([`head_timeout`]).
 fn serve(
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
@@ -681,8 +705,12 @@ fn serve(
     peer: SocketAddr,
     svc: FleetService,
     metrics: Arc<Metrics>,
+    head_timeout: Duration,
 ) {
+    let wait = HeadWait::new();
+    let watch = wait.clone();
     let hsvc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        let in_flight = watch.start();
         req.extensions_mut().insert(PeerAddr(peer));
         let mut svc = svc.clone();
         let metrics = metrics.clone();
@@ -690,7 +718,7 @@ fn serve(
         async move {
             let r = svc.call(req).await;
             metrics.proxy_seconds.observe(start.elapsed().as_secs_f64());
-            r
+            r.map(|resp| resp.map(|body| Watched::new(body, in_flight)))
         }
     });
     let conn = builder
@@ -698,8 +726,12 @@ fn serve(
         .into_owned();
     let conn = graceful.watch(conn);
     tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, %peer, "connection ended with an error");
+        match head_timeout::run(conn, wait, head_timeout).await {
+            Some(Err(e)) => tracing::debug!(error = %e, %peer, "connection ended with an error"),
+            Some(Ok(())) => {}
+            None => {
+                tracing::debug!(%peer, ?head_timeout, "no request head within the head timeout: connection closed")
+            }
         }
     });
 }
@@ -727,6 +759,7 @@ impl Worker {
         svc: FleetService,
         metrics: Arc<Metrics>,
         grace: Duration,
+        head_timeout: Duration,
     ) -> std::io::Result<Worker> {
         let (conns, mut rx) =
             tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
@@ -742,7 +775,7 @@ impl Worker {
                     let graceful = GracefulShutdown::new();
                     while let Some((stream, peer)) = rx.recv().await {
                         match tokio::net::TcpStream::from_std(stream) {
-                            Ok(s) => serve(&builder, &graceful, s, peer, svc.clone(), metrics.clone()),
+                            Ok(s) => serve(&builder, &graceful, s, peer, svc.clone(), metrics.clone(), head_timeout),
                             Err(e) => tracing::warn!(error = %e, %peer, "worker cannot take the connection"),
                         }
                     }

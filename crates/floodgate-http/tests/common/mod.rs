@@ -160,6 +160,7 @@ impl RunningProxy {
         settings.admin = Some("127.0.0.1:0".parse().unwrap());
         settings.upstream_timeout = cfg.upstream_timeout.unwrap_or(settings.upstream_timeout);
         settings.connect_timeout = cfg.connect_timeout.unwrap_or(settings.connect_timeout);
+        settings.head_timeout = cfg.head_timeout.unwrap_or(settings.head_timeout);
         settings.shutdown_grace = Duration::from_secs(5);
         settings.workers = workers;
         settings.upstream_http2 = cfg.upstream_http2;
