@@ -12,7 +12,7 @@
 //! | `floodgate_store_keys` | gauge | `policy`: keys held (in-process store) |
 //! | `floodgate_store_evicted_total` | counter | `policy`: live keys evicted to respect the key cap |
 //! | `floodgate_proxy_request_duration_seconds` | histogram | proxy: whole request, first byte in to response head out |
-//! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect, timeout |
+//! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect (unreachable, failed or malformed response), timeout |
 //! | `floodgate_store_events_total` | counter | `event`: the store's own counters (hybrid: `lease_admit` = checks admitted from a local lease, `round_trip` = calls to the shared counter) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 
