@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST, HeaderName};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
@@ -404,8 +404,19 @@ impl Service<Request<Incoming>> for Forward {
                 Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) => {
                     let mut head = Vec::with_capacity(256);
                     direct::encode_request_line(&mut head, &parts.method, target);
+                    // the body is known to be empty: a Content-Length the client sent
+                    // goes out as 0, once, so the upstream can never wait for bytes that
+                    // would be the next request on this connection
+                    let mut length_sent = false;
                     upstream_fields(&parts.headers, host, peer, |name, value| {
-                        direct::encode_field(&mut head, name.as_str().as_bytes(), value)
+                        if name == CONTENT_LENGTH {
+                            if !length_sent {
+                                direct::encode_field(&mut head, b"content-length", b"0");
+                                length_sent = true;
+                            }
+                        } else {
+                            direct::encode_field(&mut head, name.as_str().as_bytes(), value)
+                        }
                     });
                     head.extend_from_slice(b"\r\n");
                     Route::Direct(pool, head, parts.method)

@@ -182,6 +182,7 @@ async fn requests_with_and_without_a_body_reach_the_upstream_with_the_same_field
             .header("x-kept", "yes")
             .header("x-many", "1")
             .header("x-many", "2")
+            .header("content-length", body.len())
             .body(Full::new(Bytes::from(body)))
             .unwrap();
         c.ready().await.unwrap();
@@ -189,6 +190,19 @@ async fn requests_with_and_without_a_body_reach_the_upstream_with_the_same_field
         assert_eq!(resp.status(), 200);
         resp.into_body().collect().await.unwrap();
     }
+    // the lengths are the bodies' own: one field each, 0 without a body
+    let lengths: Vec<Vec<String>> = backend
+        .arrivals()
+        .iter()
+        .map(|a| {
+            a.headers
+                .get_all("content-length")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    assert_eq!(lengths, vec![vec!["0".to_string()], vec!["7".to_string()]]);
     let got: Vec<Vec<(String, String)>> = backend
         .arrivals()
         .iter()
