@@ -398,7 +398,9 @@ impl Service<Request<Incoming>> for Forward {
                     .unwrap_or(&this.inner.authority)
                     .as_str()
             });
-            let failed = Arc::new(AtomicBool::new(false));
+            // set when the client's request body fails (hyper's way only: the direct way
+            // has no body to fail)
+            let mut body_failed: Option<Arc<AtomicBool>> = None;
             let route = match &this.inner.upstream {
                 // no body: the head is encoded straight from the client's
                 Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) => {
@@ -448,10 +450,9 @@ impl Service<Request<Incoming>> for Forward {
                     } else {
                         (Uri::from(pq), Version::HTTP_11)
                     };
-                    let mut req = Request::new(ClientBody {
-                        inner: body,
-                        failed: failed.clone(),
-                    });
+                    let (body, failed) = ClientBody::watch(body);
+                    body_failed = Some(failed);
+                    let mut req = Request::new(body);
                     *req.method_mut() = parts.method;
                     *req.uri_mut() = uri;
                     *req.version_mut() = version;
@@ -491,7 +492,11 @@ impl Service<Request<Incoming>> for Forward {
                     strip_hop_by_hop(&mut parts.headers);
                     Ok(Response::from_parts(parts, Either::Left(body)))
                 }
-                Ok(Err(e)) if failed.load(Ordering::Relaxed) => {
+                Ok(Err(e))
+                    if body_failed
+                        .as_ref()
+                        .is_some_and(|f| f.load(Ordering::Relaxed)) =>
+                {
                     tracing::debug!(error = %e, "the client's request body failed");
                     Ok(this.error(
                         StatusCode::BAD_REQUEST,

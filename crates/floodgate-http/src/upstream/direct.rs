@@ -41,7 +41,7 @@ pub(crate) struct Conn {
     /// The exchange timeout's timer, kept for the connection's life: moving a
     /// registered deadline later is one atomic update, where a new timer per request
     /// would be registered in and removed from tokio's timer wheel each time.
-    /// (`None` only while an exchange holds it.)
+    /// (`None` before the first exchange, and while an exchange holds it.)
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
@@ -95,7 +95,7 @@ impl Conn {
         Ok(Conn {
             stream,
             buf: BytesMut::new(),
-            timer: Some(Box::pin(tokio::time::sleep(timeout))),
+            timer: None,
         })
     }
 
