@@ -32,6 +32,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod client_conn;
 pub mod config;
 pub mod deny;
 pub mod fleet;

@@ -1,6 +1,10 @@
-//! The reverse proxy behind `floodgate proxy`: a hyper server (HTTP/1.1 and HTTP/2, h2c
+//! The reverse proxy behind `floodgate proxy`: a server for HTTP/1.1 and HTTP/2 (h2c
 //! prior knowledge) whose service is [`RateLimitService`] around [`Forward`], a pooled
-//! hyper client to one upstream. Bodies stream both ways; nothing is buffered.
+//! client to one upstream. Bodies stream both ways; nothing is buffered.
+//!
+//! Client connections start on the proxy's own HTTP/1 path (`client_conn`), which
+//! answers requests without a body; the first request it does not take (a body,
+//! HTTP/2's preface, a malformed head...) hands the connection to hyper's server.
 //!
 //! * `X-Forwarded-For`: the peer address is appended to any received value.
 //! * Hop-by-hop headers (`Connection`, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`,
@@ -39,6 +43,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower_service::Service;
 
+use crate::client_conn;
 use crate::deny::short_response;
 use crate::head_timeout::{self, HeadWait, Watched};
 use crate::key::PeerAddr;
@@ -122,18 +127,63 @@ pub enum ProxyError {
 /// The body of a proxied response: the upstream's, or a short error body.
 pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
 
+/// A client's request body as the proxy's service receives it: none (a request read by
+/// the proxy's own HTTP/1 path, which only takes requests without a body), or hyper's.
+#[derive(Debug)]
+pub enum RequestBody {
+    /// No body.
+    Empty,
+    /// The body as hyper reads it (any request hyper's server read).
+    Incoming(Incoming),
+}
+
+impl From<Incoming> for RequestBody {
+    fn from(b: Incoming) -> Self {
+        RequestBody::Incoming(b)
+    }
+}
+
+impl http_body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            RequestBody::Empty => Poll::Ready(None),
+            RequestBody::Incoming(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Empty => true,
+            RequestBody::Incoming(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            RequestBody::Empty => http_body::SizeHint::with_exact(0),
+            RequestBody::Incoming(b) => b.size_hint(),
+        }
+    }
+}
+
 /// The client's request body on its way upstream, watched: when reading it fails
 /// (malformed framing, the client hanging up), `failed` is set, so that the failed
 /// upstream call is not blamed on the upstream.
 #[derive(Debug)]
 pub struct ClientBody {
-    inner: Incoming,
+    inner: RequestBody,
     failed: Arc<AtomicBool>,
 }
 
 impl ClientBody {
     /// Watch `inner`; the flag is set when reading it fails.
-    pub(crate) fn watch(inner: Incoming) -> (ClientBody, Arc<AtomicBool>) {
+    pub(crate) fn watch(inner: RequestBody) -> (ClientBody, Arc<AtomicBool>) {
         let failed = Arc::new(AtomicBool::new(false));
         (
             ClientBody {
@@ -145,7 +195,7 @@ impl ClientBody {
     }
 
     /// The body itself.
-    pub(crate) fn into_inner(self) -> Incoming {
+    pub(crate) fn into_inner(self) -> RequestBody {
         self.inner
     }
 }
@@ -372,7 +422,7 @@ impl Forward {
     }
 }
 
-impl Service<Request<Incoming>> for Forward {
+impl Service<Request<RequestBody>> for Forward {
     type Response = Response<ForwardBody>;
     type Error = Infallible;
     type Future = crate::store::BoxFuture<'static, Result<Self::Response, Infallible>>;
@@ -381,7 +431,7 @@ impl Service<Request<Incoming>> for Forward {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
             let (parts, body) = req.into_parts();
@@ -525,13 +575,12 @@ pub struct Proxy {
     limiter: RateLimiter,
     serving: Serving,
     grace: Duration,
-    head_timeout: Duration,
 }
 
 /// Where accepted connections are served.
 enum Serving {
     /// On the runtime that calls [`Proxy::run`].
-    Here(FleetService),
+    Here(Arc<Served>),
     /// Dealt in turn to worker threads, each with its own service and upstream pool.
     Workers(Vec<Worker>),
 }
@@ -574,7 +623,11 @@ impl Proxy {
             None => None,
         };
         let serving = if settings.workers == 0 {
-            Serving::Here(service()?)
+            Serving::Here(Served::new(
+                service()?,
+                limiter.metrics().clone(),
+                settings.head_timeout,
+            ))
         } else {
             let mut workers = Vec::with_capacity(settings.workers);
             for i in 0..settings.workers {
@@ -595,7 +648,6 @@ impl Proxy {
             serving,
             limiter,
             grace: settings.shutdown_grace,
-            head_timeout: settings.head_timeout,
         })
     }
 
@@ -614,15 +666,16 @@ impl Proxy {
     /// Serve until `shutdown` completes, then drain in-flight requests (at most the grace
     /// period).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let builder = server_builder();
         let admin_builder = admin_builder();
+        // the admin listener's connections
         let graceful = GracefulShutdown::new();
+        // client connections served on this runtime
+        let draining = Draining::new();
         let limiter = self.limiter.clone();
         let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let limiter = limiter.clone();
             async move { Ok::<_, Infallible>(admin(&limiter, req.uri().path())) }
         });
-        let metrics = self.limiter.metrics().clone();
         let mut next = 0usize;
         tokio::pin!(shutdown);
         loop {
@@ -640,8 +693,8 @@ impl Proxy {
                     };
                     let _ = stream.set_nodelay(true);
                     let workers = match &self.serving {
-                        Serving::Here(svc) => {
-                            serve(&builder, &graceful, stream, peer, svc.clone(), metrics.clone(), self.head_timeout);
+                        Serving::Here(served) => {
+                            draining.serve(served, stream, peer);
                             continue;
                         }
                         Serving::Workers(w) => w,
@@ -678,7 +731,7 @@ impl Proxy {
             }
         }
         tracing::info!(
-            connections = graceful.count(),
+            connections = draining.count() + graceful.count(),
             workers = done.len(),
             "shutting down: draining in-flight requests"
         );
@@ -687,7 +740,11 @@ impl Proxy {
                 let _ = d.await;
             }
         };
-        tokio::join!(drain(graceful, self.grace), workers);
+        tokio::join!(
+            drain(graceful, self.grace),
+            draining.drain(self.grace),
+            workers
+        );
     }
 }
 
@@ -712,21 +769,83 @@ fn admin_builder() -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// Serve one client connection on the current runtime, watched by `graceful`, closed
-/// once it has waited `head_timeout` for a request head ([`head_timeout`]).
-fn serve(
-    builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
-    stream: tokio::net::TcpStream,
+/// What a runtime's client connections share: the service, the metrics, the head
+/// timeout, and hyper's server settings for the connections handed to hyper.
+pub(crate) struct Served {
+    pub(crate) svc: FleetService,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) head_timeout: Duration,
+    builder: auto::Builder<TokioExecutor>,
+}
+
+impl Served {
+    fn new(svc: FleetService, metrics: Arc<Metrics>, head_timeout: Duration) -> Arc<Served> {
+        Arc::new(Served {
+            svc,
+            metrics,
+            head_timeout,
+            builder: server_builder(),
+        })
+    }
+}
+
+/// Connections being served on one runtime, and the signal that tells them to finish:
+/// each holds a receiver, so the sender sees when the last has ended.
+struct Draining {
+    tx: tokio::sync::watch::Sender<bool>,
+}
+
+impl Draining {
+    fn new() -> Draining {
+        Draining {
+            tx: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Serve one client connection on the current runtime ([`client_conn`]).
+    fn serve(&self, served: &Arc<Served>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        tokio::spawn(client_conn::serve(
+            stream,
+            peer,
+            served.clone(),
+            self.tx.subscribe(),
+        ));
+    }
+
+    /// Connections not yet ended.
+    fn count(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// Tell every connection to finish (idle ones close, in-flight requests are answered)
+    /// and wait until they have, for at most `grace`.
+    async fn drain(self, grace: Duration) {
+        self.tx.send_replace(true);
+        tokio::select! {
+            () = self.tx.closed() => {}
+            () = tokio::time::sleep(grace) => tracing::warn!(?grace, open = self.tx.receiver_count(), "grace period over; closing remaining connections"),
+        }
+    }
+}
+
+/// Serve a client connection with hyper (HTTP/1.1 and h2c), until it ends, it has
+/// waited `head_timeout` for a request head ([`head_timeout`]), or shutdown has let its
+/// in-flight requests finish.
+pub(crate) async fn serve_hyper<I>(
+    served: &Served,
+    io: I,
     peer: SocketAddr,
-    svc: FleetService,
-    metrics: Arc<Metrics>,
-    head_timeout: Duration,
-) {
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let wait = HeadWait::new();
     let watch = wait.clone();
-    let hsvc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+    let svc = served.svc.clone();
+    let metrics = served.metrics.clone();
+    let hsvc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let in_flight = watch.start();
+        let mut req = req.map(RequestBody::Incoming);
         req.extensions_mut().insert(PeerAddr(peer));
         let mut svc = svc.clone();
         let metrics = metrics.clone();
@@ -737,22 +856,32 @@ fn serve(
             r.map(|resp| resp.map(|body| Watched::new(body, in_flight)))
         }
     });
-    let conn = builder
-        .serve_connection(TokioIo::new(stream), hsvc)
-        .into_owned();
-    let conn = graceful.watch(conn);
-    tokio::spawn(async move {
-        match head_timeout::run(conn, wait, head_timeout).await {
-            Some(Err(e)) => tracing::debug!(error = %e, %peer, "connection ended with an error"),
-            Some(Ok(())) => {}
-            None => {
-                tracing::debug!(%peer, ?head_timeout, "no request head within the head timeout: connection closed")
-            }
+    let conn = served.builder.serve_connection(TokioIo::new(io), hsvc);
+    let graceful = async move {
+        let mut conn = std::pin::pin!(conn);
+        tokio::select! {
+            r = conn.as_mut() => return r,
+            () = async {
+                while !*shutdown.borrow_and_update() {
+                    if shutdown.changed().await.is_err() {
+                        return;
+                    }
+                }
+            } => {}
         }
-    });
+        conn.as_mut().graceful_shutdown();
+        conn.await
+    };
+    match head_timeout::run(graceful, wait, served.head_timeout).await {
+        Some(Err(e)) => tracing::debug!(error = %e, %peer, "connection ended with an error"),
+        Some(Ok(())) => {}
+        None => {
+            tracing::debug!(%peer, timeout = ?served.head_timeout, "no request head within the head timeout: connection closed")
+        }
+    }
 }
 
-/// Let the watched connections finish, for at most `grace`.
+/// Let the watched (admin) connections finish, for at most `grace`.
 async fn drain(graceful: GracefulShutdown, grace: Duration) {
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("drained"),
@@ -787,15 +916,15 @@ impl Worker {
             .name(format!("floodgate-worker-{index}"))
             .spawn(move || {
                 rt.block_on(async move {
-                    let builder = server_builder();
-                    let graceful = GracefulShutdown::new();
+                    let served = Served::new(svc, metrics, head_timeout);
+                    let draining = Draining::new();
                     while let Some((stream, peer)) = rx.recv().await {
                         match tokio::net::TcpStream::from_std(stream) {
-                            Ok(s) => serve(&builder, &graceful, s, peer, svc.clone(), metrics.clone(), head_timeout),
+                            Ok(s) => draining.serve(&served, s, peer),
                             Err(e) => tracing::warn!(error = %e, %peer, "worker cannot take the connection"),
                         }
                     }
-                    drain(graceful, grace).await;
+                    draining.drain(grace).await;
                 });
                 let _ = done_tx.send(());
             })?;

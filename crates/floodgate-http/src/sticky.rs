@@ -29,7 +29,6 @@ use bytes::Bytes;
 use http::header::HeaderName;
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower_service::Service;
@@ -38,7 +37,7 @@ use crate::deny::short_response;
 use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
-use crate::proxy::{ClientBody, Forward, ForwardBody, ProxyError, strip_hop_by_hop};
+use crate::proxy::{ClientBody, Forward, ForwardBody, ProxyError, RequestBody, strip_hop_by_hop};
 use crate::upstream::UpstreamBody;
 
 /// The header marking a request forwarded by a fleet node.
@@ -147,7 +146,7 @@ pub fn node_ips(nodes: &[String]) -> Result<Vec<IpAddr>, String> {
 enum Sent {
     Response(Response<FleetBody>),
     /// Not sent: decide locally.
-    Unsent(Request<Incoming>, String),
+    Unsent(Request<RequestBody>, String),
 }
 
 impl Sticky {
@@ -201,7 +200,7 @@ impl Sticky {
         self.limiter.metrics()
     }
 
-    async fn forward(&self, owner: &str, req: Request<Incoming>) -> Sent {
+    async fn forward(&self, owner: &str, req: Request<RequestBody>) -> Sent {
         let Some(peer) = self.peers.get(owner) else {
             return Sent::Unsent(req, format!("{owner} is not a peer"));
         };
@@ -310,7 +309,7 @@ impl FleetService {
     }
 }
 
-impl Service<Request<Incoming>> for FleetService {
+impl Service<Request<RequestBody>> for FleetService {
     type Response = Response<FleetBody>;
     type Error = Infallible;
     type Future = crate::store::BoxFuture<'static, Result<Self::Response, Infallible>>;
@@ -319,7 +318,7 @@ impl Service<Request<Incoming>> for FleetService {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut req: Request<RequestBody>) -> Self::Future {
         // no fleet: the rate-limited service's own (already boxed) future, not a clone of
         // the service and a second box around it
         let Some(sticky) = self.sticky.clone() else {

@@ -17,7 +17,8 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 /// One request as the backend saw it.
@@ -224,4 +225,59 @@ pub async fn get(c: &TestClient, addr: SocketAddr, path: &str, headers: &[(&str,
         b = b.header(*k, *v);
     }
     send(c, b.body(Full::new(Bytes::new())).unwrap()).await
+}
+
+/// What the raw backend saw: (connection number, request line).
+pub type Seen = Arc<Mutex<Vec<(usize, String)>>>;
+
+/// A backend that reads request heads (no bodies) and answers each with
+/// `answer(connection, request on that connection, request line)`: the bytes to write,
+/// and whether to close the connection afterwards.
+pub async fn raw_backend(
+    answer: impl Fn(usize, usize, &str) -> (Vec<u8>, bool) + Send + Sync + 'static,
+) -> (SocketAddr, Seen) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    let answer = Arc::new(answer);
+    let log = seen.clone();
+    tokio::spawn(async move {
+        let mut conn_no = 0;
+        while let Ok((s, _)) = l.accept().await {
+            let (answer, log) = (answer.clone(), log.clone());
+            let conn = conn_no;
+            conn_no += 1;
+            tokio::spawn(serve_raw(s, conn, answer, log));
+        }
+    });
+    (addr, seen)
+}
+
+async fn serve_raw(
+    mut s: TcpStream,
+    conn: usize,
+    answer: Arc<impl Fn(usize, usize, &str) -> (Vec<u8>, bool)>,
+    log: Seen,
+) {
+    let mut buf = Vec::new();
+    let mut nth = 0;
+    loop {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut chunk = [0u8; 4096];
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        buf.drain(..end);
+        let line = head.lines().next().unwrap_or("").to_string();
+        log.lock().unwrap().push((conn, line.clone()));
+        let (bytes, close) = answer(conn, nth, &line);
+        nth += 1;
+        if s.write_all(&bytes).await.is_err() || close {
+            return;
+        }
+    }
 }

@@ -1,0 +1,633 @@
+//! One client connection of the proxy.
+//!
+//! HTTP/1.x requests without a body (most GETs, HEADs and DELETEs) are read and answered
+//! here: the head parsed with `httparse` into a request whose field values share the
+//! read buffer, the response head and the body bytes already at hand written with one
+//! `write`. Pipelined requests are answered in order.
+//!
+//! The first request this path does not take hands the whole connection, with the bytes
+//! already read, to hyper's server for the rest of its life: a request with a body (or
+//! `Transfer-Encoding`), `Expect`, `Upgrade`, `CONNECT`, HTTP/2's preface, a head over
+//! 16 KiB or 64 fields, anything malformed. So those keep hyper's behaviour (its 400s,
+//! 431s, `100 Continue`, h2c) exactly. A hand-over happens between requests only, never
+//! with a response in flight.
+//!
+//! The response: `Content-Length` from the body's exact size, else chunked (HTTP/1.1
+//! clients) or delimited by close (HTTP/1.0); no body after HEAD, 1xx, 204, 304; a
+//! `Date` when the response has none; `Connection: close` when the connection ends with
+//! it. A body that fails or ends short of its length ends the connection.
+//!
+//! Head timeout: a connection that has waited `head_timeout` for a complete head since
+//! its last response (or since it was accepted) is closed; one timer per connection,
+//! looked at only when it fires. Shutdown: an idle connection (or one mid-head) closes at
+//! once, a request in flight is answered first, with `Connection: close`.
+
+use std::future::Future;
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, DATE, EXPECT, HeaderName, TRANSFER_ENCODING, UPGRADE,
+};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body;
+use smallvec::SmallVec;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
+use tower_service::Service;
+
+use crate::key::PeerAddr;
+use crate::proxy::{RequestBody, Served};
+
+/// Most fields a head read here may have; more: hyper's (which allows 100).
+const MAX_FIELDS: usize = 64;
+/// Largest head read here; larger: hyper's (which answers 431 past its own limit).
+const MAX_HEAD: usize = 16 * 1024;
+/// Read buffer, and the room kept free in it before each read.
+const READ_BUF: usize = 8 * 1024;
+const READ_ROOM: usize = 1024;
+/// Body bytes gathered before a write; frames at least this long are written as they are.
+const WRITE_AT: usize = 16 * 1024;
+
+/// Serve `stream` until the client closes it, it times out waiting for a head, shutdown
+/// finds it idle, or it is handed to hyper (then until hyper is done with it).
+pub(crate) async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    served: Arc<Served>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut conn = Conn {
+        stream,
+        buf: BytesMut::with_capacity(READ_BUF),
+        out: Vec::with_capacity(READ_BUF),
+        shutdown: shutdown.clone(),
+    };
+    let mut svc = served.svc.clone();
+    let timeout = served.head_timeout;
+    // resolves when shutdown starts (or the proxy is gone); polled only to register
+    let stop = pin!(stopped(shutdown));
+    let mut waiting = Waiting {
+        timer: pin!(tokio::time::sleep(timeout)),
+        timer_armed: false,
+        stop,
+        stop_armed: false,
+        idle_since: Instant::now(),
+        timeout,
+    };
+    let mut head = Head::default();
+    loop {
+        match parse(&conn.buf, &mut head) {
+            Parsed::Complete => {}
+            Parsed::Partial if conn.buf.len() <= MAX_HEAD => match waiting.read(&mut conn).await {
+                Wait::Read => continue,
+                Wait::Closed => return,
+                Wait::TimedOut => {
+                    tracing::debug!(%peer, ?timeout, "no request head within the head timeout: connection closed");
+                    return;
+                }
+                Wait::Stop => return,
+            },
+            Parsed::Partial | Parsed::NotHere => {
+                return hand_over(conn, peer, &served).await;
+            }
+        };
+        let Some((req, meta)) = head.take_request(&mut conn.buf, peer) else {
+            return hand_over(conn, peer, &served).await;
+        };
+        let start = std::time::Instant::now();
+        let resp = match svc.call(req).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        };
+        served
+            .metrics
+            .proxy_seconds
+            .observe(start.elapsed().as_secs_f64());
+        match conn.respond(resp, &meta).await {
+            Ok(true) => waiting.idle_since = Instant::now(),
+            Ok(false) => {
+                let _ = conn.stream.shutdown().await;
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, %peer, "client connection failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Resolves once shutdown has started, or the proxy's sender is gone.
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    while !*shutdown.borrow_and_update() {
+        if shutdown.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Hand the connection, with what has been read of it, to hyper.
+async fn hand_over(conn: Conn, peer: SocketAddr, served: &Served) {
+    let io = Rewind {
+        prefix: conn.buf.freeze(),
+        io: conn.stream,
+    };
+    crate::proxy::serve_hyper(served, io, peer, conn.shutdown).await;
+}
+
+struct Conn {
+    stream: TcpStream,
+    /// Bytes read and not yet taken by a request.
+    buf: BytesMut,
+    /// The response being written.
+    out: Vec<u8>,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// What the connection waits for between requests: more bytes, its head timeout, or
+/// shutdown.
+struct Waiting<'a, S> {
+    timer: Pin<&'a mut Sleep>,
+    /// The timer holds this task's waker: until it fires, it needs no polling.
+    timer_armed: bool,
+    stop: Pin<&'a mut S>,
+    stop_armed: bool,
+    /// When the last response was written (or the connection accepted).
+    idle_since: Instant,
+    timeout: Duration,
+}
+
+enum Wait {
+    Read,
+    Closed,
+    TimedOut,
+    Stop,
+}
+
+impl<S: Future<Output = ()>> Waiting<'_, S> {
+    async fn read(&mut self, conn: &mut Conn) -> Wait {
+        if conn.buf.capacity() - conn.buf.len() < READ_ROOM {
+            conn.buf.reserve(READ_BUF);
+        }
+        std::future::poll_fn(|cx| {
+            // the cheap check first: a wake-up by shutdown finds it here
+            if conn.shutdown.has_changed().unwrap_or(true) {
+                return Poll::Ready(Wait::Stop);
+            }
+            match tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut conn.buf) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Wait::Closed),
+                Poll::Ready(Ok(_)) => return Poll::Ready(Wait::Read),
+                Poll::Pending => {}
+            }
+            if !self.stop_armed {
+                if self.stop.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Wait::Stop);
+                }
+                self.stop_armed = true;
+            }
+            loop {
+                if self.timer_armed && !self.timer.is_elapsed() {
+                    return Poll::Pending;
+                }
+                match self.timer.as_mut().poll(cx) {
+                    Poll::Pending => {
+                        self.timer_armed = true;
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(()) => {
+                        self.timer_armed = false;
+                        let deadline = self.idle_since + self.timeout;
+                        if deadline <= Instant::now() {
+                            return Poll::Ready(Wait::TimedOut);
+                        }
+                        self.timer.as_mut().reset(deadline);
+                    }
+                }
+            }
+        })
+        .await
+    }
+}
+
+enum Parsed {
+    /// In the connection's [`Head`].
+    Complete,
+    Partial,
+    /// Not for this path: hyper's.
+    NotHere,
+}
+
+/// A request head found in the read buffer, as positions in it (the buffer is borrowed
+/// while parsing; the values are taken from it after). One per connection, reused.
+#[derive(Default)]
+struct Head {
+    len: usize,
+    method: Method,
+    target: (usize, usize),
+    version: Version,
+    /// Name, and the value's start and length.
+    fields: Vec<(HeaderName, usize, usize)>,
+    keep_alive: bool,
+}
+
+/// What the response needs to know about its request.
+struct Meta {
+    head: bool,
+    version: Version,
+    keep_alive: bool,
+}
+
+/// Parse a request head at the start of `buf` into `head`.
+fn parse(buf: &[u8], head: &mut Head) -> Parsed {
+    if buf.is_empty() {
+        return Parsed::Partial;
+    }
+    // uninitialized: zeroing room for 64 fields costs more than parsing a short head
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+    let mut r = httparse::Request::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut r,
+        buf,
+        &mut fields,
+    ) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::NotHere,
+    };
+    let (Some(method), Some(path), Some(v)) = (r.method, r.path, r.version) else {
+        return Parsed::NotHere;
+    };
+    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+        return Parsed::NotHere;
+    };
+    if method == Method::CONNECT {
+        return Parsed::NotHere;
+    }
+    let version = if v == 0 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let base = buf.as_ptr() as usize;
+    let mut keep_alive = version == Version::HTTP_11;
+    head.fields.clear();
+    for f in r.headers.iter() {
+        let Ok(name) = HeaderName::from_bytes(f.name.as_bytes()) else {
+            return Parsed::NotHere;
+        };
+        if name == CONTENT_LENGTH {
+            // a body, or a length to check: hyper's
+            if f.value.trim_ascii() != b"0" {
+                return Parsed::NotHere;
+            }
+        } else if name == TRANSFER_ENCODING || name == EXPECT || name == UPGRADE {
+            return Parsed::NotHere;
+        } else if name == CONNECTION {
+            for token in f.value.split(|&b| b == b',') {
+                let t = token.trim_ascii();
+                if t.eq_ignore_ascii_case(b"close") {
+                    keep_alive = false;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
+                    keep_alive = true;
+                }
+            }
+        }
+        head.fields
+            .push((name, f.value.as_ptr() as usize - base, f.value.len()));
+    }
+    head.len = len;
+    head.method = method;
+    head.target = (path.as_ptr() as usize - base, path.len());
+    head.version = version;
+    head.keep_alive = keep_alive;
+    Parsed::Complete
+}
+
+impl Head {
+    /// The request, its head taken from `buf`; `None` (and `buf` as it was) when the
+    /// target or a value is not one `http` accepts.
+    fn take_request(
+        &mut self,
+        buf: &mut BytesMut,
+        peer: SocketAddr,
+    ) -> Option<(Request<RequestBody>, Meta)> {
+        let (t_at, t_len) = self.target;
+        let mut values = SmallVec::<[HeaderValue; 24]>::new();
+        let head = buf.split_to(self.len).freeze();
+        let uri = Uri::from_maybe_shared(head.slice(t_at..t_at + t_len));
+        for &(_, at, len) in &self.fields {
+            match HeaderValue::from_maybe_shared(head.slice(at..at + len)) {
+                Ok(v) => values.push(v),
+                Err(_) => break,
+            }
+        }
+        let uri = match uri {
+            Ok(u) if values.len() == self.fields.len() => u,
+            _ => {
+                // put the head back in front of what follows it
+                let mut whole = BytesMut::with_capacity(head.len() + buf.len());
+                whole.extend_from_slice(&head);
+                whole.extend_from_slice(buf);
+                *buf = whole;
+                return None;
+            }
+        };
+        // room for the RateLimit fields the limiter adds, so the map does not grow then
+        let mut headers = HeaderMap::with_capacity(self.fields.len() + 6);
+        for ((name, _, _), value) in self.fields.drain(..).zip(values) {
+            headers.append(name, value);
+        }
+        let meta = Meta {
+            head: self.method == Method::HEAD,
+            version: self.version,
+            keep_alive: self.keep_alive,
+        };
+        let mut req = Request::new(RequestBody::Empty);
+        *req.method_mut() = std::mem::take(&mut self.method);
+        *req.uri_mut() = uri;
+        *req.version_mut() = self.version;
+        *req.headers_mut() = headers;
+        req.extensions_mut().insert(PeerAddr(peer));
+        Some((req, meta))
+    }
+}
+
+/// How a response's body is delimited on the wire.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+    Close,
+}
+
+impl Conn {
+    /// Write `resp`; `Ok(true)` when the connection goes on.
+    async fn respond<B>(&mut self, resp: Response<B>, meta: &Meta) -> io::Result<bool>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: std::fmt::Display,
+    {
+        let (parts, body) = resp.into_parts();
+        let status = parts.status;
+        let exact = body.size_hint().exact();
+        let bodyless = meta.head
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let framing = if bodyless {
+            Framing::None
+        } else if let Some(n) = exact {
+            Framing::Length(n)
+        } else if meta.version == Version::HTTP_11 {
+            Framing::Chunked
+        } else {
+            Framing::Close
+        };
+        let keep_alive = meta.keep_alive
+            && framing != Framing::Close
+            && !self.shutdown.has_changed().unwrap_or(true);
+
+        let out = &mut self.out;
+        out.clear();
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+        out.extend_from_slice(b"\r\n");
+        let has_length = parts.headers.contains_key(CONTENT_LENGTH);
+        for (name, value) in &parts.headers {
+            // framing and connection fields are this connection's own
+            let own = name == CONNECTION
+                || name == TRANSFER_ENCODING
+                || (name == CONTENT_LENGTH && !bodyless);
+            if !own {
+                put_field(out, name.as_str().as_bytes(), value.as_bytes());
+            }
+        }
+        let mut digits = itoa::Buffer::new();
+        match framing {
+            Framing::Length(n) => put_field(out, b"content-length", digits.format(n).as_bytes()),
+            Framing::Chunked => put_field(out, b"transfer-encoding", b"chunked"),
+            // a HEAD's length is the one a GET would have had
+            Framing::None if meta.head && !has_length => {
+                if let Some(n) = exact {
+                    put_field(out, b"content-length", digits.format(n).as_bytes());
+                }
+            }
+            Framing::None | Framing::Close => {}
+        }
+        if !keep_alive {
+            put_field(out, b"connection", b"close");
+        } else if meta.version == Version::HTTP_10 {
+            put_field(out, b"connection", b"keep-alive");
+        }
+        if !parts.headers.contains_key(DATE) {
+            put_date(out);
+        }
+        out.extend_from_slice(b"\r\n");
+        drop(parts);
+
+        if framing == Framing::None {
+            drop(body);
+            self.stream.write_all(&self.out).await?;
+            return Ok(keep_alive);
+        }
+        let complete = self.write_body(body, framing).await?;
+        Ok(keep_alive && complete)
+    }
+
+    /// Write the head in `out`, then `body` framed by `framing`; `Ok(false)` when the body
+    /// failed or ended short of its length (the connection must end).
+    async fn write_body<B>(&mut self, body: B, framing: Framing) -> io::Result<bool>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: std::fmt::Display,
+    {
+        let mut body = pin!(body);
+        let mut left = match framing {
+            Framing::Length(n) => n,
+            _ => u64::MAX,
+        };
+        loop {
+            // what is ready now is gathered; before waiting for more, what is gathered
+            // is written
+            let step = std::future::poll_fn(|cx| match body.as_mut().poll_frame(cx) {
+                Poll::Pending if !self.out.is_empty() => Poll::Ready(Step::Flush),
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(f) => Poll::Ready(Step::Frame(f)),
+            })
+            .await;
+            match step {
+                Step::Flush => {
+                    self.stream.write_all(&self.out).await?;
+                    self.out.clear();
+                }
+                Step::Frame(Some(Ok(frame))) => {
+                    let Ok(mut data) = frame.into_data() else {
+                        continue; // trailers are not sent
+                    };
+                    if data.is_empty() {
+                        continue;
+                    }
+                    // more than the length said: what fits is sent, then the connection
+                    // ends (it cannot go on with bytes the client would take for a response)
+                    let mut overflow = false;
+                    if let Framing::Length(_) = framing {
+                        if data.len() as u64 > left {
+                            data.truncate(left as usize);
+                            overflow = true;
+                        }
+                        left -= data.len() as u64;
+                    }
+                    if framing == Framing::Chunked {
+                        let mut hex = [0u8; 16];
+                        self.out.extend_from_slice(hex_len(data.len(), &mut hex));
+                        self.out.extend_from_slice(b"\r\n");
+                    }
+                    if data.len() >= WRITE_AT {
+                        self.stream.write_all(&self.out).await?;
+                        self.out.clear();
+                        self.stream.write_all(&data).await?;
+                    } else {
+                        self.out.extend_from_slice(&data);
+                    }
+                    if framing == Framing::Chunked {
+                        self.out.extend_from_slice(b"\r\n");
+                    }
+                    if overflow {
+                        self.stream.write_all(&self.out).await?;
+                        return Ok(false);
+                    }
+                    if self.out.len() >= WRITE_AT {
+                        self.stream.write_all(&self.out).await?;
+                        self.out.clear();
+                    }
+                }
+                Step::Frame(None) => {
+                    if framing == Framing::Chunked {
+                        self.out.extend_from_slice(b"0\r\n\r\n");
+                    }
+                    self.stream.write_all(&self.out).await?;
+                    self.out.clear();
+                    return Ok(match framing {
+                        Framing::Length(_) => left == 0,
+                        Framing::Chunked => true,
+                        _ => false,
+                    });
+                }
+                Step::Frame(Some(Err(e))) => {
+                    tracing::debug!(error = %e, "response body failed: connection closed");
+                    // the client sees a cut body, never a complete-looking one
+                    self.stream.write_all(&self.out).await?;
+                    return Ok(false);
+                }
+            }
+        }
+    }
+}
+
+enum Step<F> {
+    Flush,
+    Frame(Option<F>),
+}
+
+fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `n` in hexadecimal, in `buf`.
+fn hex_len(mut n: usize, buf: &mut [u8; 16]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// `date: <IMF-fixdate>`, formatted once per second per thread.
+fn put_date(out: &mut Vec<u8>) {
+    thread_local! {
+        static DATE_CACHE: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
+    let now = SystemTime::now();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE_CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0 != secs {
+            *c = (secs, httpdate::fmt_http_date(now));
+        }
+        put_field(out, b"date", c.1.as_bytes());
+    });
+}
+
+/// A connection with bytes already read from it put back in front.
+struct Rewind {
+    prefix: Bytes,
+    io: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix[..n]);
+            this.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
