@@ -35,9 +35,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{
     CONNECTION, CONTENT_LENGTH, DATE, EXPECT, HeaderName, TRANSFER_ENCODING, UPGRADE,
 };
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
-use smallvec::SmallVec;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -46,6 +45,7 @@ use tower_service::Service;
 
 use crate::key::PeerAddr;
 use crate::proxy::{RequestBody, Served};
+use crate::upstream::direct::{encode_field, parsed_value};
 
 /// Most fields a head read here may have; more: hyper's (which allows 100).
 const MAX_FIELDS: usize = 64;
@@ -314,25 +314,17 @@ fn parse(buf: &[u8], head: &mut Head) -> Parsed {
 
 impl Head {
     /// The request, its head taken from `buf`; `None` (and `buf` as it was) when the
-    /// target or a value is not one `http` accepts.
+    /// target is not one `http` accepts.
     fn take_request(
         &mut self,
         buf: &mut BytesMut,
         peer: SocketAddr,
     ) -> Option<(Request<RequestBody>, Meta)> {
         let (t_at, t_len) = self.target;
-        let mut values = SmallVec::<[HeaderValue; 24]>::new();
         let head = buf.split_to(self.len).freeze();
-        let uri = Uri::from_maybe_shared(head.slice(t_at..t_at + t_len));
-        for &(_, at, len) in &self.fields {
-            match HeaderValue::from_maybe_shared(head.slice(at..at + len)) {
-                Ok(v) => values.push(v),
-                Err(_) => break,
-            }
-        }
-        let uri = match uri {
-            Ok(u) if values.len() == self.fields.len() => u,
-            _ => {
+        let uri = match Uri::from_maybe_shared(head.slice(t_at..t_at + t_len)) {
+            Ok(u) => u,
+            Err(_) => {
                 // put the head back in front of what follows it
                 let mut whole = BytesMut::with_capacity(head.len() + buf.len());
                 whole.extend_from_slice(&head);
@@ -343,8 +335,8 @@ impl Head {
         };
         // room for the RateLimit fields the limiter adds, so the map does not grow then
         let mut headers = HeaderMap::with_capacity(self.fields.len() + 6);
-        for ((name, _, _), value) in self.fields.drain(..).zip(values) {
-            headers.append(name, value);
+        for (name, at, len) in self.fields.drain(..) {
+            headers.append(name, parsed_value(head.slice(at..at + len)));
         }
         let meta = Meta {
             head: self.method == Method::HEAD,
@@ -404,34 +396,39 @@ impl Conn {
         out.push(b' ');
         out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
         out.extend_from_slice(b"\r\n");
-        let has_length = parts.headers.contains_key(CONTENT_LENGTH);
+        let (mut has_length, mut has_date) = (false, false);
         for (name, value) in &parts.headers {
             // framing and connection fields are this connection's own
-            let own = name == CONNECTION
-                || name == TRANSFER_ENCODING
-                || (name == CONTENT_LENGTH && !bodyless);
-            if !own {
-                put_field(out, name.as_str().as_bytes(), value.as_bytes());
+            if name == CONTENT_LENGTH {
+                has_length = true;
+                if !bodyless {
+                    continue;
+                }
+            } else if name == CONNECTION || name == TRANSFER_ENCODING {
+                continue;
+            } else if name == DATE {
+                has_date = true;
             }
+            encode_field(out, name.as_str().as_bytes(), value.as_bytes());
         }
         let mut digits = itoa::Buffer::new();
         match framing {
-            Framing::Length(n) => put_field(out, b"content-length", digits.format(n).as_bytes()),
-            Framing::Chunked => put_field(out, b"transfer-encoding", b"chunked"),
+            Framing::Length(n) => encode_field(out, b"content-length", digits.format(n).as_bytes()),
+            Framing::Chunked => encode_field(out, b"transfer-encoding", b"chunked"),
             // a HEAD's length is the one a GET would have had
             Framing::None if meta.head && !has_length => {
                 if let Some(n) = exact {
-                    put_field(out, b"content-length", digits.format(n).as_bytes());
+                    encode_field(out, b"content-length", digits.format(n).as_bytes());
                 }
             }
             Framing::None | Framing::Close => {}
         }
         if !keep_alive {
-            put_field(out, b"connection", b"close");
+            encode_field(out, b"connection", b"close");
         } else if meta.version == Version::HTTP_10 {
-            put_field(out, b"connection", b"keep-alive");
+            encode_field(out, b"connection", b"keep-alive");
         }
-        if !parts.headers.contains_key(DATE) {
+        if !has_date {
             put_date(out);
         }
         out.extend_from_slice(b"\r\n");
@@ -541,13 +538,6 @@ enum Step<F> {
     Frame(Option<F>),
 }
 
-fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
 /// `n` in hexadecimal, in `buf`.
 fn hex_len(mut n: usize, buf: &mut [u8; 16]) -> &[u8] {
     let mut i = buf.len();
@@ -575,7 +565,7 @@ fn put_date(out: &mut Vec<u8>) {
         if c.0 != secs {
             *c = (secs, httpdate::fmt_http_date(now));
         }
-        put_field(out, b"date", c.1.as_bytes());
+        encode_field(out, b"date", c.1.as_bytes());
     });
 }
 
@@ -629,5 +619,125 @@ impl AsyncWrite for Rewind {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn parsed(wire: &[u8]) -> (Parsed, Head) {
+        let mut head = Head::default();
+        let p = parse(wire, &mut head);
+        (p, head)
+    }
+
+    #[test]
+    fn only_bodyless_plain_requests_are_taken() {
+        for taken in [
+            &b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"DELETE /x?y=1 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"HEAD / HTTP/1.0\r\n\r\n",
+            b"OPTIONS * HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(matches!(parsed(taken).0, Parsed::Complete), "{taken:?}");
+        }
+        for hyper in [
+            &b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"[..],
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+            b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            b"CONNECT a:443 HTTP/1.1\r\n\r\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+            // HTTP/2's preface is known by its version, before it is complete
+            b"PRI * HTTP/2",
+            b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n",
+            b"NOT HTTP\r\n\r\n",
+        ] {
+            assert!(matches!(parsed(hyper).0, Parsed::NotHere), "{hyper:?}");
+        }
+        for partial in [&b""[..], b"GET / HT", b"GET / HTTP/1.1\r\nHost: a\r\n"] {
+            assert!(matches!(parsed(partial).0, Parsed::Partial), "{partial:?}");
+        }
+        let many: String = (0..MAX_FIELDS + 1)
+            .map(|i| format!("X-{i}: v\r\n"))
+            .collect();
+        let wire = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert!(matches!(parsed(wire.as_bytes()).0, Parsed::NotHere));
+    }
+
+    #[test]
+    fn keep_alive_follows_the_version_and_connection() {
+        for (wire, keep) in [
+            (&b"GET / HTTP/1.1\r\n\r\n"[..], true),
+            (b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n", false),
+            (b"GET / HTTP/1.1\r\nConnection: foo, Close\r\n\r\n", false),
+            (b"GET / HTTP/1.0\r\n\r\n", false),
+            (b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", true),
+            (
+                b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n",
+                false,
+            ),
+        ] {
+            let (p, head) = parsed(wire);
+            assert!(matches!(p, Parsed::Complete));
+            assert_eq!(head.keep_alive, keep, "{wire:?}");
+        }
+    }
+
+    #[test]
+    fn the_request_shares_the_head_and_leaves_what_follows() {
+        let mut buf = BytesMut::from(
+            &b"GET /p?q=1 HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nX-A: 2\r\n\r\nGET /next"[..],
+        );
+        let (p, mut head) = parsed(&buf);
+        assert!(matches!(p, Parsed::Complete));
+        let peer: SocketAddr = "192.0.2.1:5".parse().unwrap();
+        let (req, meta) = head.take_request(&mut buf, peer).unwrap();
+        assert_eq!(req.uri(), "/p?q=1");
+        assert_eq!(req.headers().get_all("x-a").iter().count(), 2);
+        assert_eq!(req.extensions().get::<PeerAddr>().unwrap().0, peer);
+        assert!(meta.keep_alive && !meta.head);
+        assert_eq!(&buf[..], b"GET /next");
+    }
+
+    #[test]
+    fn a_refused_target_leaves_the_buffer_whole() {
+        // httparse takes any visible bytes as a target; `Uri` does not take all
+        let wire = &b"GET http://[::1 HTTP/1.1\r\n\r\nrest"[..];
+        let mut buf = BytesMut::from(wire);
+        let (p, mut head) = parsed(&buf);
+        assert!(matches!(p, Parsed::Complete));
+        let peer: SocketAddr = "192.0.2.1:5".parse().unwrap();
+        assert!(head.take_request(&mut buf, peer).is_none());
+        assert_eq!(&buf[..], wire);
+    }
+
+    #[test]
+    fn hex_lengths() {
+        let mut b = [0u8; 16];
+        for n in [0usize, 1, 15, 16, 255, 4096, usize::MAX] {
+            assert_eq!(hex_len(n, &mut b), format!("{n:x}").as_bytes());
+        }
+    }
+
+    proptest! {
+        /// Every field value httparse accepts is a valid `HeaderValue` (what
+        /// `parsed_value` relies on to skip the check).
+        #[test]
+        fn values_httparse_accepts_are_header_values(value in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let mut wire = b"GET / HTTP/1.1\r\nX: ".to_vec();
+            wire.extend_from_slice(&value);
+            wire.extend_from_slice(b"\r\n\r\n");
+            let mut fields = [httparse::EMPTY_HEADER; 4];
+            let mut r = httparse::Request::new(&mut fields);
+            if let Ok(httparse::Status::Complete(_)) = r.parse(&wire) {
+                for f in r.headers.iter() {
+                    prop_assert!(http::HeaderValue::from_bytes(f.value).is_ok(), "{:?}", f.value);
+                }
+            }
+        }
     }
 }

@@ -322,6 +322,14 @@ pub fn ip_text(ip: IpAddr) -> String {
     String::from_utf8_lossy(text.as_bytes()).into_owned()
 }
 
+/// Append `ip` as text (as [`ip_text`] writes it) to `out`, without a `String` for IPv4.
+pub(crate) fn push_ip_text(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => out.extend_from_slice(V4Text::new(v4).as_bytes()),
+        IpAddr::V6(_) => out.extend_from_slice(ip.to_string().as_bytes()),
+    }
+}
+
 /// Whether `ip` is in any of `nets` (IPv4-mapped IPv6 addresses match IPv4 networks).
 pub fn in_nets(ip: IpAddr, nets: &[IpNet]) -> bool {
     let canon = ip.to_canonical();
@@ -421,11 +429,17 @@ mod tests {
             ] {
                 let ip = IpAddr::from(ip);
                 assert_eq!(ip_text(ip), ip.to_string());
+                let mut pushed = b"x".to_vec();
+                push_ip_text(&mut pushed, ip);
+                assert_eq!(pushed, format!("x{ip}").into_bytes());
             }
         }
         for s in ["::1", "2001:db8::7", "::ffff:192.0.2.1", "fe80::1:2:3:4"] {
             let ip: IpAddr = s.parse().unwrap();
             assert_eq!(ip_text(ip), ip.to_string());
+            let mut pushed = Vec::new();
+            push_ip_text(&mut pushed, ip);
+            assert_eq!(pushed, ip.to_string().into_bytes());
         }
     }
 

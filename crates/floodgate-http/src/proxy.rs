@@ -314,7 +314,7 @@ enum Route<'a> {
 
 /// The request fields sent upstream, in order, to `emit`: the client's, less the
 /// hop-by-hop ones (and those its `Connection` names) and `X-Forwarded-For`; then
-/// `Host: host` when given (the client sent none); then `X-Forwarded-For` with the
+/// `Host: host` when given and the client sent none; then `X-Forwarded-For` with the
 /// client's values joined by ", " and `peer` appended. Every value emitted is a valid
 /// field value (no CR, LF or NUL).
 fn upstream_fields(
@@ -334,8 +334,10 @@ fn upstream_fields(
             .collect(),
     };
     let mut forwarded: Vec<u8> = Vec::new();
+    let mut has_host = false;
     for (name, value) in headers {
         let n = name.as_str();
+        has_host |= name == HOST;
         if is_hop_by_hop(n) || named.contains(name) {
             continue;
         }
@@ -348,14 +350,14 @@ fn upstream_fields(
         }
         emit(name, value.as_bytes());
     }
-    if let Some(h) = host {
+    if let Some(h) = host.filter(|_| !has_host) {
         emit(&HOST, h.as_bytes());
     }
     if let Some(ip) = peer {
         if !forwarded.is_empty() {
             forwarded.extend_from_slice(b", ");
         }
-        forwarded.extend_from_slice(crate::key::ip_text(ip).as_bytes());
+        crate::key::push_ip_text(&mut forwarded, ip);
     }
     if !forwarded.is_empty() {
         emit(&X_FORWARDED_FOR, &forwarded);
@@ -441,13 +443,13 @@ impl Service<Request<RequestBody>> for Forward {
                 .map(|p| p.0.ip().to_canonical());
             let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
             // the client's Host (or HTTP/2 :authority) is kept
-            let host = (!parts.headers.contains_key(HOST)).then(|| {
+            let host = Some(
                 parts
                     .uri
                     .authority()
                     .unwrap_or(&this.inner.authority)
-                    .as_str()
-            });
+                    .as_str(),
+            );
             // set when the client's request body fails (hyper's way only: the direct way
             // has no body to fail)
             let mut body_failed: Option<Arc<AtomicBool>> = None;

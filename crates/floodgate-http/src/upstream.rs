@@ -230,9 +230,10 @@ impl Http1Pool {
     /// the others popped on the way are closed.
     fn take<C>(&self, list: &IdleList<C>, mut usable: impl FnMut(&mut C) -> bool) -> Option<C> {
         let mut idle = list.lock().ok()?;
+        let now = Instant::now();
         loop {
             let mut i = idle.pop_back()?;
-            if i.since.elapsed() <= self.idle_timeout && usable(&mut i.conn) {
+            if now.saturating_duration_since(i.since) <= self.idle_timeout && usable(&mut i.conn) {
                 return Some(i.conn);
             }
         }
@@ -243,17 +244,14 @@ impl Http1Pool {
     /// passes (the upstream usually closes them first).
     fn put_back<C>(&self, list: &IdleList<C>, conn: C, mut closed: impl FnMut(&mut C) -> bool) {
         if let Ok(mut idle) = list.lock() {
-            while idle
-                .front_mut()
-                .is_some_and(|i| i.since.elapsed() > self.idle_timeout || closed(&mut i.conn))
-            {
+            let now = Instant::now();
+            while idle.front_mut().is_some_and(|i| {
+                now.saturating_duration_since(i.since) > self.idle_timeout || closed(&mut i.conn)
+            }) {
                 idle.pop_front();
             }
             if idle.len() < self.max_idle {
-                idle.push_back(Idle {
-                    conn,
-                    since: Instant::now(),
-                });
+                idle.push_back(Idle { conn, since: now });
             }
         }
     }

@@ -264,8 +264,7 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Parsed>, Hea
         let name = HeaderName::from_bytes(&head[n_at..n_at + n_len])
             .map_err(|_| HeadError::Malformed("invalid header field name"))?;
         let raw = head.slice(v_at..v_at + v_len);
-        let value = HeaderValue::from_maybe_shared(raw.clone())
-            .map_err(|_| HeadError::Malformed("invalid header field value"))?;
+        let value = parsed_value(raw.clone());
         if name == CONTENT_LENGTH {
             let n = parse_length(&raw)?;
             if length.is_some_and(|l| l != n) {
@@ -364,6 +363,15 @@ pub(crate) fn encode_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
+}
+
+/// A field value `httparse` has parsed, sharing its buffer, without checking its bytes
+/// again: `httparse` accepts only HTAB, SP, visible ASCII and obs-text (0x80-0xFF) in a
+/// value, which are exactly the bytes `HeaderValue` allows (hyper does the same).
+pub(crate) fn parsed_value(bytes: Bytes) -> HeaderValue {
+    debug_assert!(HeaderValue::from_bytes(&bytes).is_ok());
+    // SAFETY: see above; `HeaderValue`'s invariant (no control byte but HTAB) holds
+    unsafe { HeaderValue::from_maybe_shared_unchecked(bytes) }
 }
 
 /// Whether a request with `method` may be sent again after a connection failed
