@@ -5,6 +5,10 @@
 //! Responses become `Response<Either<B, Full<Bytes>>>`: the inner service's body, or
 //! floodgate's own short body for denials. Every clone of the layer and the service
 //! shares one [`RateLimiter`].
+//!
+//! With the in-process store the decision is taken when the service is called (the
+//! returned future only forwards, or holds a delayed request); with a store that waits
+//! (Redis), when the future is first polled.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -91,13 +95,32 @@ where
             Prepared::Respond(r) => return Box::pin(async move { Ok(r.map(Either::Right)) }),
             Prepared::Check(plan) => plan,
         };
+        // the in-process store decides here: no future of its own, and no clone of the
+        // limiter (whose shared count every clone would bounce between the cores) unless
+        // the request is to be held
+        let outcome = match self.limiter.local_store() {
+            Some(local) => match self.limiter.check_now(local, plan, req.headers()) {
+                Outcome::Respond(r) => return Box::pin(async move { Ok(r.map(Either::Right)) }),
+                Outcome::Pass { headers, delay } if delay.is_zero() => {
+                    // called here: the future holds the inner one, not the request
+                    let forwarded = inner.call(req);
+                    return Box::pin(async move {
+                        let mut resp = forwarded.await?;
+                        headers.insert_into(resp.headers_mut());
+                        Ok(resp.map(Either::Left))
+                    });
+                }
+                held => Ok(held),
+            },
+            None => Err(plan),
+        };
         let limiter = self.limiter.clone();
         Box::pin(async move {
-            // the in-process store decides without a future of its own; another store's
-            // future is boxed, so that this future's size is not the sum of both
-            let outcome = match limiter.local_store() {
-                Some(local) => limiter.check_now(local, plan, req.headers()),
-                None => Box::pin(limiter.check(plan, req.headers())).await,
+            // another store's future is boxed, so that this future's size is not the sum
+            // of both
+            let outcome = match outcome {
+                Ok(decided) => decided,
+                Err(plan) => Box::pin(limiter.check(plan, req.headers())).await,
             };
             match outcome {
                 Outcome::Respond(r) => Ok(r.map(Either::Right)),

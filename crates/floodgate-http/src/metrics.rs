@@ -16,12 +16,16 @@
 //! | `floodgate_store_events_total` | counter | `event`: the store's own counters (hybrid: `lease_admit` = checks admitted from a local lease, `round_trip` = calls to the shared counter) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 
+pub mod striped;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
+
+pub use striped::{StripedCounter, StripedHistogram};
 
 use crate::store::PolicyStats;
 
@@ -107,21 +111,21 @@ const REQUEST_OUTCOMES: [&str; 10] = [
 /// outcome so the request path touches no label map.
 pub struct Metrics {
     registry: Registry,
-    decisions: Vec<[Counter; 5]>,
-    requests: Vec<Counter>,
+    decisions: Vec<[StripedCounter; 5]>,
+    requests: Vec<StripedCounter>,
     /// Time requests were held, seconds.
-    pub delay_seconds: Histogram,
+    pub delay_seconds: StripedHistogram,
     /// Requests held now.
     pub waiting: Gauge,
     /// Decision latency, seconds.
-    pub decision_seconds: Histogram,
+    pub decision_seconds: StripedHistogram,
     /// Store faults.
     pub store_errors: Counter,
     keys: Family<PolicyLabels, Gauge>,
     evicted: Family<PolicyLabels, Counter>,
     policy_names: Vec<String>,
     /// Proxy: request latency, seconds.
-    pub proxy_seconds: Histogram,
+    pub proxy_seconds: StripedHistogram,
     upstream_errors: Family<KindLabels, Counter>,
     fleet: Family<EventLabels, Counter>,
     store_events: Family<EventLabels, Counter>,
@@ -137,7 +141,7 @@ impl Metrics {
     /// Metrics for these policy names (in policy index order).
     pub fn new(policy_names: &[String]) -> Metrics {
         let mut registry = Registry::default();
-        let decisions_family = Family::<DecisionLabels, Counter>::default();
+        let decisions_family = Family::<DecisionLabels, StripedCounter>::default();
         let decisions = policy_names
             .iter()
             .map(|p| {
@@ -154,7 +158,7 @@ impl Metrics {
             "Policy decisions by policy and outcome",
             decisions_family,
         );
-        let requests_family = Family::<OutcomeLabels, Counter>::default();
+        let requests_family = Family::<OutcomeLabels, StripedCounter>::default();
         let requests = REQUEST_OUTCOMES
             .iter()
             .map(|o| requests_family.get_or_create_owned(&OutcomeLabels { outcome: o }))
@@ -164,7 +168,7 @@ impl Metrics {
             "Requests by what the limiter did with them",
             requests_family,
         );
-        let delay_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 17));
+        let delay_seconds = StripedHistogram::new(exponential_buckets(0.001, 2.0, 17));
         registry.register(
             "floodgate_delay_seconds",
             "Time requests were held by a leaky queue",
@@ -176,7 +180,7 @@ impl Metrics {
             "Requests being held now",
             waiting.clone(),
         );
-        let decision_seconds = Histogram::new(exponential_buckets(1e-6, 2.0, 20));
+        let decision_seconds = StripedHistogram::new(exponential_buckets(1e-6, 2.0, 20));
         registry.register(
             "floodgate_decision_duration_seconds",
             "Time to decide on a request (key extraction and store)",
@@ -196,7 +200,7 @@ impl Metrics {
             "Live keys evicted to respect the key cap",
             evicted.clone(),
         );
-        let proxy_seconds = Histogram::new(exponential_buckets(1e-5, 2.0, 24));
+        let proxy_seconds = StripedHistogram::new(exponential_buckets(1e-5, 2.0, 24));
         registry.register(
             "floodgate_proxy_request_duration_seconds",
             "Proxy: time from request to response head",

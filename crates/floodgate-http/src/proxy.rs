@@ -305,9 +305,9 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// How one request goes upstream.
-enum Route<'a> {
+enum Route {
     /// No body, HTTP/1.1: the encoded head, sent the direct way.
-    Direct(&'a Arc<Http1Pool>, Vec<u8>, http::Method),
+    Direct(Arc<Http1Pool>, Vec<u8>, http::Method),
     /// Through hyper's client (a body to stream, or an HTTP/2 upstream).
     Hyper(Box<Request<ClientBody>>),
 }
@@ -434,84 +434,13 @@ impl Service<Request<RequestBody>> for Forward {
     }
 
     fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
+        // the head is prepared here, so that the future holds only what it waits with
+        let (route, body_failed) = match self.route(req) {
+            Ok(r) => r,
+            Err(resp) => return Box::pin(std::future::ready(Ok(resp))),
+        };
         let this = self.clone();
         Box::pin(async move {
-            let (parts, body) = req.into_parts();
-            let peer = parts
-                .extensions
-                .get::<PeerAddr>()
-                .map(|p| p.0.ip().to_canonical());
-            let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-            // the client's Host (or HTTP/2 :authority) is kept
-            let host = Some(
-                parts
-                    .uri
-                    .authority()
-                    .unwrap_or(&this.inner.authority)
-                    .as_str(),
-            );
-            // set when the client's request body fails (hyper's way only: the direct way
-            // has no body to fail)
-            let mut body_failed: Option<Arc<AtomicBool>> = None;
-            let route = match &this.inner.upstream {
-                // no body: the head is encoded straight from the client's
-                Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) => {
-                    let mut head = Vec::with_capacity(256);
-                    direct::encode_request_line(&mut head, &parts.method, target);
-                    // the body is known to be empty: a Content-Length the client sent
-                    // goes out as 0, once, so the upstream can never wait for bytes that
-                    // would be the next request on this connection
-                    let mut length_sent = false;
-                    upstream_fields(&parts.headers, host, peer, |name, value| {
-                        if name == CONTENT_LENGTH {
-                            if !length_sent {
-                                direct::encode_field(&mut head, b"content-length", b"0");
-                                length_sent = true;
-                            }
-                        } else {
-                            direct::encode_field(&mut head, name.as_str().as_bytes(), value)
-                        }
-                    });
-                    head.extend_from_slice(b"\r\n");
-                    Route::Direct(pool, head, parts.method)
-                }
-                upstream => {
-                    let h2 = matches!(upstream, Upstream::Http2(_));
-                    let mut headers = HeaderMap::with_capacity(parts.headers.len() + 2);
-                    upstream_fields(&parts.headers, host.filter(|_| !h2), peer, |name, value| {
-                        if let Ok(v) = HeaderValue::from_bytes(value) {
-                            headers.append(name.clone(), v);
-                        }
-                    });
-                    let pq = PathAndQuery::try_from(target)
-                        .unwrap_or_else(|_| PathAndQuery::from_static("/"));
-                    let (uri, version) = if h2 {
-                        // absolute form: hyper sends it as :scheme and :authority
-                        let mut uri = http::uri::Parts::default();
-                        uri.scheme = Some(this.inner.scheme.clone());
-                        uri.authority = Some(this.inner.authority.clone());
-                        uri.path_and_query = Some(pq);
-                        match Uri::from_parts(uri) {
-                            Ok(u) => (u, Version::HTTP_2),
-                            Err(_) => {
-                                return Ok(
-                                    this.error(StatusCode::BAD_REQUEST, "unusable request target")
-                                );
-                            }
-                        }
-                    } else {
-                        (Uri::from(pq), Version::HTTP_11)
-                    };
-                    let (body, failed) = ClientBody::watch(body);
-                    body_failed = Some(failed);
-                    let mut req = Request::new(body);
-                    *req.method_mut() = parts.method;
-                    *req.uri_mut() = uri;
-                    *req.version_mut() = version;
-                    *req.headers_mut() = headers;
-                    Route::Hyper(Box::new(req))
-                }
-            };
             // Ok(response), Ok(error), or Err(()) when no response head came within the
             // upstream timeout (the direct way times itself, on its connection's timer)
             let timeout = this.inner.timeout;
@@ -535,7 +464,10 @@ impl Service<Request<RequestBody>> for Forward {
                                 .map_err(BoxError::from),
                         }
                     };
-                    tokio::time::timeout(timeout, send).await.map_err(|_| ())
+                    // boxed: the direct way's state, not this one's, sizes this future
+                    Box::pin(tokio::time::timeout(timeout, send))
+                        .await
+                        .map_err(|_| ())
                 }
             };
             match sent {
@@ -567,6 +499,94 @@ impl Service<Request<RequestBody>> for Forward {
                 }
             }
         })
+    }
+}
+
+impl Forward {
+    /// How `req` goes upstream, and the flag its body sets when it fails (hyper's way
+    /// only: the direct way has no body to fail); or the error response.
+    #[allow(clippy::result_large_err)]
+    fn route(
+        &self,
+        req: Request<RequestBody>,
+    ) -> Result<(Route, Option<Arc<AtomicBool>>), Response<ForwardBody>> {
+        let (parts, body) = req.into_parts();
+        let peer = parts
+            .extensions
+            .get::<PeerAddr>()
+            .map(|p| p.0.ip().to_canonical());
+        let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        // the client's Host (or HTTP/2 :authority) is kept
+        let host = Some(
+            parts
+                .uri
+                .authority()
+                .unwrap_or(&self.inner.authority)
+                .as_str(),
+        );
+        // set when the client's request body fails (hyper's way only: the direct way
+        // has no body to fail)
+        let mut body_failed: Option<Arc<AtomicBool>> = None;
+        let route = match &self.inner.upstream {
+            // no body: the head is encoded straight from the client's
+            Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) => {
+                let mut head = Vec::with_capacity(256);
+                direct::encode_request_line(&mut head, &parts.method, target);
+                // the body is known to be empty: a Content-Length the client sent
+                // goes out as 0, once, so the upstream can never wait for bytes that
+                // would be the next request on this connection
+                let mut length_sent = false;
+                upstream_fields(&parts.headers, host, peer, |name, value| {
+                    if name == CONTENT_LENGTH {
+                        if !length_sent {
+                            direct::encode_field(&mut head, b"content-length", b"0");
+                            length_sent = true;
+                        }
+                    } else {
+                        direct::encode_field(&mut head, name.as_str().as_bytes(), value)
+                    }
+                });
+                head.extend_from_slice(b"\r\n");
+                Route::Direct(pool.clone(), head, parts.method)
+            }
+            upstream => {
+                let h2 = matches!(upstream, Upstream::Http2(_));
+                let mut headers = HeaderMap::with_capacity(parts.headers.len() + 2);
+                upstream_fields(&parts.headers, host.filter(|_| !h2), peer, |name, value| {
+                    if let Ok(v) = HeaderValue::from_bytes(value) {
+                        headers.append(name.clone(), v);
+                    }
+                });
+                let pq = PathAndQuery::try_from(target)
+                    .unwrap_or_else(|_| PathAndQuery::from_static("/"));
+                let (uri, version) = if h2 {
+                    // absolute form: hyper sends it as :scheme and :authority
+                    let mut uri = http::uri::Parts::default();
+                    uri.scheme = Some(self.inner.scheme.clone());
+                    uri.authority = Some(self.inner.authority.clone());
+                    uri.path_and_query = Some(pq);
+                    match Uri::from_parts(uri) {
+                        Ok(u) => (u, Version::HTTP_2),
+                        Err(_) => {
+                            return Err(
+                                self.error(StatusCode::BAD_REQUEST, "unusable request target")
+                            );
+                        }
+                    }
+                } else {
+                    (Uri::from(pq), Version::HTTP_11)
+                };
+                let (body, failed) = ClientBody::watch(body);
+                body_failed = Some(failed);
+                let mut req = Request::new(body);
+                *req.method_mut() = parts.method;
+                *req.uri_mut() = uri;
+                *req.version_mut() = version;
+                *req.headers_mut() = headers;
+                Route::Hyper(Box::new(req))
+            }
+        };
+        Ok((route, body_failed))
     }
 }
 

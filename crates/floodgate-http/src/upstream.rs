@@ -167,8 +167,9 @@ impl Http1Pool {
         loop {
             let (conn, pooled) = match self.checkout_direct() {
                 Some(c) => (c, true),
+                // boxed: connecting is rare, and its state would size every exchange
                 None => (
-                    direct::Conn::connect(&self.addr, self.connect_timeout).await?,
+                    Box::pin(direct::Conn::connect(&self.addr, self.connect_timeout)).await?,
                     false,
                 ),
             };
