@@ -108,12 +108,14 @@ pub(crate) async fn serve(
             Ok(r) => r,
             Err(never) => match never {},
         };
+        // one clock reading for the metric, the Date field and the idle clock
+        let answered = std::time::Instant::now();
         served
             .metrics
             .proxy_seconds
-            .observe(start.elapsed().as_secs_f64());
-        match conn.respond(resp, &meta).await {
-            Ok(true) => waiting.idle_since = Instant::now(),
+            .observe(answered.saturating_duration_since(start));
+        match conn.respond(resp, &meta, answered).await {
+            Ok(true) => waiting.idle_since = Instant::from_std(answered),
             Ok(false) => {
                 let _ = conn.stream.shutdown().await;
                 return;
@@ -364,7 +366,12 @@ enum Framing {
 
 impl Conn {
     /// Write `resp`; `Ok(true)` when the connection goes on.
-    async fn respond<B>(&mut self, resp: Response<B>, meta: &Meta) -> io::Result<bool>
+    async fn respond<B>(
+        &mut self,
+        resp: Response<B>,
+        meta: &Meta,
+        now: std::time::Instant,
+    ) -> io::Result<bool>
     where
         B: Body<Data = Bytes>,
         B::Error: std::fmt::Display,
@@ -429,7 +436,7 @@ impl Conn {
             encode_field(out, b"connection", b"keep-alive");
         }
         if !has_date {
-            put_date(out);
+            put_date(out, now);
         }
         out.extend_from_slice(b"\r\n");
         drop(parts);
@@ -551,21 +558,32 @@ fn hex_len(mut n: usize, buf: &mut [u8; 16]) -> &[u8] {
     }
 }
 
-/// `date: <IMF-fixdate>`, formatted once per second per thread.
-fn put_date(out: &mut Vec<u8>) {
-    thread_local! {
-        static DATE_CACHE: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
+/// `date: <IMF-fixdate>` at `now`, formatted once per second per thread: the wall clock
+/// is read only when the second the text was made for is over.
+fn put_date(out: &mut Vec<u8>, now: std::time::Instant) {
+    struct Cached {
+        /// When the text stops being the current second.
+        until: Option<std::time::Instant>,
+        text: String,
     }
-    let now = SystemTime::now();
-    let secs = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    DATE_CACHE.with(|c| {
+    thread_local! {
+        static DATE: std::cell::RefCell<Cached> = const {
+            std::cell::RefCell::new(Cached { until: None, text: String::new() })
+        };
+    }
+    DATE.with(|c| {
         let mut c = c.borrow_mut();
-        if c.0 != secs {
-            *c = (secs, httpdate::fmt_http_date(now));
+        if c.until.is_none_or(|u| now >= u) {
+            let wall = SystemTime::now();
+            let into_second = wall
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(Duration::ZERO, |d| {
+                    Duration::from_nanos(d.subsec_nanos().into())
+                });
+            c.text = httpdate::fmt_http_date(wall);
+            c.until = Some(now + (Duration::from_secs(1) - into_second));
         }
-        encode_field(out, b"date", c.1.as_bytes());
+        encode_field(out, b"date", c.text.as_bytes());
     });
 }
 

@@ -743,8 +743,7 @@ impl RateLimiter {
     ) -> Outcome {
         let inner = &*self.inner;
         let m = &inner.metrics;
-        m.decision_seconds
-            .observe(plan.start.elapsed().as_secs_f64());
+        m.decision_seconds.observe(plan.start.elapsed());
         let (enforced, shadow) = match (enforced, shadow) {
             (Ok(e), Ok(s)) => (e, s),
             (Err(e), _) | (_, Err(e)) => {
@@ -911,7 +910,7 @@ impl RateLimiter {
         let _release = Release(inner);
         tokio::time::sleep(delay).await;
         inner.metrics.request(RequestOutcome::Delayed);
-        inner.metrics.delay_seconds.observe(delay.as_secs_f64());
+        inner.metrics.delay_seconds.observe(delay);
         true
     }
 

@@ -874,7 +874,7 @@ pub(crate) async fn serve_hyper<I>(
         let start = Instant::now();
         async move {
             let r = svc.call(req).await;
-            metrics.proxy_seconds.observe(start.elapsed().as_secs_f64());
+            metrics.proxy_seconds.observe(start.elapsed());
             r.map(|resp| resp.map(|body| Watched::new(body, in_flight)))
         }
     });

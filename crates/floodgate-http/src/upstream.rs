@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response};
@@ -70,7 +70,7 @@ pub(crate) enum UpstreamError {
 /// An idle connection and when it became idle.
 struct Idle<C> {
     conn: C,
-    since: Instant,
+    since: tokio::time::Instant,
 }
 
 /// Idle connections, oldest first: returns push at the back, checkouts pop from the
@@ -165,7 +165,9 @@ impl Http1Pool {
         timeout: Duration,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         loop {
-            let (conn, pooled) = match self.checkout_direct() {
+            // one clock reading for the pool's bookkeeping and the exchange's deadline
+            let now = tokio::time::Instant::now();
+            let (conn, pooled) = match self.checkout_direct(now) {
                 Some(c) => (c, true),
                 // boxed: connecting is rare, and its state would size every exchange
                 None => (
@@ -173,7 +175,7 @@ impl Http1Pool {
                     false,
                 ),
             };
-            match direct::exchange(conn, head, method, timeout, self).await {
+            match direct::exchange(conn, head, method, now + timeout, self).await {
                 Ok(resp) => return Ok(resp.map(UpstreamBody::direct)),
                 // the pooled connection had closed: nothing was acted on
                 Err(direct::ExchangeError::Write(_)) if pooled => continue,
@@ -188,8 +190,8 @@ impl Http1Pool {
     }
 
     /// The most recently returned direct connection that is still open.
-    fn checkout_direct(&self) -> Option<direct::Conn> {
-        self.take(&self.direct, direct::Conn::still_open)
+    fn checkout_direct(&self, now: tokio::time::Instant) -> Option<direct::Conn> {
+        self.take(&self.direct, now, direct::Conn::still_open)
     }
 
     /// Back from a complete response (the caller checked it is reusable).
@@ -200,7 +202,8 @@ impl Http1Pool {
     /// The most recently returned connection that is still open and ready.
     async fn checkout(&self) -> Option<SendRequest<ClientBody>> {
         loop {
-            let mut sender = self.take(&self.idle, |s| !s.is_closed())?;
+            let now = tokio::time::Instant::now();
+            let mut sender = self.take(&self.idle, now, |s| !s.is_closed())?;
             // ready at once unless the connection is still finishing its last response
             if sender.ready().await.is_ok() {
                 return Some(sender);
@@ -229,9 +232,13 @@ impl Http1Pool {
 
     /// The warmest connection of `list` that is within the idle timeout and `usable`;
     /// the others popped on the way are closed.
-    fn take<C>(&self, list: &IdleList<C>, mut usable: impl FnMut(&mut C) -> bool) -> Option<C> {
+    fn take<C>(
+        &self,
+        list: &IdleList<C>,
+        now: tokio::time::Instant,
+        mut usable: impl FnMut(&mut C) -> bool,
+    ) -> Option<C> {
         let mut idle = list.lock().ok()?;
-        let now = Instant::now();
         loop {
             let mut i = idle.pop_back()?;
             if now.saturating_duration_since(i.since) <= self.idle_timeout && usable(&mut i.conn) {
@@ -245,7 +252,7 @@ impl Http1Pool {
     /// passes (the upstream usually closes them first).
     fn put_back<C>(&self, list: &IdleList<C>, conn: C, mut closed: impl FnMut(&mut C) -> bool) {
         if let Ok(mut idle) = list.lock() {
-            let now = Instant::now();
+            let now = tokio::time::Instant::now();
             while idle.front_mut().is_some_and(|i| {
                 now.saturating_duration_since(i.since) > self.idle_timeout || closed(&mut i.conn)
             }) {
@@ -413,7 +420,7 @@ mod tests {
         assert_eq!(pool.direct.lock().unwrap().len(), 3);
         // then steady traffic on one connection for longer than the idle timeout: the
         // two below it are closed, the one in use stays
-        let start = Instant::now();
+        let start = std::time::Instant::now();
         while start.elapsed() < timeout * 3 {
             get(&pool, addr).await;
             tokio::time::sleep(Duration::from_millis(10)).await;

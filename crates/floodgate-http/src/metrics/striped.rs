@@ -8,12 +8,17 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 
 /// Stripes per metric (threads beyond this share stripes, round robin).
 const STRIPES: usize = 8;
+/// Longest duration a [`StripedHistogram`] adds to its sum whole (2^44 ns, about 4.9
+/// hours; longer ones add this): a stripe's 64-bit sum of nanoseconds then wraps only
+/// after 2^20 of them, or 584 years of time observed in all.
+const MAX_SUMMED_NS: u64 = 1 << 44;
 /// Most bucket bounds a [`StripedHistogram`] takes.
 pub const MAX_BUCKETS: usize = 30;
 
@@ -71,15 +76,16 @@ impl EncodeMetric for StripedCounter {
 }
 
 /// One thread's share of a histogram: observations per bucket (not cumulative; the last
-/// is above every bound), their count and their sum (f64 bits).
+/// is above every bound) and their sum in nanoseconds.
 #[derive(Debug, Default)]
 struct HistStripe {
-    count: AtomicU64,
-    sum: AtomicU64,
+    sum_ns: AtomicU64,
     buckets: [AtomicU64; MAX_BUCKETS + 1],
 }
 
-/// A histogram with fixed bucket bounds (upper bounds, inclusive, as Prometheus's `le`).
+/// A histogram of durations, exposed in seconds, with fixed bucket bounds (upper bounds,
+/// inclusive, as Prometheus's `le`). Per observation: a bucket found by binary search,
+/// two atomic additions on this thread's stripe.
 #[derive(Debug, Clone)]
 pub struct StripedHistogram {
     inner: Arc<HistInner>,
@@ -87,62 +93,55 @@ pub struct StripedHistogram {
 
 #[derive(Debug)]
 struct HistInner {
+    /// Upper bounds, seconds (as given) and nanoseconds (as compared).
     bounds: Vec<f64>,
+    bounds_ns: Vec<u64>,
     stripes: [Padded<HistStripe>; STRIPES],
 }
 
 impl StripedHistogram {
-    /// A histogram with these upper bounds (sorted ascending; at most [`MAX_BUCKETS`],
-    /// the rest are dropped; NaN bounds are dropped).
+    /// A histogram with these upper bounds in seconds (sorted here; NaN and negative
+    /// bounds are dropped, and any beyond the first [`MAX_BUCKETS`]).
     pub fn new(bounds: impl IntoIterator<Item = f64>) -> Self {
-        let mut bounds: Vec<f64> = bounds.into_iter().filter(|b| !b.is_nan()).collect();
+        let mut bounds: Vec<f64> = bounds.into_iter().filter(|b| *b >= 0.0).collect();
         bounds.sort_by(f64::total_cmp);
         bounds.dedup();
         bounds.truncate(MAX_BUCKETS);
+        // `as` saturates: bounds past u64 nanoseconds (584 years) hold everything
+        let bounds_ns = bounds.iter().map(|b| (b * 1e9).round() as u64).collect();
         StripedHistogram {
             inner: Arc::new(HistInner {
                 bounds,
+                bounds_ns,
                 stripes: Default::default(),
             }),
         }
     }
 
-    /// Record `v` (NaN counts in the top bucket and adds nothing to the sum).
-    pub fn observe(&self, v: f64) {
+    /// Record one duration.
+    pub fn observe(&self, d: Duration) {
         let inner = &*self.inner;
-        let bucket = if v.is_nan() {
-            inner.bounds.len()
-        } else {
-            inner.bounds.partition_point(|b| *b < v)
-        };
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = inner.bounds_ns.partition_point(|b| *b < ns);
         let s = &inner.stripes[stripe()].0;
         s.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        s.count.fetch_add(1, Ordering::Relaxed);
-        if !v.is_nan() {
-            // this thread's stripe: the exchange practically never retries
-            let _ = s
-                .sum
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                    Some((f64::from_bits(bits) + v).to_bits())
-                });
-        }
+        s.sum_ns.fetch_add(ns.min(MAX_SUMMED_NS), Ordering::Relaxed);
     }
 
-    /// (sum, count, observations per bucket: up to each bound, then above all of them
-    /// as +Inf; not cumulative, as the encoder takes them).
+    /// (sum in seconds, count, observations per bucket: up to each bound, then above
+    /// all of them as +Inf; not cumulative, as the encoder takes them).
     fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
         let inner = &*self.inner;
-        let mut sum = 0.0;
-        let mut count = 0u64;
+        let mut sum_ns = 0u128;
         let mut per = vec![0u64; inner.bounds.len() + 1];
         for s in &inner.stripes {
             let s = &s.0;
-            sum += f64::from_bits(s.sum.load(Ordering::Relaxed));
-            count = count.wrapping_add(s.count.load(Ordering::Relaxed));
+            sum_ns += u128::from(s.sum_ns.load(Ordering::Relaxed));
             for (p, b) in per.iter_mut().zip(&s.buckets) {
                 *p = p.wrapping_add(b.load(Ordering::Relaxed));
             }
         }
+        let count = per.iter().fold(0u64, |t, n| t.wrapping_add(*n));
         let buckets = inner
             .bounds
             .iter()
@@ -150,7 +149,7 @@ impl StripedHistogram {
             .chain([f64::INFINITY])
             .zip(per)
             .collect();
-        (sum, count, buckets)
+        (sum_ns as f64 / 1e9, count, buckets)
     }
 
     /// Observations so far.
@@ -192,17 +191,8 @@ mod tests {
 
     #[test]
     fn encodes_as_prometheus_clients_own_metrics() {
-        // powers of two: their sums are exact in any order
-        let values = [
-            2f64.powi(-17),
-            2f64.powi(-10),
-            0.5,
-            0.5,
-            8.0,
-            2f64.powi(30),
-            0.0,
-            -1.0,
-        ];
+        // whole nanoseconds, and powers of two in seconds: sums exact in any order
+        let values = [0.0, 2f64.powi(-9), 0.125, 0.5, 0.5, 8.0, 1024.0, 4096.0];
         let ours = StripedHistogram::new(exponential_buckets(1e-5, 2.0, 24));
         let theirs = Histogram::new(exponential_buckets(1e-5, 2.0, 24));
         let threads: Vec<_> = (0..4)
@@ -210,7 +200,7 @@ mod tests {
                 let ours = ours.clone();
                 std::thread::spawn(move || {
                     for v in values {
-                        ours.observe(v);
+                        ours.observe(Duration::from_secs_f64(v));
                     }
                 })
             })
@@ -243,14 +233,14 @@ mod tests {
     }
 
     #[test]
-    fn nan_and_bad_bounds_do_not_panic() {
-        let h = StripedHistogram::new([f64::NAN, 2.0, 1.0, 1.0]);
-        h.observe(f64::NAN);
-        h.observe(1.0);
-        h.observe(f64::INFINITY);
+    fn bounds_are_inclusive_and_bad_bounds_are_dropped() {
+        let h = StripedHistogram::new([f64::NAN, 2.0, 1.0, 1.0, -3.0]);
+        h.observe(Duration::from_secs(1));
+        h.observe(Duration::from_nanos(1_000_000_001));
+        h.observe(Duration::MAX);
         let (sum, count, buckets) = h.snapshot();
         assert_eq!(count, 3);
-        assert_eq!(sum, f64::INFINITY);
-        assert_eq!(buckets, vec![(1.0, 1), (2.0, 0), (f64::INFINITY, 2)]);
+        assert_eq!(sum, 2.000000001 + MAX_SUMMED_NS as f64 / 1e9);
+        assert_eq!(buckets, vec![(1.0, 1), (2.0, 1), (f64::INFINITY, 1)]);
     }
 }

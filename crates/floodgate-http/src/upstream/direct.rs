@@ -383,17 +383,16 @@ pub(crate) fn idempotent(method: &Method) -> bool {
     )
 }
 
-/// Send the encoded request `head` on `conn` and read the response head, within
-/// `timeout`. The body is returned as a [`DirectBody`] that gives `conn` back to `pool`
-/// when complete.
+/// Send the encoded request `head` on `conn` and read the response head, by `deadline`.
+/// The body is returned as a [`DirectBody`] that gives `conn` back to `pool` when
+/// complete.
 pub(crate) async fn exchange(
     mut conn: Conn,
     head: &[u8],
     method: &Method,
-    timeout: Duration,
+    deadline: tokio::time::Instant,
     pool: &Arc<Http1Pool>,
 ) -> Result<Response<DirectBody>, ExchangeError> {
-    let deadline = tokio::time::Instant::now() + timeout;
     let mut timer = match conn.timer.take() {
         Some(mut t) => {
             t.as_mut().reset(deadline);
