@@ -9,6 +9,8 @@
 # Runs per target: throughput (wrk -t2 -cCONNECTIONS), unloaded latency (wrk -t1 -c1: one
 # request at a time, so the difference to "direct" is the latency the proxy adds), and a
 # "mostly denied" throughput run (limit 100/s: nearly every request is rejected).
+# "cpu us/req" (throughput runs): user + system CPU time the proxy spent per request, from
+# /proc/PID/stat over the run (floodgate's process, all threads; nginx's workers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${1:-10}
@@ -71,28 +73,41 @@ start_targets() { # $1 = rate/s, $2 = burst
 }
 stop_targets() { kill $FGPID $NGPID 2>/dev/null || true; wait $FGPID $NGPID 2>/dev/null || true; }
 
-run() { # label url threads conns -> "label rps p50 p99 non2xx"
-  local out
-  out=$(wrk -t"$3" -c"$4" -d"${DUR}s" --latency "$2")
-  local rps p50 p99 non
+# user and system CPU ticks of processes (all their threads), summed: "utime stime"
+ticks() { for p in "$@"; do awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null; done | awk '{u+=$1; s+=$2} END {print u+0, s+0}'; }
+
+run() { # label url threads conns [pids to charge CPU to] -> "label rps p50 p99 non2xx cpu"
+  local label=$1 url=$2 threads=$3 conns=$4
+  shift 4
+  local out u0 s0 u1 s1 cpu="-"
+  read -r u0 s0 < <(ticks "$@")
+  out=$(wrk -t"$threads" -c"$conns" -d"${DUR}s" --latency "$url")
+  read -r u1 s1 < <(ticks "$@")
+  local rps p50 p99 non n
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   non=$(awk '/Non-2xx/ {print $5}' <<<"$out"); non=${non:-0}
-  printf "%-30s %12s %10s %10s %10s\n" "$1" "$rps" "$p50" "$p99" "$non"
+  n=$(awk '/requests in/ {print $1}' <<<"$out")
+  if [ $# -gt 0 ] && [ "${n:-0}" -gt 0 ]; then
+    # CPU time the target spent per request, user + system, in microseconds
+    cpu=$(awk -v du=$((u1 - u0)) -v ds=$((s1 - s0)) -v n="$n" -v hz="$(getconf CLK_TCK)" \
+      'BEGIN {printf "%.2f+%.2f", du / hz / n * 1e6, ds / hz / n * 1e6}')
+  fi
+  printf "%-30s %12s %10s %10s %10s %12s\n" "$label" "$rps" "$p50" "$p99" "$non" "$cpu"
 }
 
 "$BIN/examples/bench_backend" $BACKEND 1 2>/dev/null & PIDS+=($!)
 wait_port $BACKEND
 echo "machine: $(nproc) cores, $(uname -r); nginx $(nginx -v 2>&1 | cut -d/ -f2); wrk $DUR s per run"
-printf "%-30s %12s %10s %10s %10s\n" "target" "requests/s" "p50" "p99" "non-2xx"
+printf "%-30s %12s %10s %10s %10s %12s\n" "target" "requests/s" "p50" "p99" "non-2xx" "cpu us/req"
 
 # 1) limit far above the load: measures throughput and added latency
 start_targets 100000000 100000000
 sleep 0.5
 run "direct (backend)   c=$CONN" "http://$BACKEND/" 2 "$CONN"
-run "floodgate proxy    c=$CONN" "http://$FG/" 2 "$CONN"
-run "nginx limit_req    c=$CONN" "http://$NGX/" 2 "$CONN"
+run "floodgate proxy    c=$CONN" "http://$FG/" 2 "$CONN" $FGPID
+run "nginx limit_req    c=$CONN" "http://$NGX/" 2 "$CONN" $(pgrep -P $NGPID)
 run "direct (backend)   c=1" "http://$BACKEND/" 1 1
 run "floodgate proxy    c=1" "http://$FG/" 1 1
 run "nginx limit_req    c=1" "http://$NGX/" 1 1
@@ -101,6 +116,6 @@ stop_targets
 # 2) limit 100/s: nearly every request is denied by the limiter
 start_targets 100 10
 sleep 0.5
-run "floodgate, mostly denied c=$CONN" "http://$FG/" 2 "$CONN"
-run "nginx, mostly denied c=$CONN" "http://$NGX/" 2 "$CONN"
+run "floodgate, mostly denied c=$CONN" "http://$FG/" 2 "$CONN" $FGPID
+run "nginx, mostly denied c=$CONN" "http://$NGX/" 2 "$CONN" $(pgrep -P $NGPID)
 stop_targets
