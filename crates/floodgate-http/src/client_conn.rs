@@ -129,7 +129,7 @@ pub(crate) async fn serve(
 }
 
 /// Resolves once shutdown has started, or the proxy's sender is gone.
-async fn stopped(mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn stopped(mut shutdown: watch::Receiver<bool>) {
     while !*shutdown.borrow_and_update() {
         if shutdown.changed().await.is_err() {
             return;

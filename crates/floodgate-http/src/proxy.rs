@@ -435,9 +435,9 @@ impl Service<Request<RequestBody>> for Forward {
 
     fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
         // the head is prepared here, so that the future holds only what it waits with
-        let (route, body_failed) = match self.route(req) {
-            Ok(r) => r,
-            Err(resp) => return Box::pin(std::future::ready(Ok(resp))),
+        let Some((route, body_failed)) = self.route(req) else {
+            let resp = self.error(StatusCode::BAD_REQUEST, "unusable request target");
+            return Box::pin(std::future::ready(Ok(resp)));
         };
         let this = self.clone();
         Box::pin(async move {
@@ -504,12 +504,9 @@ impl Service<Request<RequestBody>> for Forward {
 
 impl Forward {
     /// How `req` goes upstream, and the flag its body sets when it fails (hyper's way
-    /// only: the direct way has no body to fail); or the error response.
-    #[allow(clippy::result_large_err)]
-    fn route(
-        &self,
-        req: Request<RequestBody>,
-    ) -> Result<(Route, Option<Arc<AtomicBool>>), Response<ForwardBody>> {
+    /// only: the direct way has no body to fail); `None` when its target cannot be sent
+    /// to an HTTP/2 upstream.
+    fn route(&self, req: Request<RequestBody>) -> Option<(Route, Option<Arc<AtomicBool>>)> {
         let (parts, body) = req.into_parts();
         let peer = parts
             .extensions
@@ -567,11 +564,7 @@ impl Forward {
                     uri.path_and_query = Some(pq);
                     match Uri::from_parts(uri) {
                         Ok(u) => (u, Version::HTTP_2),
-                        Err(_) => {
-                            return Err(
-                                self.error(StatusCode::BAD_REQUEST, "unusable request target")
-                            );
-                        }
+                        Err(_) => return None,
                     }
                 } else {
                     (Uri::from(pq), Version::HTTP_11)
@@ -586,7 +579,7 @@ impl Forward {
                 Route::Hyper(Box::new(req))
             }
         };
-        Ok((route, body_failed))
+        Some((route, body_failed))
     }
 }
 
@@ -857,7 +850,7 @@ pub(crate) async fn serve_hyper<I>(
     served: &Served,
     io: I,
     peer: SocketAddr,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -883,13 +876,7 @@ pub(crate) async fn serve_hyper<I>(
         let mut conn = std::pin::pin!(conn);
         tokio::select! {
             r = conn.as_mut() => return r,
-            () = async {
-                while !*shutdown.borrow_and_update() {
-                    if shutdown.changed().await.is_err() {
-                        return;
-                    }
-                }
-            } => {}
+            () = client_conn::stopped(shutdown) => {}
         }
         conn.as_mut().graceful_shutdown();
         conn.await
