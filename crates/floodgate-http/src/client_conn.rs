@@ -40,9 +40,10 @@ use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 use tower_service::Service;
 
+use crate::head_timeout::LazyTimer;
 use crate::key::PeerAddr;
 use crate::proxy::{RequestBody, Served};
 use crate::upstream::direct::{encode_field, parsed_value};
@@ -75,9 +76,9 @@ pub(crate) async fn serve(
     let timeout = served.head_timeout;
     // resolves when shutdown starts (or the proxy is gone); polled only to register
     let stop = pin!(stopped(shutdown));
+    let sleep = pin!(tokio::time::sleep(timeout));
     let mut waiting = Waiting {
-        timer: pin!(tokio::time::sleep(timeout)),
-        timer_armed: false,
+        timer: LazyTimer::new(sleep),
         stop,
         stop_armed: false,
         idle_since: Instant::now(),
@@ -158,9 +159,7 @@ struct Conn {
 /// What the connection waits for between requests: more bytes, its head timeout, or
 /// shutdown.
 struct Waiting<'a, S> {
-    timer: Pin<&'a mut Sleep>,
-    /// The timer holds this task's waker: until it fires, it needs no polling.
-    timer_armed: bool,
+    timer: LazyTimer<'a>,
     stop: Pin<&'a mut S>,
     stop_armed: bool,
     /// When the last response was written (or the connection accepted).
@@ -196,25 +195,10 @@ impl<S: Future<Output = ()>> Waiting<'_, S> {
                 }
                 self.stop_armed = true;
             }
-            loop {
-                if self.timer_armed && !self.timer.is_elapsed() {
-                    return Poll::Pending;
-                }
-                match self.timer.as_mut().poll(cx) {
-                    Poll::Pending => {
-                        self.timer_armed = true;
-                        return Poll::Pending;
-                    }
-                    Poll::Ready(()) => {
-                        self.timer_armed = false;
-                        let deadline = self.idle_since + self.timeout;
-                        if deadline <= Instant::now() {
-                            return Poll::Ready(Wait::TimedOut);
-                        }
-                        self.timer.as_mut().reset(deadline);
-                    }
-                }
-            }
+            let deadline = self.idle_since + self.timeout;
+            self.timer
+                .poll_due(cx, || Some(deadline), self.timeout)
+                .map(|()| Wait::TimedOut)
         })
         .await
     }

@@ -72,6 +72,54 @@ impl Drop for InFlight {
     }
 }
 
+/// A timer that is polled only when it fires: then it asks for the deadline that holds
+/// now, and either reports it passed or moves itself to it. One timer per connection,
+/// never re-registered per request.
+pub(crate) struct LazyTimer<'a> {
+    sleep: Pin<&'a mut tokio::time::Sleep>,
+    /// The timer holds the task's waker: until it fires, polling it again is not needed.
+    armed: bool,
+}
+
+impl<'a> LazyTimer<'a> {
+    pub(crate) fn new(sleep: Pin<&'a mut tokio::time::Sleep>) -> Self {
+        LazyTimer {
+            sleep,
+            armed: false,
+        }
+    }
+
+    /// Ready once `deadline()` has passed. `deadline` is asked only when the timer fires;
+    /// `None` (nothing to time now) looks again after `recheck`.
+    pub(crate) fn poll_due(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut deadline: impl FnMut() -> Option<Instant>,
+        recheck: Duration,
+    ) -> Poll<()> {
+        loop {
+            if self.armed && !self.sleep.is_elapsed() {
+                return Poll::Pending;
+            }
+            match self.sleep.as_mut().poll(cx) {
+                Poll::Pending => {
+                    self.armed = true;
+                    return Poll::Pending;
+                }
+                Poll::Ready(()) => {
+                    self.armed = false;
+                    let now = Instant::now();
+                    match deadline() {
+                        Some(d) if d <= now => return Poll::Ready(()),
+                        Some(d) => self.sleep.as_mut().reset(d),
+                        None => self.sleep.as_mut().reset(now + recheck),
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Drive `conn` (a served connection) until it ends, or until it has waited `timeout`
 /// for a request head; then it is dropped, which closes it.
 pub(crate) async fn run<F: Future>(
@@ -80,33 +128,15 @@ pub(crate) async fn run<F: Future>(
     timeout: Duration,
 ) -> Option<F::Output> {
     let mut conn = std::pin::pin!(conn);
-    let mut timer = std::pin::pin!(tokio::time::sleep(timeout));
-    // the timer holds this task's waker: until it fires, polling it again is not needed
-    let mut armed = false;
+    let sleep = std::pin::pin!(tokio::time::sleep(timeout));
+    let mut timer = LazyTimer::new(sleep);
     std::future::poll_fn(|cx| {
         if let Poll::Ready(out) = conn.as_mut().poll(cx) {
             return Poll::Ready(Some(out));
         }
-        loop {
-            if armed && !timer.is_elapsed() {
-                return Poll::Pending;
-            }
-            match timer.as_mut().poll(cx) {
-                Poll::Pending => {
-                    armed = true;
-                    return Poll::Pending;
-                }
-                Poll::Ready(()) => {
-                    armed = false;
-                    let now = Instant::now();
-                    match wait.idle_deadline(timeout) {
-                        Some(deadline) if deadline <= now => return Poll::Ready(None),
-                        Some(deadline) => timer.as_mut().reset(deadline),
-                        None => timer.as_mut().reset(now + timeout),
-                    }
-                }
-            }
-        }
+        timer
+            .poll_due(cx, || wait.idle_deadline(timeout), timeout)
+            .map(|()| None)
     })
     .await
 }

@@ -88,3 +88,26 @@ async fn a_request_waiting_on_a_slow_upstream_is_not_cut() {
         String::from_utf8_lossy(&buf[..n])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_handed_to_hyper_is_closed_when_idle_too() {
+    let backend = Backend::start().await;
+    let p = RunningProxy::start(CFG, backend.addr).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    // a body: from here on the connection is hyper's
+    s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let (took, _) = until_closed(&mut s).await;
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(2000),
+        "{took:?}"
+    );
+}
