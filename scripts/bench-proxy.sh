@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
-# Benchmark: requests/s and latency through `floodgate proxy` (in-process store) vs the
-# same backend directly vs nginx limit_req, same load tool (wrk), same run, loopback only.
+# Benchmark: requests/s through `floodgate proxy` (in-process store) vs the same backend
+# directly vs nginx limit_req, same load tool (wrk), same run, loopback only.
 # Needs: nginx and wrk (apt-get install -y nginx wrk). nginx runs in the foreground with
 # its own prefix in a temp dir; the system service is never touched.
 #
-#   scripts/bench-proxy.sh [DURATION_S] [CONNECTIONS]      (defaults: 10 64)
+#   scripts/bench-proxy.sh [SECONDS] [CONNECTIONS] [SLICES]      (defaults: 10 64 5)
 #
-# Runs per target: throughput (wrk -t2 -cCONNECTIONS), unloaded latency (wrk -t1 -c1: one
-# request at a time, so the difference to "direct" is the latency the proxy adds), and a
-# "mostly denied" throughput run (limit 100/s: nearly every request is rejected).
-# "cpu us/req" (throughput runs): user + system CPU time the proxy spent per request, from
-# /proc/PID/stat over the run (floodgate's process, all threads; nginx's workers).
+# Each target gets SECONDS of load (wrk -t2 -cCONNECTIONS), cut into SLICES slices run IN
+# TURN with the other targets' slices (the order rotating per round), so a slow spell of
+# the machine falls on every target alike rather than on whichever ran at the time.
+#   requests/s   all the slices' requests over all their time
+#   p50, p99     the median over the slices of each slice's percentile (wrk's)
+#   cpu us/req   user + system CPU time the proxy spent per request, from /proc/PID/stat
+#                (floodgate's process, all threads; nginx's workers)
+# Two scenarios: a limit far above the load (every request proxied), and a limit of
+# 100/s (nearly every request denied). For the latency a proxy adds, one request at a
+# time, see scripts/bench-latency.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/nginx-limit-req.sh
 DUR=${1:-10}
 CONN=${2:-64}
+SLICES=${3:-5}
+SLICE=$((DUR / SLICES))
+[ "$SLICE" -ge 1 ] || { echo "SECONDS ($DUR) must be at least SLICES ($SLICES): slices are whole seconds" >&2; exit 1; }
 BACKEND=127.0.0.1:28000
 FG=127.0.0.1:28080
 NGX=127.0.0.1:28081
@@ -32,90 +41,96 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
 
-wait_port() { for _ in $(seq 200); do (echo >/dev/tcp/${1%:*}/${1#*:}) 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
-
-nginx_conf() { # $1 = rate (r/s), $2 = burst
-  mkdir -p "$TMP/nginx/logs"
-  cat > "$TMP/nginx/nginx.conf" <<NGX
-worker_processes 2;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/logs/error.log error;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $TMP/nginx/body; proxy_temp_path $TMP/nginx/proxy;
-  fastcgi_temp_path $TMP/nginx/fcgi; uwsgi_temp_path $TMP/nginx/uwsgi; scgi_temp_path $TMP/nginx/scgi;
-  limit_req_zone \$binary_remote_addr zone=perip:10m rate=${1}r/s;
-  limit_req_status 429;
-  upstream backend { server $BACKEND; keepalive 128; }
-  server {
-    listen $NGX;
-    location / {
-      limit_req zone=perip burst=$2 nodelay;
-      proxy_pass http://backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-    }
-  }
-}
-NGX
-}
-
 start_targets() { # $1 = rate/s, $2 = burst
   "$BIN/floodgate" proxy --listen $FG --upstream http://$BACKEND --rate "$1/s" --burst "$2" --nodelay --threads 2 2>"$TMP/fg.log" &
   PIDS+=($!); FGPID=$!
-  nginx_conf "$1" "$2"
+  nginx_limit_req_conf "$TMP/nginx" $NGX $BACKEND "$1" "$2" 2
   nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
   PIDS+=($!); NGPID=$!
   wait_port $FG; wait_port $NGX
+  sleep 0.5
 }
 stop_targets() { kill $FGPID $NGPID 2>/dev/null || true; wait $FGPID $NGPID 2>/dev/null || true; }
 
 # user and system CPU ticks of processes (all their threads), summed: "utime stime"
 ticks() { for p in "$@"; do awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null; done | awk '{u+=$1; s+=$2} END {print u+0, s+0}'; }
 
-run() { # label url threads conns [pids to charge CPU to] -> "label rps p50 p99 non2xx cpu"
-  local label=$1 url=$2 threads=$3 conns=$4
-  shift 4
-  local out u0 s0 u1 s1 cpu="-"
+# a wrk latency (e.g. 812.00us, 1.20ms, 2.00s) in microseconds
+to_us() { awk '{v=$1; if (v ~ /us$/) m=1; else if (v ~ /ms$/) m=1000; else if (v ~ /s$/) m=1000000; else m=1; sub(/[a-z]+$/, "", v); print v*m}'; }
+
+slice() { # key url [pids to charge CPU to]: one slice, appended to $TMP/key
+  local key=$1 url=$2
+  shift 2
+  local out u0 s0 u1 s1
   read -r u0 s0 < <(ticks "$@")
-  out=$(wrk -t"$threads" -c"$conns" -d"${DUR}s" --latency "$url")
+  out=$(wrk -t2 -c"$CONN" -d"${SLICE}s" --latency "$url")
   read -r u1 s1 < <(ticks "$@")
-  local rps p50 p99 non n
-  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
-  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  non=$(awk '/Non-2xx/ {print $5}' <<<"$out"); non=${non:-0}
+  local n secs p50 p99 non
   n=$(awk '/requests in/ {print $1}' <<<"$out")
-  if [ $# -gt 0 ] && [ "${n:-0}" -gt 0 ]; then
-    # CPU time the target spent per request, user + system, in microseconds
-    cpu=$(awk -v du=$((u1 - u0)) -v ds=$((s1 - s0)) -v n="$n" -v hz="$(getconf CLK_TCK)" \
-      'BEGIN {printf "%.2f+%.2f", du / hz / n * 1e6, ds / hz / n * 1e6}')
-  fi
-  printf "%-30s %12s %10s %10s %10s %12s\n" "$label" "$rps" "$p50" "$p99" "$non" "$cpu"
+  secs=$(awk '/requests in/ {sub(/s,$/, "", $4); print $4}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out" | to_us)
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out" | to_us)
+  non=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+  echo "$n $secs $p50 $p99 ${non:-0} $((u1 - u0)) $((s1 - s0)) $#" >>"$TMP/$key"
+}
+
+report() { # label key
+  python3 - "$1" "$TMP/$2" "$(getconf CLK_TCK)" <<'PY'
+import statistics, sys
+label, path, hz = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = [list(map(float, l.split())) for l in open(path)]
+n, secs = sum(r[0] for r in rows), sum(r[1] for r in rows)
+u, s = sum(r[5] for r in rows), sum(r[6] for r in rows)
+cpu = f"{u / hz / n * 1e6:.2f}+{s / hz / n * 1e6:.2f}" if rows[0][7] else "-"
+p50 = statistics.median(r[2] for r in rows)
+p99 = statistics.median(r[3] for r in rows)
+print(f"{label:<30} {n / secs:12.0f} {p50:10.0f} {p99:10.0f} {sum(r[4] for r in rows):10.0f} {cpu:>12}")
+PY
 }
 
 "$BIN/examples/bench_backend" $BACKEND 1 2>/dev/null & PIDS+=($!)
 wait_port $BACKEND
-echo "machine: $(nproc) cores, $(uname -r); nginx $(nginx -v 2>&1 | cut -d/ -f2); wrk $DUR s per run"
-printf "%-30s %12s %10s %10s %10s %12s\n" "target" "requests/s" "p50" "p99" "non-2xx" "cpu us/req"
+echo "machine: $(nproc) cores, $(uname -r); nginx $(nginx -v 2>&1 | cut -d/ -f2); wrk, $SLICES slices of $SLICE s per target, c=$CONN"
+printf "%-30s %12s %10s %10s %10s %12s\n" "target" "requests/s" "p50 us" "p99 us" "non-2xx" "cpu us/req"
 
-# 1) limit far above the load: measures throughput and added latency
+# 1) limit far above the load: every request proxied
 start_targets 100000000 100000000
-sleep 0.5
-run "direct (backend)   c=$CONN" "http://$BACKEND/" 2 "$CONN"
-run "floodgate proxy    c=$CONN" "http://$FG/" 2 "$CONN" $FGPID
-run "nginx limit_req    c=$CONN" "http://$NGX/" 2 "$CONN" $(pgrep -P $NGPID)
-run "direct (backend)   c=1" "http://$BACKEND/" 1 1
-run "floodgate proxy    c=1" "http://$FG/" 1 1
-run "nginx limit_req    c=1" "http://$NGX/" 1 1
+for r in $(seq 0 $((SLICES - 1))); do
+  case $((r % 3)) in
+    0) order="direct fg ngx" ;; 1) order="fg ngx direct" ;; *) order="ngx direct fg" ;;
+  esac
+  for t in $order; do
+    case $t in
+      direct) slice direct "http://$BACKEND/" ;;
+      fg) slice fg "http://$FG/" $FGPID ;;
+      ngx) slice ngx "http://$NGX/" $(pgrep -P $NGPID) ;;
+    esac
+  done
+done
 stop_targets
+report "direct (backend)" direct
+report "floodgate proxy" fg
+report "nginx limit_req" ngx
 
 # 2) limit 100/s: nearly every request is denied by the limiter
 start_targets 100 10
-sleep 0.5
-run "floodgate, mostly denied c=$CONN" "http://$FG/" 2 "$CONN" $FGPID
-run "nginx, mostly denied c=$CONN" "http://$NGX/" 2 "$CONN" $(pgrep -P $NGPID)
+for r in $(seq 0 $((SLICES - 1))); do
+  if [ $((r % 2)) = 0 ]; then order="fg ngx"; else order="ngx fg"; fi
+  for t in $order; do
+    case $t in
+      fg) slice fg-denied "http://$FG/" $FGPID ;;
+      ngx) slice ngx-denied "http://$NGX/" $(pgrep -P $NGPID) ;;
+    esac
+  done
+done
 stop_targets
+report "floodgate, mostly denied" fg-denied
+report "nginx, mostly denied" ngx-denied
+python3 - "$TMP" <<'PY'
+import sys
+d = sys.argv[1]
+rps = lambda k: (lambda rows: sum(r[0] for r in rows) / sum(r[1] for r in rows))(
+    [tuple(map(float, l.split()[:2])) for l in open(f"{d}/{k}")])
+print("floodgate / nginx: %.0f%% of the requests/s proxying, %.0f%% denying"
+      % (100 * rps("fg") / rps("ngx"), 100 * rps("fg-denied") / rps("ngx-denied")))
+PY

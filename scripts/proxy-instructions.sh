@@ -13,6 +13,7 @@
 # `floodgate load --closed-loop -c 4`, dump, print instructions per request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/nginx-limit-req.sh
 N=${1:-3000}
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install -y valgrind)" >&2; exit 1; }
 for p in 28100 28180 28181; do
@@ -50,42 +51,13 @@ measure() { # label port command...
   echo $((ir / N)) >"$TMP/$label.per"
 }
 
-nginx_conf() { # $1 = rate (r/s), $2 = burst
-  mkdir -p "$TMP/nginx/logs"
-  cat >"$TMP/nginx/nginx.conf" <<NGX
-worker_processes 1;
-master_process off;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/logs/error.log error;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $TMP/nginx/body; proxy_temp_path $TMP/nginx/proxy;
-  fastcgi_temp_path $TMP/nginx/fcgi; uwsgi_temp_path $TMP/nginx/uwsgi; scgi_temp_path $TMP/nginx/scgi;
-  limit_req_zone \$binary_remote_addr zone=perip:10m rate=${1}r/s;
-  limit_req_status 429;
-  upstream backend { server 127.0.0.1:28100; keepalive 128; }
-  server {
-    listen 127.0.0.1:28181;
-    location / {
-      limit_req zone=perip burst=$2 nodelay;
-      proxy_pass http://backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-    }
-  }
-}
-NGX
-}
 
 # $1 = label suffix, $2 = rate (r/s), $3 = burst
 scenario() {
   measure "floodgate proxy$1" 28180 "$BIN/floodgate" proxy --listen 127.0.0.1:28180 \
     --upstream http://127.0.0.1:28100 --rate "$2/s" --burst "$3" --nodelay --threads 1
   if command -v nginx >/dev/null; then
-    nginx_conf "$2" "$3"
+    nginx_limit_req_conf "$TMP/nginx" 127.0.0.1:28181 127.0.0.1:28100 "$2" "$3" 1
     measure "nginx limit_req$1" 28181 nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf"
     python3 -c "print('floodgate / nginx$1: %.2fx the instructions' % ($(cat "$TMP/floodgate proxy$1.per") / $(cat "$TMP/nginx limit_req$1.per")))"
   else
