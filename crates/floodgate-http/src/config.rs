@@ -168,6 +168,28 @@ fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
     de_duration(d).map(Some)
 }
 
+/// `fn $name`: the timeout field `$field`, a duration above zero (a timeout of 0 would
+/// fail every request or connection).
+macro_rules! de_timeout {
+    ($name:ident, $field:literal) => {
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            let t = de_duration(d)?;
+            if t.is_zero() {
+                return Err(serde::de::Error::custom(concat!(
+                    $field,
+                    ": a timeout of 0 would fail every request; give a duration above zero, e.g. \"30s\""
+                )));
+            }
+            Ok(Some(t))
+        }
+    };
+}
+
+de_timeout!(de_upstream_timeout, "upstream_timeout");
+de_timeout!(de_connect_timeout, "connect_timeout");
+de_timeout!(de_head_timeout, "head_timeout");
+de_timeout!(de_redis_timeout, "redis.timeout");
+
 fn de_opt_upstream<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uri>, D::Error> {
     de_upstream(d).map(Some)
 }
@@ -318,14 +340,14 @@ pub struct Config {
     /// Keys per policy in the in-process store.
     pub max_keys: Option<usize>,
     /// Time allowed for the upstream's response head (default 30 s), else 504.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_upstream_timeout")]
     pub upstream_timeout: Option<Duration>,
     /// Time allowed to connect to the upstream (default 5 s), else 502.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_connect_timeout")]
     pub connect_timeout: Option<Duration>,
     /// How long a client connection may wait for a request head with no request in
     /// flight (default 30 s), else it is closed.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_head_timeout")]
     pub head_timeout: Option<Duration>,
     /// How long to drain in-flight requests at shutdown (default 30 s).
     #[serde(default, deserialize_with = "de_opt_duration")]
@@ -529,7 +551,7 @@ pub struct RedisSection {
     /// Key prefix (default `floodgate:`).
     pub prefix: Option<String>,
     /// Per-call timeout (default 50 ms); a slower answer is a store error.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "de_redis_timeout")]
     pub timeout: Option<Duration>,
     /// `redis` (Redis `TIME`, default: one clock for every process) or `caller`.
     #[serde(default)]
@@ -954,6 +976,36 @@ mod tests {
         assert_eq!(cfg.policies.len(), 2);
         let l = cfg.limiter_builder().build().unwrap();
         assert_eq!(l.policies()[0].spec.capacity, Some(21));
+    }
+
+    #[test]
+    fn zero_timeouts_are_refused_with_the_field_and_line() {
+        let policy = "[[policy]]\nname = \"a\"\nrate = \"1/s\"\n";
+        for (field, line) in [
+            ("upstream_timeout", 1),
+            ("connect_timeout", 1),
+            ("head_timeout", 1),
+        ] {
+            let e = err(&format!("{field} = \"0s\"\n{policy}"));
+            assert!(
+                e.starts_with(&format!("floodgate.toml:{line}:"))
+                    && e.contains(field)
+                    && e.contains("a timeout of 0 would fail every request"),
+                "{e}"
+            );
+        }
+        let e = err(&format!("{policy}[redis]\ntimeout = \"0ms\"\n"));
+        assert!(
+            e.starts_with("floodgate.toml:5:") && e.contains("redis.timeout: a timeout of 0"),
+            "{e}"
+        );
+        // above zero is fine, and a grace of 0 (do not wait) stays allowed
+        let cfg = Config::parse(
+            &format!("head_timeout = \"1ms\"\nshutdown_grace = \"0s\"\n{policy}"),
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(cfg.head_timeout, Some(Duration::from_millis(1)));
     }
 
     #[test]
