@@ -12,7 +12,7 @@
 //! | `floodgate_store_keys` | gauge | `policy`: keys held (in-process store) |
 //! | `floodgate_store_evicted_total` | counter | `policy`: live keys evicted to respect the key cap |
 //! | `floodgate_proxy_request_duration_seconds` | histogram | proxy: whole request, first byte in to response head out |
-//! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect (unreachable, failed or malformed response), timeout |
+//! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect (unreachable), response (closed, reset or malformed response), timeout (no response head in time) |
 //! | `floodgate_store_events_total` | counter | `event`: the store's own counters (hybrid: `lease_admit` = checks admitted from a local lease, `round_trip` = calls to the shared counter) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 
@@ -207,7 +207,7 @@ impl Metrics {
             proxy_seconds.clone(),
         );
         let upstream_errors = Family::<KindLabels, Counter>::default();
-        for kind in ["connect", "timeout"] {
+        for kind in ["connect", "response", "timeout"] {
             let _ = upstream_errors.get_or_create(&KindLabels { kind });
         }
         registry.register(
@@ -262,7 +262,7 @@ impl Metrics {
         self.requests[outcome as usize].get()
     }
 
-    /// Count an upstream failure: `"connect"` or `"timeout"`.
+    /// Count an upstream failure: `"connect"`, `"response"` or `"timeout"`.
     pub fn upstream_error(&self, kind: &'static str) {
         self.upstream_errors
             .get_or_create(&KindLabels { kind })

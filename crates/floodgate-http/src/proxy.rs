@@ -9,8 +9,9 @@
 //! * `X-Forwarded-For`: the peer address is appended to any received value.
 //! * Hop-by-hop headers (`Connection`, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`,
 //!   `Transfer-Encoding`, `Upgrade`) are not forwarded either way.
-//! * Upstream unreachable or failing: 502. No response head within the upstream
-//!   timeout: 504. Both counted in `floodgate_upstream_errors_total`.
+//! * Upstream unreachable (`kind="connect"`) or its response failing: closed, reset or
+//!   malformed (`kind="response"`): 502. No response head within the upstream timeout
+//!   (`kind="timeout"`): 504. All counted in `floodgate_upstream_errors_total`.
 //! * A request body that fails on the client's side (malformed chunked framing, the
 //!   client hanging up mid-body) is the client's fault: 400 (if the client still
 //!   listens), logged at debug, not counted as an upstream error.
@@ -51,7 +52,7 @@ use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
 use crate::metrics::Metrics;
 use crate::sticky::{FleetService, Sticky};
-use crate::upstream::{Http1Pool, UpstreamBody, direct};
+use crate::upstream::{Http1Pool, UpstreamBody, UpstreamError, direct};
 
 /// Proxy settings (the non-limiter part of the config).
 #[derive(Debug, Clone)]
@@ -444,24 +445,35 @@ impl Service<Request<RequestBody>> for Forward {
             // Ok(response), Ok(error), or Err(()) when no response head came within the
             // upstream timeout (the direct way times itself, on its connection's timer)
             let timeout = this.inner.timeout;
-            let sent: Result<Result<Response<UpstreamBody>, BoxError>, ()> = match route {
+            // an error comes with its kind for the metric: "connect" or "response"
+            type Sent = Result<Response<UpstreamBody>, (BoxError, &'static str)>;
+            let failed = |e: UpstreamError| {
+                let kind = e.kind();
+                (BoxError::from(e), kind)
+            };
+            let sent: Result<Sent, ()> = match route {
                 Route::Direct(pool, head, method) => {
                     match pool.send_head(&head, &method, timeout).await {
-                        Err(crate::upstream::UpstreamError::Direct(
-                            direct::ExchangeError::TimedOut,
-                        )) => Err(()),
-                        r => Ok(r.map_err(BoxError::from)),
+                        Err(UpstreamError::Direct(direct::ExchangeError::TimedOut)) => Err(()),
+                        r => Ok(r.map_err(failed)),
                     }
                 }
                 Route::Hyper(req) => {
                     let send = async {
                         match &this.inner.upstream {
-                            Upstream::Http1(pool) => pool.send(*req).await.map_err(BoxError::from),
+                            Upstream::Http1(pool) => pool.send(*req).await.map_err(failed),
                             Upstream::Http2(client) => client
                                 .request(*req)
                                 .await
                                 .map(|r| r.map(UpstreamBody::unpooled))
-                                .map_err(BoxError::from),
+                                .map_err(|e| {
+                                    let kind = if e.is_connect() {
+                                        "connect"
+                                    } else {
+                                        "response"
+                                    };
+                                    (BoxError::from(e), kind)
+                                }),
                         }
                     };
                     // boxed: the direct way's state, not this one's, sizes this future
@@ -476,7 +488,7 @@ impl Service<Request<RequestBody>> for Forward {
                     strip_hop_by_hop(&mut parts.headers);
                     Ok(Response::from_parts(parts, Either::Left(body)))
                 }
-                Ok(Err(e))
+                Ok(Err((e, _)))
                     if body_failed
                         .as_ref()
                         .is_some_and(|f| f.load(Ordering::Relaxed)) =>
@@ -487,8 +499,8 @@ impl Service<Request<RequestBody>> for Forward {
                         "the request body is malformed or ended early",
                     ))
                 }
-                Ok(Err(e)) => {
-                    this.inner.metrics.upstream_error("connect");
+                Ok(Err((e, kind))) => {
+                    this.inner.metrics.upstream_error(kind);
                     tracing::warn!(error = %e, upstream = %this.inner.authority, "upstream failed");
                     Ok(this.error(StatusCode::BAD_GATEWAY, "upstream unavailable"))
                 }

@@ -67,6 +67,18 @@ pub(crate) enum UpstreamError {
     Direct(#[from] direct::ExchangeError),
 }
 
+impl UpstreamError {
+    /// The `kind` label of `floodgate_upstream_errors_total`: `"connect"` when no
+    /// connection was made, `"response"` when the upstream took the connection but its
+    /// response failed (closed, reset or malformed).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::ConnectTimeout { .. } | UpstreamError::Connect { .. } => "connect",
+            UpstreamError::Http(_) | UpstreamError::Direct(_) => "response",
+        }
+    }
+}
+
 /// An idle connection and when it became idle.
 struct Idle<C> {
     conn: C,

@@ -142,8 +142,10 @@ async fn malformed_responses_are_502_and_counted() {
     // client's connection is cut instead of being handed a wrong body
     assert_cut(p.addr, "/chunk").await;
     let metrics = p.limiter.render_metrics();
+    // the upstream was reached: its responses failed, the connection did not
     assert!(
-        metrics.contains("floodgate_upstream_errors_total{kind=\"connect\"} 2"),
+        metrics.contains("floodgate_upstream_errors_total{kind=\"response\"} 2")
+            && metrics.contains("floodgate_upstream_errors_total{kind=\"connect\"} 0"),
         "{metrics}"
     );
 }

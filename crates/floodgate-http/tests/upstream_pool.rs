@@ -91,7 +91,7 @@ async fn an_upstream_closing_its_connection_is_replaced_without_an_error() {
     assert_eq!(backend.connections.load(Ordering::SeqCst), 11);
     let m = get(&c, p.admin, "/metrics", &[]).await;
     let text = String::from_utf8_lossy(&m.body);
-    for kind in ["connect", "timeout"] {
+    for kind in ["connect", "response", "timeout"] {
         let zero = format!("floodgate_upstream_errors_total{{kind=\"{kind}\"}} 0");
         assert!(text.contains(&zero), "{text}");
     }
