@@ -856,8 +856,8 @@ impl Draining {
 }
 
 /// Serve a client connection with hyper (HTTP/1.1 and h2c), until it ends, it has
-/// waited `head_timeout` for a request head ([`head_timeout`]), or shutdown has let its
-/// in-flight requests finish.
+/// waited `head_timeout` for a request head ([`head_timeout`]; an HTTP/2 client then
+/// gets a GOAWAY), or shutdown has let its in-flight requests finish.
 pub(crate) async fn serve_hyper<I>(
     served: &Served,
     io: I,
@@ -884,21 +884,40 @@ pub(crate) async fn serve_hyper<I>(
         }
     });
     let conn = served.builder.serve_connection(TokioIo::new(io), hsvc);
-    let graceful = async move {
-        let mut conn = std::pin::pin!(conn);
-        tokio::select! {
-            r = conn.as_mut() => return r,
-            () = client_conn::stopped(shutdown) => {}
+    let mut conn = std::pin::pin!(conn);
+    // Some(Some(end)): the connection ended; Some(None): shutdown; None: head timeout
+    let first = head_timeout::run(
+        async {
+            tokio::select! {
+                r = conn.as_mut() => Some(r),
+                () = client_conn::stopped(shutdown) => None,
+            }
+        },
+        wait,
+        served.head_timeout,
+    )
+    .await;
+    let ended = match first {
+        Some(Some(r)) => r,
+        // in-flight requests finish (the drain's grace bounds them); HTTP/2 gets a GOAWAY
+        Some(None) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
         }
-        conn.as_mut().graceful_shutdown();
-        conn.await
-    };
-    match head_timeout::run(graceful, wait, served.head_timeout).await {
-        Some(Err(e)) => tracing::debug!(error = %e, %peer, "connection ended with an error"),
-        Some(Ok(())) => {}
         None => {
-            tracing::debug!(%peer, timeout = ?served.head_timeout, "no request head within the head timeout: connection closed")
+            tracing::debug!(%peer, timeout = ?served.head_timeout, "no request head within the head timeout: connection closed");
+            // idle: an HTTP/2 client is told with a GOAWAY, an HTTP/1 connection closes;
+            // a head still trickling in (slowloris) is cut after a short grace
+            conn.as_mut().graceful_shutdown();
+            let grace = served.head_timeout.min(Duration::from_secs(1));
+            match tokio::time::timeout(grace, conn).await {
+                Ok(r) => r,
+                Err(_) => return,
+            }
         }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, %peer, "connection ended with an error");
     }
 }
 

@@ -111,3 +111,38 @@ async fn a_connection_handed_to_hyper_is_closed_when_idle_too() {
         "{took:?}"
     );
 }
+
+/// HTTP/2 frame types in `bytes` (a server's side of a connection), in order.
+fn h2_frame_types(mut bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while bytes.len() >= 9 {
+        let len = usize::from(bytes[0]) << 16 | usize::from(bytes[1]) << 8 | usize::from(bytes[2]);
+        types.push(bytes[3]);
+        bytes = &bytes[(9 + len).min(bytes.len())..];
+    }
+    types
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_connection_gets_a_goaway_before_it_is_closed() {
+    const SETTINGS: u8 = 0x4;
+    const GOAWAY: u8 = 0x7;
+    let backend = Backend::start().await;
+    let p = RunningProxy::start(CFG, backend.addr).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    // h2c with prior knowledge: the preface and an empty SETTINGS frame, then nothing
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let (took, got) = until_closed(&mut s).await;
+    let types = h2_frame_types(&got);
+    assert_eq!(types.first(), Some(&SETTINGS), "{types:?}");
+    assert!(
+        types.contains(&GOAWAY),
+        "closed without a GOAWAY: frames {types:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(2000),
+        "{took:?}"
+    );
+}
