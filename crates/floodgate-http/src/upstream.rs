@@ -26,6 +26,7 @@ use direct::DirectBody;
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -99,6 +100,9 @@ pub(crate) struct Http1Pool {
     idle: IdleList<SendRequest<ClientBody>>,
     /// Connections for the direct way.
     direct: IdleList<direct::Conn>,
+    /// Whether the reaper task (closing connections idle past the timeout when no
+    /// traffic passes) has been started.
+    reaping: AtomicBool,
 }
 
 impl std::fmt::Debug for Http1Pool {
@@ -127,6 +131,37 @@ impl Http1Pool {
             max_idle,
             idle: Mutex::new(VecDeque::new()),
             direct: Mutex::new(VecDeque::new()),
+            reaping: AtomicBool::new(false),
+        }
+    }
+
+    /// Start, once, on the current runtime, the task that closes connections idle past
+    /// the timeout (every half timeout) even when no traffic passes. It ends when the
+    /// pool is dropped.
+    fn start_reaper(self: &Arc<Self>) {
+        if self.reaping.load(Ordering::Relaxed) || self.reaping.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        let every = (self.idle_timeout / 2).max(Duration::from_millis(1));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(pool) = pool.upgrade() else { return };
+                pool.reap(tokio::time::Instant::now());
+            }
+        });
+    }
+
+    /// Close the idle connections unused for longer than the idle timeout.
+    fn reap(&self, now: tokio::time::Instant) {
+        let fresh =
+            |since: tokio::time::Instant| now.saturating_duration_since(since) <= self.idle_timeout;
+        if let Ok(mut l) = self.idle.lock() {
+            l.retain(|i| fresh(i.since));
+        }
+        if let Ok(mut l) = self.direct.lock() {
+            l.retain(|i| fresh(i.since));
         }
     }
 
@@ -136,6 +171,7 @@ impl Http1Pool {
         self: &Arc<Self>,
         mut req: Request<ClientBody>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        self.start_reaper();
         loop {
             let (mut sender, pooled) = match self.checkout().await {
                 Some(s) => (s, true),
@@ -176,6 +212,7 @@ impl Http1Pool {
         method: &Method,
         timeout: Duration,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        self.start_reaper();
         loop {
             // one clock reading for the pool's bookkeeping and the exchange's deadline
             let now = tokio::time::Instant::now();
@@ -438,5 +475,24 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(pool.direct.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_past_the_timeout_are_closed_without_traffic_too() {
+        let addr = backend().await;
+        let timeout = Duration::from_millis(100);
+        let pool = Arc::new(Http1Pool::new(addr.to_string(), timeout, timeout, 16));
+        tokio::join!(get(&pool, addr), get(&pool, addr), get(&pool, addr));
+        assert_eq!(pool.direct.lock().unwrap().len(), 3);
+        // no traffic: the reaper closes them within one and a half timeouts
+        tokio::time::sleep(timeout * 2).await;
+        assert_eq!(pool.direct.lock().unwrap().len(), 0);
+        // and the pool still serves, on a new connection
+        get(&pool, addr).await;
+        assert_eq!(pool.direct.lock().unwrap().len(), 1);
+        // the reaper holds no strong reference: dropping the pool ends it
+        let weak = Arc::downgrade(&pool);
+        drop(pool);
+        assert!(weak.upgrade().is_none());
     }
 }
