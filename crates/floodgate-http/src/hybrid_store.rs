@@ -133,10 +133,7 @@ impl HybridStore {
             .limiters
             .get(c.policy.index)
             .ok_or_else(|| err(format!("policy {:?} is not in this store", c.policy.name)))?;
-        let mut user = Vec::with_capacity(c.policy.name.len() + 1 + c.key.len());
-        user.extend_from_slice(c.policy.name.as_bytes());
-        user.push(0x1f);
-        user.extend_from_slice(c.key);
+        let user = crate::redis_store::redis_user(c);
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let Outcome { decision, source } = limiter.check(&user, units).await.map_err(err)?;
         match source {

@@ -6,19 +6,17 @@
 //! clock for every process).
 //!
 //! * One policy on a request: one round trip, exact.
-//! * Several: a look (cost 0) at every policy first, one round trip each; if one cannot
-//!   admit the request it is denied and nothing is charged (all-or-nothing, as in
-//!   process); otherwise every policy is charged. Between the look and the charge another
-//!   process may take the last units of a later policy: then the earlier policies were
-//!   charged for a request that is denied. That window is one round trip wide.
+//! * Several: all-or-nothing, as in process, through [`floodgate_redis::multi`]: on a
+//!   single Redis one atomic round trip for them all; on a Redis Cluster (whose slots
+//!   one script cannot span) a look at each, then the charges, with a window one round
+//!   trip wide in which the earlier policies can be charged for a denied request.
 //! * A Redis fault (timeout, error, open circuit) is a [`StoreError`]: the layer applies
 //!   its `store_error` outcome (fail open by default) and counts it.
 
 use std::sync::Arc;
 
-use floodgate_core::Decision;
 use floodgate_core::multi::MultiDecision;
-use floodgate_redis::{Outcome, RedisLimiter, RedisStore, Source};
+use floodgate_redis::{RedisLimiter, RedisStore, Source, multi};
 
 use crate::policy::PolicyInfo;
 use crate::store::{BoxFuture, DecisionStore, StoreCheck, StoreError};
@@ -28,6 +26,15 @@ use crate::store::{BoxFuture, DecisionStore, StoreCheck, StoreError};
 pub struct RedisDecisionStore {
     store: Arc<RedisStore>,
     limiters: Vec<RedisLimiter>,
+}
+
+/// The user key under which `c`'s state is kept: policy name, 0x1f, key.
+pub(crate) fn redis_user(c: &StoreCheck<'_>) -> Vec<u8> {
+    let mut user = Vec::with_capacity(c.policy.name.len() + 1 + c.key.len());
+    user.extend_from_slice(c.policy.name.as_bytes());
+    user.push(0x1f);
+    user.extend_from_slice(c.key);
+    user
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -55,66 +62,35 @@ impl RedisDecisionStore {
         &self.store
     }
 
-    async fn one(&self, c: &StoreCheck<'_>, cost: u64) -> Result<Decision, StoreError> {
-        let limiter = self
-            .limiters
-            .get(c.policy.index)
-            .ok_or_else(|| err(format!("policy {:?} is not in this store", c.policy.name)))?;
-        let mut user = Vec::with_capacity(c.policy.name.len() + 1 + c.key.len());
-        user.extend_from_slice(c.policy.name.as_bytes());
-        user.push(0x1f);
-        user.extend_from_slice(c.key);
-        let Outcome { decision, source } = limiter.check(&user, cost).await.map_err(err)?;
-        match source {
-            Source::Fault(f) => Err(err(format!("{f:?}"))),
-            Source::Redis | Source::DenyCache => Ok(decision),
-        }
-    }
-
     async fn check_all(&self, checks: &[StoreCheck<'_>]) -> Result<MultiDecision, StoreError> {
-        if let [c] = checks {
-            let d = self.one(c, c.cost).await?;
-            return Ok(MultiDecision {
-                allowed: d.allowed,
-                decisions: vec![d],
-            });
-        }
-        // look first: remaining is what each policy could admit right now
-        let mut looks = Vec::with_capacity(checks.len());
+        let mut users = Vec::with_capacity(checks.len());
+        let mut limiters = Vec::with_capacity(checks.len());
         for c in checks {
-            looks.push(self.one(c, 0).await?);
+            let limiter = self
+                .limiters
+                .get(c.policy.index)
+                .ok_or_else(|| err(format!("policy {:?} is not in this store", c.policy.name)))?;
+            users.push(redis_user(c));
+            limiters.push(limiter);
         }
-        if let Some(j) = checks
+        let multi: Vec<multi::Check<'_>> = checks
             .iter()
-            .zip(&looks)
-            .position(|(c, d)| d.remaining < c.cost)
-        {
-            // ask the denying policy with the real cost: it charges nothing when denied
-            // and says when to retry
-            let d = self.one(&checks[j], checks[j].cost).await?;
-            if !d.allowed {
-                looks[j] = d;
-                return Ok(MultiDecision {
-                    allowed: false,
-                    decisions: looks,
-                });
-            }
-            looks[j] = d; // it fitted after all (units freed meanwhile): charged
-            let mut decisions = looks;
-            for (i, c) in checks.iter().enumerate() {
-                if i != j {
-                    decisions[i] = self.one(c, c.cost).await?;
-                }
-            }
-            let allowed = decisions.iter().all(|d| d.allowed);
-            return Ok(MultiDecision { allowed, decisions });
+            .zip(&users)
+            .zip(&limiters)
+            .map(|((c, user), limiter)| multi::Check {
+                limiter,
+                user,
+                cost: c.cost,
+            })
+            .collect();
+        let out = multi::check_all(&multi).await.map_err(err)?;
+        match out.source {
+            Source::Fault(f) => Err(err(format!("{f:?}"))),
+            Source::Redis | Source::DenyCache => Ok(MultiDecision {
+                allowed: out.allowed,
+                decisions: out.decisions,
+            }),
         }
-        let mut decisions = Vec::with_capacity(checks.len());
-        for c in checks {
-            decisions.push(self.one(c, c.cost).await?);
-        }
-        let allowed = decisions.iter().all(|d| d.allowed);
-        Ok(MultiDecision { allowed, decisions })
     }
 }
 

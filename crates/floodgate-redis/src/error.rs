@@ -77,7 +77,15 @@ pub enum Error {
     /// Redis answered with an error, or the connection failed mid-call.
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
-    /// A script answered something other than the seven integers it returns.
+    /// An all-or-nothing check over limiters on different stores.
+    #[error(
+        "an all-or-nothing check needs every limiter on one store; check {index} is on another"
+    )]
+    MixedStores {
+        /// The first check on another store than check 0's.
+        index: usize,
+    },
+    /// A script answered something other than what it returns.
     #[error("unexpected reply from the {script} script: {detail}")]
     BadReply {
         /// The script.

@@ -13,6 +13,8 @@
 //! * [`RedisLimiter`]: one algorithm over any number of keys; [`RedisLimiter::check`]
 //!   applies the local cache of denials and the [`FaultPolicy`], and marks every decision
 //!   with its [`Source`].
+//! * [`multi::check_all`]: several policies on one request, all-or-nothing, in one
+//!   atomic round trip (single node).
 //! * [`RedisStore::throttle`]: redis-cell's `CL.THROTTLE` on any Redis, no module.
 //! * [`scripts`]: the Lua scripts and the exactness argument (why doubles are enough).
 //! * [`keys`]: key names, hash tags (cluster-safe), hostile user keys.
@@ -26,6 +28,7 @@ mod deny_cache;
 pub mod error;
 pub mod keys;
 mod limiter;
+pub mod multi;
 pub mod scripts;
 mod store;
 pub mod throttle;

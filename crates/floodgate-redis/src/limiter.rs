@@ -67,9 +67,9 @@ impl Outcome {
 pub struct RedisLimiter {
     store: Arc<RedisStore>,
     algorithm: AnyAlgorithm,
-    call: ScriptCall,
+    pub(crate) call: ScriptCall,
     cache: DenyCache,
-    pad_ms: u64,
+    pub(crate) pad_ms: u64,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -144,7 +144,7 @@ impl RedisLimiter {
         self.decide(user, Now::Caller(now), cost).await
     }
 
-    fn now(&self) -> Now {
+    pub(crate) fn now(&self) -> Now {
         match self.store.config.time {
             TimeSource::Redis => Now::Redis,
             TimeSource::Caller => Now::Caller(WallClock.now()),
@@ -206,7 +206,7 @@ impl RedisLimiter {
         }
     }
 
-    fn fault(&self, fault: Fault, wait: Duration) -> Outcome {
+    pub(crate) fn fault(&self, fault: Fault, wait: Duration) -> Outcome {
         bump(&self.store.counters.degraded);
         let limit = self.call.limit();
         let decision = match self.store.config.policy {

@@ -53,6 +53,29 @@ pub static SLIDING_COUNTER: LazyLock<Script> =
 pub static TOKEN_BUCKET: LazyLock<Script> = script!("time.lua", "muldiv.lua", "token_bucket.lua");
 /// Leaky bucket (meter and queue).
 pub static LEAKY_BUCKET: LazyLock<Script> = script!("time.lua", "muldiv.lua", "leaky_bucket.lua");
+/// All-or-nothing over several policies in one call: the prelude, the six algorithms'
+/// scripts each wrapped as `ALG[i] = function(KEYS, ARGV) ... end` (in the order of
+/// [`ScriptCall::multi_index`]), and the driver `multi.lua`.
+pub static MULTI: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/time.lua"),
+        include_str!("../lua/muldiv.lua"),
+        "local ALG = {}\nALG[1] = function(KEYS, ARGV)\n",
+        include_str!("../lua/gcra.lua"),
+        "\nend\nALG[2] = function(KEYS, ARGV)\n",
+        include_str!("../lua/fixed_window.lua"),
+        "\nend\nALG[3] = function(KEYS, ARGV)\n",
+        include_str!("../lua/sliding_log.lua"),
+        "\nend\nALG[4] = function(KEYS, ARGV)\n",
+        include_str!("../lua/sliding_counter.lua"),
+        "\nend\nALG[5] = function(KEYS, ARGV)\n",
+        include_str!("../lua/token_bucket.lua"),
+        "\nend\nALG[6] = function(KEYS, ARGV)\n",
+        include_str!("../lua/leaky_bucket.lua"),
+        "\nend\n",
+        include_str!("../lua/multi.lua"),
+    ))
+});
 /// The seed's fixed-window baseline: `INCR` + `EXPIRE` (used by the benchmark).
 pub static SEED_INCR_EXPIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -206,17 +229,52 @@ impl ScriptCall {
         self.script
     }
 
-    /// Prepare the invocation for `key` at `now` with `cost`; `pad_ms` is added to every
-    /// expiry. A cost above the limit is sent as `limit + 1` (the answer is the same: never).
-    pub fn invocation(
+    /// This algorithm's function in [`MULTI`]: `ALG[index]`.
+    pub fn multi_index(&self) -> u8 {
+        let scripts: [&'static Script; 6] = [
+            &GCRA,
+            &FIXED_WINDOW,
+            &SLIDING_LOG,
+            &SLIDING_COUNTER,
+            &TOKEN_BUCKET,
+            &LEAKY_BUCKET,
+        ];
+        scripts
+            .iter()
+            .position(|s| std::ptr::eq(*s, self.script))
+            .map_or(0, |i| i as u8 + 1)
+    }
+
+    /// The arguments after `now`: cost (above the limit sent as `limit + 1`: the answer
+    /// is the same, never), the expiry padding, the algorithm's parameters.
+    fn args(&self, cost: u64, pad_ms: u64) -> impl Iterator<Item = i64> + '_ {
+        let cost = cost.min(self.limit.saturating_add(1));
+        [
+            i64::try_from(cost).unwrap_or(i64::MAX),
+            i64::try_from(pad_ms).unwrap_or(i64::MAX),
+        ]
+        .into_iter()
+        .chain(self.params.iter().copied())
+    }
+
+    /// Append this call's part of a [`MULTI`] invocation: `key` to KEYS, and to ARGV
+    /// the algorithm's index, the count of its arguments, and those arguments.
+    pub fn push_multi(
         &self,
+        inv: &mut redis::ScriptInvocation<'static>,
         key: &[u8],
-        now: Now,
         cost: u64,
         pad_ms: u64,
-    ) -> Result<redis::ScriptInvocation<'static>, Error> {
-        let mut inv = self.script.prepare_invoke();
+    ) {
         inv.key(key);
+        inv.arg(self.multi_index()).arg(2 + self.params.len());
+        for a in self.args(cost, pad_ms) {
+            inv.arg(a);
+        }
+    }
+
+    /// The `now` arguments of an invocation (Redis `TIME`, or seconds and nanoseconds).
+    pub fn push_now(inv: &mut redis::ScriptInvocation<'static>, now: Now) -> Result<(), Error> {
         match now {
             Now::Redis => {
                 inv.arg("redis").arg("");
@@ -228,9 +286,23 @@ impl ScriptCall {
                 inv.arg(t.0 / NANO).arg(t.0 % NANO);
             }
         }
-        inv.arg(cost.min(self.limit.saturating_add(1))).arg(pad_ms);
-        for p in &self.params {
-            inv.arg(*p);
+        Ok(())
+    }
+
+    /// Prepare the invocation for `key` at `now` with `cost`; `pad_ms` is added to every
+    /// expiry. A cost above the limit is sent as `limit + 1` (the answer is the same: never).
+    pub fn invocation(
+        &self,
+        key: &[u8],
+        now: Now,
+        cost: u64,
+        pad_ms: u64,
+    ) -> Result<redis::ScriptInvocation<'static>, Error> {
+        let mut inv = self.script.prepare_invoke();
+        inv.key(key);
+        Self::push_now(&mut inv, now)?;
+        for a in self.args(cost, pad_ms) {
+            inv.arg(a);
         }
         Ok(inv)
     }

@@ -341,6 +341,11 @@ impl RedisStore {
         }
     }
 
+    /// Whether this is a connection to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
     /// Run an arbitrary command (for tests and tools), with the per-call timeout.
     pub async fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
         let mut conn = self.conn.clone();

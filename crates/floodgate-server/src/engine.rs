@@ -12,11 +12,12 @@
 //! wildcard) limits each value on its own.
 //!
 //! # All-or-nothing
-//! With the in-process store, every enforced limit of every descriptor of one request is
-//! decided in one [`check_all`]: a request denied by one limit consumes from none (Envoy's
-//! own service charges all of them). Shadow-mode limits are charged on their own and never
-//! deny. With Redis, each limit is one script call (charged independently, as Envoy's);
-//! with the fleet `hybrid` strategy, units admitted before a denial in the same request
+//! Every enforced limit of every descriptor of one request is decided in one all-or-nothing
+//! step: a request denied by one limit consumes from none (Envoy's own service charges all
+//! of them). In process that is one [`check_all`]; with Redis one atomic round trip for
+//! them all ([`floodgate_redis::multi::check_all`]; on a Redis Cluster a look and a
+//! charge per limit). Shadow-mode limits are charged on their own and never deny. With
+//! the fleet `hybrid` strategy, units admitted before a denial in the same request
 //! go back to this server's lease, so the request consumes nothing locally usable either.
 //!
 //! # Reload
@@ -35,7 +36,7 @@ use floodgate_core::multi::{Check, check_all};
 use floodgate_core::{Algorithm, AnyAlgorithm, Clock, Decision, KeyedLimiter, Nanos, WallClock};
 use floodgate_dist::HybridNode;
 use floodgate_dist::hybrid::{Finish, Step};
-use floodgate_redis::{Fault, RedisLimiter, RedisStore, Source};
+use floodgate_redis::{Fault, RedisLimiter, RedisStore, Source, multi};
 use prometheus_client::metrics::counter::Counter;
 use thiserror::Error;
 
@@ -779,7 +780,7 @@ impl Engine {
         })
     }
 
-    /// Decide every item: in-process all-or-nothing, or one Redis call each.
+    /// Decide every item, all-or-nothing: in process, or on Redis (one call for all).
     async fn decide(&self, items: &mut [Item]) -> Result<(), CheckError> {
         if items.is_empty() {
             return Ok(());
@@ -940,9 +941,10 @@ impl Engine {
         if let Some(h) = &self.hybrid {
             return self.decide_hybrid(h, items).await;
         }
+        // shadow limits are charged on their own and never deny
         let calls = items.iter().map(|it| async move {
             match &it.limit.backend {
-                Backend::Redis(l) => Some(l.check(it.key.as_bytes(), it.cost).await),
+                Backend::Redis(l) if it.shadow => Some(l.check(it.key.as_bytes(), it.cost).await),
                 _ => None,
             }
         });
@@ -952,6 +954,34 @@ impl Engine {
             let out = r?;
             self.count_fault(&out.source);
             it.decision = out.decision;
+        }
+        // the enforced ones all-or-nothing, in one atomic round trip (single node); a
+        // blocking limit denies the request, and the others are only looked at
+        let blocked = items
+            .iter()
+            .any(|it| !it.shadow && it.cost > 0 && matches!(it.limit.backend, Backend::Block));
+        let enforced: Vec<usize> = (0..items.len())
+            .filter(|&i| !items[i].shadow && matches!(items[i].limit.backend, Backend::Redis(_)))
+            .collect();
+        if enforced.is_empty() {
+            return Ok(());
+        }
+        let checks: Vec<multi::Check<'_>> = enforced
+            .iter()
+            .filter_map(|&i| match &items[i].limit.backend {
+                Backend::Redis(l) => Some(multi::Check {
+                    limiter: l,
+                    user: items[i].key.as_bytes(),
+                    cost: if blocked { 0 } else { items[i].cost },
+                }),
+                _ => None,
+            })
+            .collect();
+        let out = multi::check_all(&checks).await?;
+        drop(checks);
+        self.count_fault(&out.source);
+        for (&i, d) in enforced.iter().zip(out.decisions) {
+            items[i].decision = d;
         }
         Ok(())
     }

@@ -219,3 +219,57 @@ async fn redis_down_fails_closed_when_configured() {
     );
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn several_limits_on_redis_are_all_or_nothing() {
+    let prefix = unique_prefix("multi");
+    let cfg = format!(
+        r#"
+store:
+  type: redis
+  redis: {{url: "redis://127.0.0.1:6379", prefix: "{prefix}"}}
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {{unit: minute, requests_per_unit: 3}}
+  - key: path
+    rate_limit: {{unit: minute, requests_per_unit: 100}}
+"#
+    );
+    let srv = start(&cfg).await;
+    let mut c = srv.client().await;
+    let both = || {
+        req(
+            "edge",
+            vec![desc(&[("path", "/q")]), desc(&[("user", "alice")])],
+            0,
+        )
+    };
+    for left in [99, 98, 97] {
+        let r = call(&mut c, both()).await.unwrap();
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].limit_remaining, left);
+    }
+    // alice is over her limit: the path limit is not charged for the denied request
+    let r = call(&mut c, both()).await.unwrap();
+    assert_eq!(
+        (
+            r.overall_code,
+            r.statuses[0].code,
+            r.statuses[1].code,
+            r.statuses[0].limit_remaining
+        ),
+        (
+            Code::OverLimit as i32,
+            Code::Ok as i32,
+            Code::OverLimit as i32,
+            97
+        )
+    );
+    let r = call(&mut c, req("edge", vec![desc(&[("path", "/q")])], 0))
+        .await
+        .unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 96);
+    srv.stop().await;
+    assert!(delete_prefix(&prefix).await > 0);
+}

@@ -8,6 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use floodgate_core::algorithms::*;
+use floodgate_core::{AnyAlgorithm, Rate};
 use floodgate_redis::{RedisStore, StoreConfig};
 
 pub const SHARED: &str = "redis://127.0.0.1:6379";
@@ -235,4 +237,77 @@ pub fn commandstats(server: &Server) -> std::collections::HashMap<String, u64> {
             Some((name.to_string(), rest.split(',').next()?.parse().ok()?))
         })
         .collect()
+}
+
+pub fn rate(count: u64, period_ns: u64) -> Rate {
+    Rate::from_nanos(count, period_ns).unwrap()
+}
+
+/// Configurations per algorithm: small and simple, odd rates whose products overflow
+/// 2^53 (exercising the exact limb arithmetic), and near the 2^50 bounds.
+pub fn configs() -> Vec<(AnyAlgorithm, u64)> {
+    let s = 1_000_000_000u64;
+    let mut v: Vec<(AnyAlgorithm, u64)> = Vec::new();
+    for (limit, w) in [
+        (5, s),
+        (100, 60 * s),
+        (7, 13 * s + 1),
+        (1000, 3_700_000_001),
+        (3, 10_000),
+        (1 << 40, 86_400 * 12 * s),
+    ] {
+        v.push((
+            AnyAlgorithm::FixedWindow(FixedWindow::new(limit, Duration::from_nanos(w)).unwrap()),
+            w,
+        ));
+        v.push((
+            AnyAlgorithm::SlidingCounter(
+                SlidingCounter::new(limit, Duration::from_nanos(w)).unwrap(),
+            ),
+            w,
+        ));
+        if limit < 5000 {
+            v.push((
+                AnyAlgorithm::SlidingLog(SlidingLog::new(limit, Duration::from_nanos(w)).unwrap()),
+                w,
+            ));
+        }
+    }
+    for (cap, r) in [
+        (10, rate(2, s)),
+        (100, rate(100, 60 * s)),
+        (1000, rate(7, 13 * s + 1)),
+        (3, rate(999_983, 1_000_003 * 1000)),
+        (1_000_000, rate(1_000_000, 1_000 * s)),
+        (5, Rate::per_second_f64(2.5).unwrap()),
+    ] {
+        let horizon = r.period_nanos().saturating_mul(cap) / r.count();
+        v.push((
+            AnyAlgorithm::TokenBucket(TokenBucket::new(cap, r).unwrap()),
+            horizon.max(1000),
+        ));
+        v.push((
+            AnyAlgorithm::Leaky(LeakyBucket::meter(cap, r).unwrap()),
+            horizon.max(1000),
+        ));
+        v.push((
+            AnyAlgorithm::Leaky(LeakyBucket::queue(r, cap - 1, DelayMode::After(0)).unwrap()),
+            horizon.max(1000),
+        ));
+        v.push((
+            AnyAlgorithm::Leaky(
+                LeakyBucket::queue(r, cap - 1, DelayMode::After((cap - 1) / 2)).unwrap(),
+            ),
+            horizon.max(1000),
+        ));
+        v.push((
+            AnyAlgorithm::Gcra(Gcra::new(r, cap).unwrap()),
+            horizon.max(1000),
+        ));
+    }
+    v.push((
+        AnyAlgorithm::Gcra(Gcra::from_cell(15, 30, 60).unwrap()),
+        32 * s,
+    ));
+    v
 }
