@@ -8,8 +8,8 @@
 //! * One policy on a request: one round trip, exact.
 //! * Several: all-or-nothing, as in process, through [`floodgate_redis::multi`]: on a
 //!   single Redis one atomic round trip for them all; on a Redis Cluster (whose slots
-//!   one script cannot span) a look at each, then the charges, with a window one round
-//!   trip wide in which the earlier policies can be charged for a denied request.
+//!   one script cannot span) a dry run of each, then the charges, with a window a few
+//!   round trips wide in which the earlier policies can be charged for a denied request.
 //! * A Redis fault (timeout, error, open circuit) is a [`StoreError`]: the layer applies
 //!   its `store_error` outcome (fail open by default) and counts it.
 

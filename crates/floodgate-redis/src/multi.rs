@@ -7,11 +7,14 @@
 //!   charges each that admits; if one denies, it puts every key back as it was (value and
 //!   expiry) and answers with cost-0 views of the others. No other client's call
 //!   interleaves, so the pair can never be charged for a denied request.
-//! * **Redis Cluster: look, then charge.** The keys of different user keys lie in
-//!   different slots, which one script may not touch together; each policy is one round
-//!   trip: a look (cost 0) at each, then the charges. Between the look and the charge
-//!   another client may take the last units of a later policy; then the earlier ones
-//!   were charged for a denied request. That window is one round trip wide.
+//! * **Redis Cluster: a dry run, then the charges.** The keys of different user keys lie
+//!   in different slots, which one script may not touch together. Each policy gets a
+//!   dry run of the same script (decided as a charge would be, every key put back), one
+//!   round trip each; if all would admit, each is charged, one round trip each; if one
+//!   would not, the others are answered with their cost-0 views. The decisions are the
+//!   in-process ones unless another client acts on these keys between the steps: then
+//!   a charge can deny after earlier ones were made, which are not taken back. That
+//!   window is a few round trips wide.
 //!
 //! The deny cache is not consulted here (a cached denial of one policy says nothing of
 //! the others' state); the circuit breaker, the per-call timeout and the fault policy
@@ -110,7 +113,17 @@ async fn run(checks: &[Check<'_>], at: Option<Nanos>) -> Result<MultiOutcome, Er
     if first.limiter.store().is_cluster() {
         return look_then_charge(checks, at).await;
     }
-    atomic(checks, at.map_or_else(|| first.limiter.now(), Now::Caller)).await
+    let now = at.map_or_else(|| first.limiter.now(), Now::Caller);
+    eval_multi(checks, now, Mode::All).await
+}
+
+/// How the MULTI script treats the keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Charge all or none.
+    All,
+    /// Decide as a charge would, charge nothing.
+    Dry,
 }
 
 /// Every check's fault-policy decision (each counted as degraded).
@@ -126,10 +139,11 @@ fn faulted(checks: &[Check<'_>], fault: Fault, wait: std::time::Duration) -> Mul
     }
 }
 
-/// Single node: one call of the MULTI script.
-async fn atomic(checks: &[Check<'_>], now: Now) -> Result<MultiOutcome, Error> {
+/// One call of the MULTI script (every key in one slot: any keys on a single node).
+async fn eval_multi(checks: &[Check<'_>], now: Now, mode: Mode) -> Result<MultiOutcome, Error> {
     let store = checks[0].limiter.store();
     let mut inv = MULTI.prepare_invoke();
+    inv.arg(if mode == Mode::Dry { "dry" } else { "all" });
     ScriptCall::push_now(&mut inv, now)?;
     for c in checks {
         let key = c.limiter.redis_key(c.user)?;
@@ -145,7 +159,7 @@ async fn atomic(checks: &[Check<'_>], now: Now) -> Result<MultiOutcome, Error> {
         Gate::Pass | Gate::Probe => {}
     }
     let parsed = match store.eval(&inv).await {
-        Ok(reply) => parse(checks, &reply),
+        Ok(reply) => parse(checks, &reply, mode),
         Err(e) => Err(e),
     };
     match parsed {
@@ -167,7 +181,7 @@ async fn atomic(checks: &[Check<'_>], now: Now) -> Result<MultiOutcome, Error> {
 
 /// The MULTI script's reply: the overall verdict, then per check its reply's length and
 /// the reply.
-fn parse(checks: &[Check<'_>], reply: &[i64]) -> Result<MultiOutcome, Error> {
+fn parse(checks: &[Check<'_>], reply: &[i64], mode: Mode) -> Result<MultiOutcome, Error> {
     let bad = |detail: String| Error::BadReply {
         script: "multi",
         detail,
@@ -200,10 +214,15 @@ fn parse(checks: &[Check<'_>], reply: &[i64]) -> Result<MultiOutcome, Error> {
             })?;
         let (one, after) = tail.split_at(len);
         // when the request is denied, a check that admitted was asked again at cost 0
+        // (not in a dry run)
         let admitted = one
             .first()
             .is_some_and(|&v| if len == 1 { v >= 0 } else { v == 1 });
-        let cost = if !allowed && admitted { 0 } else { c.cost };
+        let cost = if mode == Mode::All && !allowed && admitted {
+            0
+        } else {
+            c.cost
+        };
         decisions.push(c.limiter.call.decision(one, cost)?);
         rest = after;
     }
@@ -225,62 +244,50 @@ fn parse(checks: &[Check<'_>], reply: &[i64]) -> Result<MultiOutcome, Error> {
     })
 }
 
-/// Cluster: a look at every policy (cost 0), then the charges. A fault at any step
-/// answers every check by the fault policy (charges already made stay).
+/// Cluster: a dry run of each policy (one key per call), then, when all would admit, the
+/// charges; when one would not, the others' cost-0 views. Exact when no other client
+/// acts on these keys meanwhile. A fault at any step answers every check by the fault
+/// policy (charges already made stay).
 async fn look_then_charge(checks: &[Check<'_>], at: Option<Nanos>) -> Result<MultiOutcome, Error> {
+    let now = |c: &Check<'_>| at.map_or_else(|| c.limiter.now(), Now::Caller);
     let mut decisions = Vec::with_capacity(checks.len());
     for c in checks {
-        match ask(c, 0, at).await? {
-            Ok(d) => decisions.push(d),
-            Err(f) => {
-                return Ok(faulted(
-                    checks,
-                    f,
-                    c.limiter.store().config.breaker_open_for,
-                ));
-            }
+        let out = eval_multi(std::slice::from_ref(c), now(c), Mode::Dry).await?;
+        if let Source::Fault(f) = out.source {
+            return Ok(faulted(
+                checks,
+                f,
+                c.limiter.store().config.breaker_open_for,
+            ));
         }
+        decisions.extend(out.decisions);
     }
-    let short = checks
-        .iter()
-        .zip(&decisions)
-        .position(|(c, d)| d.remaining < c.cost);
-    if let Some(j) = short {
-        // ask the denying policy with the real cost: it charges nothing when denied and
-        // says when to retry
-        let c = &checks[j];
-        match ask(c, c.cost, at).await? {
-            Ok(d) if !d.allowed => {
-                decisions[j] = d;
-                return Ok(MultiOutcome {
-                    allowed: false,
-                    decisions,
-                    source: Source::Redis,
-                });
-            }
-            // it fitted after all (units freed meanwhile): charged
-            Ok(d) => decisions[j] = d,
-            Err(f) => {
-                return Ok(faulted(
-                    checks,
-                    f,
-                    c.limiter.store().config.breaker_open_for,
-                ));
+    if decisions.iter().all(|d| d.allowed) {
+        for (c, d) in checks.iter().zip(decisions.iter_mut()) {
+            match ask(c, c.cost, at).await? {
+                Ok(charged) => *d = charged,
+                Err(f) => {
+                    return Ok(faulted(
+                        checks,
+                        f,
+                        c.limiter.store().config.breaker_open_for,
+                    ));
+                }
             }
         }
-    }
-    for (i, c) in checks.iter().enumerate() {
-        if Some(i) == short {
-            continue;
-        }
-        match ask(c, c.cost, at).await? {
-            Ok(d) => decisions[i] = d,
-            Err(f) => {
-                return Ok(faulted(
-                    checks,
-                    f,
-                    c.limiter.store().config.breaker_open_for,
-                ));
+    } else {
+        for (c, d) in checks.iter().zip(decisions.iter_mut()) {
+            if d.allowed && c.cost > 0 {
+                let view = Check { cost: 0, ..*c };
+                let out = eval_multi(std::slice::from_ref(&view), now(c), Mode::Dry).await?;
+                if let Source::Fault(f) = out.source {
+                    return Ok(faulted(
+                        checks,
+                        f,
+                        c.limiter.store().config.breaker_open_for,
+                    ));
+                }
+                *d = out.decisions[0];
             }
         }
     }
@@ -291,7 +298,7 @@ async fn look_then_charge(checks: &[Check<'_>], at: Option<Nanos>) -> Result<Mul
     })
 }
 
-/// One policy's decision through [`RedisLimiter::check`], or the fault that stopped it.
+/// One policy charged through [`RedisLimiter::check`], or the fault that stopped it.
 async fn ask(
     c: &Check<'_>,
     cost: u64,

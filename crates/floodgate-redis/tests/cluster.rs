@@ -1,6 +1,7 @@
 //! A real 3-master Redis Cluster on free loopback ports, started and torn down here: every
 //! algorithm runs on it (each script touches one hash tag), hostile keys spread over the
-//! masters, and the answers match a single Redis.
+//! masters, and the answers match a single Redis; several policies on one request give
+//! the in-process all-or-nothing's decisions.
 
 mod common;
 
@@ -116,5 +117,58 @@ async fn three_master_cluster() {
         cluster.throttle(b"user123", &a).await.unwrap(),
         [0, 16, 15, -1, 2]
     );
+    // several policies on one request: the keys lie in different slots, so a dry run
+    // then the charges; uncontended, the decisions are the in-process all-or-nothing's
+    let per_user = RedisLimiter::new(cluster.clone(), algs[6].clone()).unwrap();
+    let global = RedisLimiter::new(cluster.clone(), algs[3].clone()).unwrap();
+    let core_user = floodgate_core::KeyedLimiter::new(algs[6].clone(), 64).unwrap();
+    let core_global = floodgate_core::KeyedLimiter::new(algs[3].clone(), 64).unwrap();
+    let (mut admitted, mut denied) = (0, 0);
+    for step in 0..120u64 {
+        let now = Nanos(t.0 + 10_000_000_000 + step * 30_000_000);
+        let user = [b'm', (step % 3) as u8];
+        let all = b"all".to_vec();
+        let user_key = user.to_vec();
+        let expect = floodgate_core::multi::check_all(
+            &[
+                floodgate_core::multi::Check {
+                    limiter: &core_user,
+                    key: &user_key,
+                    cost: 1,
+                },
+                floodgate_core::multi::Check {
+                    limiter: &core_global,
+                    key: &all,
+                    cost: 1,
+                },
+            ],
+            now,
+        );
+        let got = floodgate_redis::multi::check_all_at(
+            &[
+                floodgate_redis::multi::Check {
+                    limiter: &per_user,
+                    user: &user,
+                    cost: 1,
+                },
+                floodgate_redis::multi::Check {
+                    limiter: &global,
+                    user: b"all",
+                    cost: 1,
+                },
+            ],
+            now,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (got.allowed, &got.decisions),
+            (expect.allowed, &expect.decisions),
+            "multi step {step}"
+        );
+        admitted += u32::from(expect.allowed);
+        denied += u32::from(!expect.allowed);
+    }
+    assert!(admitted > 0 && denied > 0, "{admitted} {denied}");
     drop(nodes); // SIGKILL all three and remove their directories
 }

@@ -15,7 +15,7 @@
 //! Every enforced limit of every descriptor of one request is decided in one all-or-nothing
 //! step: a request denied by one limit consumes from none (Envoy's own service charges all
 //! of them). In process that is one [`check_all`]; with Redis one atomic round trip for
-//! them all ([`floodgate_redis::multi::check_all`]; on a Redis Cluster a look and a
+//! them all ([`floodgate_redis::multi::check_all`]; on a Redis Cluster a dry run and a
 //! charge per limit). Shadow-mode limits are charged on their own and never deny. With
 //! the fleet `hybrid` strategy, units admitted before a denial in the same request
 //! go back to this server's lease, so the request consumes nothing locally usable either.
