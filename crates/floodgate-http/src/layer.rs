@@ -3,8 +3,9 @@
 //! a tonic server) in a [`RateLimitService`].
 //!
 //! Responses become `Response<Either<B, Full<Bytes>>>`: the inner service's body, or
-//! floodgate's own short body for denials. Every clone of the layer and the service
-//! shares one [`RateLimiter`].
+//! floodgate's own short body for denials (for a gRPC call, a trailers-only gRPC status:
+//! [`ReplyFormat::Grpc`](crate::deny::ReplyFormat::Grpc)). Every clone of the layer and
+//! the service shares one [`RateLimiter`].
 //!
 //! With the in-process store the decision is taken when the service is called (the
 //! returned future only forwards, or holds a delayed request); with a store that waits

@@ -13,7 +13,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use ipnet::IpNet;
 
-use crate::deny::{short_response, wants_problem_json};
+use crate::deny::{ReplyFormat, short_response};
 use crate::fleet::{Fleet, FleetError, Strategy};
 use crate::headers::{self, HeaderOptions, RateHeaders, X_RATELIMIT_DELAY_MS, ceil_millis};
 use crate::key::{
@@ -671,7 +671,7 @@ impl RateLimiter {
             &format!("no rate-limit key: {e}"),
             None,
             None,
-            wants_problem_json(headers),
+            ReplyFormat::of(headers),
         )
     }
 
@@ -764,7 +764,7 @@ impl RateLimiter {
                             "rate limiter unavailable",
                             None,
                             None,
-                            wants_problem_json(req_headers),
+                            ReplyFormat::of(req_headers),
                         ))
                     }
                 };
@@ -818,12 +818,7 @@ impl RateLimiter {
                     .map(|((i, _, _), d)| (*i, d))
                     .unwrap_or((plan.enforced[0].0, &e.decisions[0]));
                 let name = &inner.infos[idx].name;
-                Outcome::Respond(self.denial(
-                    binding,
-                    name,
-                    headers,
-                    wants_problem_json(req_headers),
-                ))
+                Outcome::Respond(self.denial(binding, name, headers, ReplyFormat::of(req_headers)))
             }
             Some(e) => {
                 let delay = e.delay();
@@ -849,7 +844,7 @@ impl RateLimiter {
         binding: Option<Decision>,
         policy: &str,
         headers: RateHeaders,
-        problem_json: bool,
+        format: ReplyFormat,
     ) -> Response<Full<Bytes>> {
         let inner = &*self.inner;
         let (detail, retry) = match binding {
@@ -879,13 +874,7 @@ impl RateLimiter {
             }
             _ => (format!("rate limited by policy {policy:?}"), None),
         };
-        let mut resp = short_response(
-            inner.deny_status,
-            &detail,
-            retry,
-            Some(policy),
-            problem_json,
-        );
+        let mut resp = short_response(inner.deny_status, &detail, retry, Some(policy), format);
         headers.insert_into(resp.headers_mut());
         resp
     }
@@ -921,7 +910,7 @@ impl RateLimiter {
             "too many requests are waiting",
             Some(1),
             None,
-            wants_problem_json(headers),
+            ReplyFormat::of(headers),
         )
     }
 }

@@ -45,7 +45,7 @@ use tokio::net::TcpListener;
 use tower_service::Service;
 
 use crate::client_conn;
-use crate::deny::short_response;
+use crate::deny::{ReplyFormat, short_response};
 use crate::head_timeout::{self, HeadWait, Watched};
 use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
@@ -421,7 +421,7 @@ impl Forward {
     }
 
     fn error(&self, status: StatusCode, detail: &str) -> Response<ForwardBody> {
-        short_response(status, detail, None, None, false).map(Either::Right)
+        short_response(status, detail, None, None, ReplyFormat::Text).map(Either::Right)
     }
 }
 

@@ -33,7 +33,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower_service::Service;
 
-use crate::deny::short_response;
+use crate::deny::{ReplyFormat, short_response};
 use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
@@ -288,7 +288,8 @@ impl Sticky {
 }
 
 fn error(status: StatusCode, detail: &str) -> Response<FleetBody> {
-    short_response(status, detail, None, None, false).map(|b| Either::Left(Either::Right(b)))
+    short_response(status, detail, None, None, ReplyFormat::Text)
+        .map(|b| Either::Left(Either::Right(b)))
 }
 
 /// The proxy's service: sticky routing (when configured) in front of the rate limiter
