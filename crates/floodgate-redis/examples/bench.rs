@@ -20,8 +20,30 @@ use std::time::{Duration, Instant};
 
 use floodgate_core::algorithms::*;
 use floodgate_core::{AnyAlgorithm, Rate};
+use floodgate_redis::multi::{self, Check};
 use floodgate_redis::scripts::{GCRA, SEED_INCR_EXPIRE};
 use floodgate_redis::{RedisLimiter, RedisStore, StoreConfig};
+
+/// Per user and global, all-or-nothing.
+async fn two_policies(
+    user: &RedisLimiter,
+    global: &RedisLimiter,
+    key: &[u8],
+) -> Result<multi::MultiOutcome, floodgate_redis::Error> {
+    multi::check_all(&[
+        Check {
+            limiter: user,
+            user: key,
+            cost: 1,
+        },
+        Check {
+            limiter: global,
+            user: b"all",
+            cost: 1,
+        },
+    ])
+    .await
+}
 
 struct OwnServer(Child);
 
@@ -354,6 +376,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await,
             );
         }
+    }
+    // two policies on every request, all-or-nothing (multi::check_all): per user and
+    // global, both GCRA; one EVALSHA per decision
+    for callers in [1usize, 16] {
+        let user = Arc::new(RedisLimiter::new(
+            store.clone(),
+            AnyAlgorithm::Gcra(Gcra::new(big, 1_000)?),
+        )?);
+        let global = Arc::new(RedisLimiter::new(
+            store.clone(),
+            AnyAlgorithm::Gcra(Gcra::new(Rate::per_second(1_000_000_000)?, 1_000_000)?),
+        )?);
+        two_policies(&user, &global, b"warm").await?; // script load
+        rows.push(
+            measure(
+                "2 policies, all-or-nothing (gcra + gcra)",
+                port,
+                "evalsha",
+                callers,
+                secs,
+                move |c, i| {
+                    let (user, global) = (user.clone(), global.clone());
+                    let key = format!("u{}", (c as u64 * 7919 + i) % 1000);
+                    async move {
+                        let out = two_policies(&user, &global, key.as_bytes())
+                            .await
+                            .expect("bench call");
+                        assert_eq!(out.source, floodgate_redis::Source::Redis);
+                    }
+                },
+            )
+            .await,
+        );
     }
     // the deny cache: 16 callers flooding one key that is over its limit (1/min, burst 10)
     for (label, cache) in [

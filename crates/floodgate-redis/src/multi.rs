@@ -111,7 +111,7 @@ async fn run(checks: &[Check<'_>], at: Option<Nanos>) -> Result<MultiOutcome, Er
         });
     }
     if first.limiter.store().is_cluster() {
-        return look_then_charge(checks, at).await;
+        return dry_run_then_charge(checks, at).await;
     }
     let now = at.map_or_else(|| first.limiter.now(), Now::Caller);
     eval_multi(checks, now, Mode::All).await
@@ -248,7 +248,10 @@ fn parse(checks: &[Check<'_>], reply: &[i64], mode: Mode) -> Result<MultiOutcome
 /// charges; when one would not, the others' cost-0 views. Exact when no other client
 /// acts on these keys meanwhile. A fault at any step answers every check by the fault
 /// policy (charges already made stay).
-async fn look_then_charge(checks: &[Check<'_>], at: Option<Nanos>) -> Result<MultiOutcome, Error> {
+async fn dry_run_then_charge(
+    checks: &[Check<'_>],
+    at: Option<Nanos>,
+) -> Result<MultiOutcome, Error> {
     let now = |c: &Check<'_>| at.map_or_else(|| c.limiter.now(), Now::Caller);
     let mut decisions = Vec::with_capacity(checks.len());
     for c in checks {
