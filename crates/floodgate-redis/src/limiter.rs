@@ -208,14 +208,18 @@ impl RedisLimiter {
 
     pub(crate) fn fault(&self, fault: Fault, wait: Duration) -> Outcome {
         bump(&self.store.counters.degraded);
+        Outcome {
+            decision: self.fault_decision(wait),
+            source: Source::Fault(fault),
+        }
+    }
+
+    /// The fault policy's decision, not counted (see [`fault`](Self::fault)).
+    pub(crate) fn fault_decision(&self, wait: Duration) -> Decision {
         let limit = self.call.limit();
-        let decision = match self.store.config.policy {
+        match self.store.config.policy {
             FaultPolicy::FailOpen => Decision::allow(limit, 0, Duration::ZERO),
             FaultPolicy::FailClosed => Decision::deny(limit, 0, wait, wait),
-        };
-        Outcome {
-            decision,
-            source: Source::Fault(fault),
         }
     }
 }

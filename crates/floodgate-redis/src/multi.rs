@@ -126,11 +126,24 @@ enum Mode {
     Dry,
 }
 
-/// Every check's fault-policy decision (each counted as degraded).
-fn faulted(checks: &[Check<'_>], fault: Fault, wait: std::time::Duration) -> MultiOutcome {
+/// Every check's fault-policy decision, each counted as degraded but `counted` (already
+/// counted by [`RedisLimiter::check`]).
+fn faulted(
+    checks: &[Check<'_>],
+    fault: Fault,
+    wait: std::time::Duration,
+    counted: Option<usize>,
+) -> MultiOutcome {
     let decisions: Vec<Decision> = checks
         .iter()
-        .map(|c| c.limiter.fault(fault.clone(), wait).decision)
+        .enumerate()
+        .map(|(i, c)| {
+            if Some(i) == counted {
+                c.limiter.fault_decision(wait)
+            } else {
+                c.limiter.fault(fault.clone(), wait).decision
+            }
+        })
         .collect();
     MultiOutcome {
         allowed: decisions.iter().all(|d| d.allowed),
@@ -154,7 +167,7 @@ async fn eval_multi(checks: &[Check<'_>], now: Now, mode: Mode) -> Result<MultiO
     match store.breaker.gate() {
         Gate::Reject(wait) => {
             bump(&store.counters.circuit_rejected);
-            return Ok(faulted(checks, Fault::CircuitOpen, wait));
+            return Ok(faulted(checks, Fault::CircuitOpen, wait, None));
         }
         Gate::Pass | Gate::Probe => {}
     }
@@ -173,7 +186,7 @@ async fn eval_multi(checks: &[Check<'_>], now: Now, mode: Mode) -> Result<MultiO
                 Error::Timeout { .. } => Fault::Timeout,
                 other => Fault::Error(other.to_string()),
             };
-            Ok(faulted(checks, fault, store.config.breaker_open_for))
+            Ok(faulted(checks, fault, store.config.breaker_open_for, None))
         }
         Err(e) => Err(e),
     }
@@ -253,44 +266,35 @@ async fn dry_run_then_charge(
     at: Option<Nanos>,
 ) -> Result<MultiOutcome, Error> {
     let now = |c: &Check<'_>| at.map_or_else(|| c.limiter.now(), Now::Caller);
+    // check i's step faulted (and counted itself): every check by the fault policy
+    let stop = |i: usize, f: Fault| {
+        let wait = checks[i].limiter.store().config.breaker_open_for;
+        Ok(faulted(checks, f, wait, Some(i)))
+    };
     let mut decisions = Vec::with_capacity(checks.len());
-    for c in checks {
+    for (i, c) in checks.iter().enumerate() {
         let out = eval_multi(std::slice::from_ref(c), now(c), Mode::Dry).await?;
         if let Source::Fault(f) = out.source {
-            return Ok(faulted(
-                checks,
-                f,
-                c.limiter.store().config.breaker_open_for,
-            ));
+            return stop(i, f);
         }
         decisions.extend(out.decisions);
     }
     if decisions.iter().all(|d| d.allowed) {
-        for (c, d) in checks.iter().zip(decisions.iter_mut()) {
+        for (i, c) in checks.iter().enumerate() {
             match ask(c, c.cost, at).await? {
-                Ok(charged) => *d = charged,
-                Err(f) => {
-                    return Ok(faulted(
-                        checks,
-                        f,
-                        c.limiter.store().config.breaker_open_for,
-                    ));
-                }
+                Ok(charged) => decisions[i] = charged,
+                Err(f) => return stop(i, f),
             }
         }
     } else {
-        for (c, d) in checks.iter().zip(decisions.iter_mut()) {
-            if d.allowed && c.cost > 0 {
+        for (i, c) in checks.iter().enumerate() {
+            if decisions[i].allowed && c.cost > 0 {
                 let view = Check { cost: 0, ..*c };
                 let out = eval_multi(std::slice::from_ref(&view), now(c), Mode::Dry).await?;
                 if let Source::Fault(f) = out.source {
-                    return Ok(faulted(
-                        checks,
-                        f,
-                        c.limiter.store().config.breaker_open_for,
-                    ));
+                    return stop(i, f);
                 }
-                *d = out.decisions[0];
+                decisions[i] = out.decisions[0];
             }
         }
     }

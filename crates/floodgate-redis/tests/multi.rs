@@ -301,7 +301,13 @@ async fn a_dead_redis_is_answered_by_the_fault_policy_for_every_policy() {
         ];
         assert!(check_all(&checks).await.unwrap().allowed);
         server.kill();
+        let degraded = store.stats().degraded;
         let out = check_all(&checks).await.unwrap();
+        assert_eq!(
+            store.stats().degraded - degraded,
+            2,
+            "one degraded decision per policy"
+        );
         assert!(
             matches!(out.source, Source::Fault(_)),
             "{policy:?}: {:?}",
