@@ -420,8 +420,13 @@ impl Forward {
         })
     }
 
-    fn error(&self, status: StatusCode, detail: &str) -> Response<ForwardBody> {
-        short_response(status, detail, None, None, ReplyFormat::Text).map(Either::Right)
+    fn error(
+        &self,
+        status: StatusCode,
+        detail: &str,
+        format: ReplyFormat,
+    ) -> Response<ForwardBody> {
+        short_response(status, detail, None, None, format).map(Either::Right)
     }
 }
 
@@ -435,9 +440,18 @@ impl Service<Request<RequestBody>> for Forward {
     }
 
     fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
+        // a gRPC call (it has a body) gets its failures as a gRPC status, anything else
+        // as text
+        let format = match req.body() {
+            RequestBody::Empty => ReplyFormat::Text,
+            RequestBody::Incoming(_) => match ReplyFormat::of(req.headers()) {
+                ReplyFormat::Grpc => ReplyFormat::Grpc,
+                _ => ReplyFormat::Text,
+            },
+        };
         // the head is prepared here, so that the future holds only what it waits with
         let Some((route, body_failed)) = self.route(req) else {
-            let resp = self.error(StatusCode::BAD_REQUEST, "unusable request target");
+            let resp = self.error(StatusCode::BAD_REQUEST, "unusable request target", format);
             return Box::pin(std::future::ready(Ok(resp)));
         };
         let this = self.clone();
@@ -497,17 +511,18 @@ impl Service<Request<RequestBody>> for Forward {
                     Ok(this.error(
                         StatusCode::BAD_REQUEST,
                         "the request body is malformed or ended early",
+                        format,
                     ))
                 }
                 Ok(Err((e, kind))) => {
                     this.inner.metrics.upstream_error(kind);
                     tracing::warn!(error = %e, upstream = %this.inner.authority, "upstream failed");
-                    Ok(this.error(StatusCode::BAD_GATEWAY, "upstream unavailable"))
+                    Ok(this.error(StatusCode::BAD_GATEWAY, "upstream unavailable", format))
                 }
                 Err(_) => {
                     this.inner.metrics.upstream_error("timeout");
                     tracing::warn!(upstream = %this.inner.authority, timeout = ?this.inner.timeout, "upstream timed out");
-                    Ok(this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out"))
+                    Ok(this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out", format))
                 }
             }
         })
