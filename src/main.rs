@@ -1,6 +1,10 @@
 //! `floodgate`: the command-line edge of floodgate. Library crates return typed errors;
 //! this binary turns them into messages with `anyhow`.
 
+// the clap arguments' doc comments are `--help` text (`[user:password@]`, `[:port]`),
+// not rustdoc links
+#![allow(rustdoc::broken_intra_doc_links)]
+
 mod demo_cmd;
 mod load_cmd;
 mod proxy_cmd;

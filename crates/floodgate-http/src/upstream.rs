@@ -1,10 +1,10 @@
 //! HTTP/1.1 connections to one upstream, kept for reuse: the proxy's forwarding path.
 //!
-//! One [`Http1Pool`] per proxy worker (see [`crate::proxy::ProxySettings::workers`]), so a
+//! One `Http1Pool` per proxy worker (see [`crate::proxy::ProxySettings::workers`]), so a
 //! connection is only ever used on the thread that opened it. Two kinds of exchange:
 //!
 //! * **Requests without a body** (most GETs, HEADs, DELETEs) go the direct way
-//!   ([`direct`]): the calling task writes the head and reads the response from the
+//!   (`direct`): the calling task writes the head and reads the response from the
 //!   socket itself.
 //! * **Requests with a body** go through hyper's HTTP/1.1 client connection, which
 //!   streams the body upstream while the response may already be coming back.

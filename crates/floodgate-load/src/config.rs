@@ -38,7 +38,7 @@ pub enum Mode {
 }
 
 /// Everything a run needs. Build it with [`LoadConfig::new`] and adjust the fields; call
-/// [`LoadConfig::validate`] (done by [`crate::run`]) before use.
+/// [`LoadConfig::validate`] (done by [`crate::run()`]) before use.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
     /// `http://host[:port]/path?query`.

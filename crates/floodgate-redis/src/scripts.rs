@@ -308,7 +308,7 @@ impl ScriptCall {
     }
 
     /// Turn the script's reply into the core's [`Decision`]: seven integers, or for GCRA
-    /// one (see [`gcra_decision`](Self::gcra_decision)).
+    /// one (see `gcra_decision`).
     pub fn decision(&self, reply: &[i64], cost: u64) -> Result<Decision, Error> {
         let bad = |detail: String| Error::BadReply {
             script: self.kind,
