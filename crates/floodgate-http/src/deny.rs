@@ -27,11 +27,7 @@ pub enum ReplyFormat {
 impl ReplyFormat {
     /// The format `headers` (a request's) ask for.
     pub fn of(headers: &HeaderMap) -> ReplyFormat {
-        let grpc = headers.get(CONTENT_TYPE).is_some_and(|v| {
-            let v = v.as_bytes();
-            v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/grpc")
-        });
-        if grpc {
+        if is_grpc(headers) {
             ReplyFormat::Grpc
         } else if wants_problem_json(headers) {
             ReplyFormat::ProblemJson
@@ -39,6 +35,15 @@ impl ReplyFormat {
             ReplyFormat::Text
         }
     }
+}
+
+/// Whether `headers` (a request's) are a gRPC call's: `Content-Type: application/grpc`,
+/// with or without a `+format` suffix.
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    headers.get(CONTENT_TYPE).is_some_and(|v| {
+        let v = v.as_bytes();
+        v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/grpc")
+    })
 }
 
 /// Whether the client asked for JSON problem details.

@@ -45,7 +45,7 @@ use tokio::net::TcpListener;
 use tower_service::Service;
 
 use crate::client_conn;
-use crate::deny::{ReplyFormat, short_response};
+use crate::deny::{ReplyFormat, is_grpc, short_response};
 use crate::head_timeout::{self, HeadWait, Watched};
 use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
@@ -443,11 +443,8 @@ impl Service<Request<RequestBody>> for Forward {
         // a gRPC call (it has a body) gets its failures as a gRPC status, anything else
         // as text
         let format = match req.body() {
-            RequestBody::Empty => ReplyFormat::Text,
-            RequestBody::Incoming(_) => match ReplyFormat::of(req.headers()) {
-                ReplyFormat::Grpc => ReplyFormat::Grpc,
-                _ => ReplyFormat::Text,
-            },
+            RequestBody::Incoming(_) if is_grpc(req.headers()) => ReplyFormat::Grpc,
+            _ => ReplyFormat::Text,
         };
         // the head is prepared here, so that the future holds only what it waits with
         let Some((route, body_failed)) = self.route(req) else {

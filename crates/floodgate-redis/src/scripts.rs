@@ -96,6 +96,8 @@ pub enum Now {
 #[derive(Debug, Clone)]
 pub struct ScriptCall {
     script: &'static Script,
+    /// `script`'s function in [`MULTI`] (the order of its `ALG` table).
+    multi_index: u8,
     kind: &'static str,
     limit: u64,
     params: Vec<i64>,
@@ -159,7 +161,7 @@ impl ScriptCall {
     pub fn new(algorithm: &AnyAlgorithm) -> Result<ScriptCall, Error> {
         let limit = algorithm.limit();
         let kind = algorithm.kind().name();
-        let (script, params): (_, Vec<u64>) = match algorithm {
+        let (script, multi_index, params): (_, u8, Vec<u64>) = match algorithm {
             AnyAlgorithm::Gcra(g) => {
                 domain(
                     "burst tolerance (emission interval x capacity)",
@@ -168,24 +170,25 @@ impl ScriptCall {
                 )?;
                 (
                     &*GCRA,
+                    1,
                     vec![g.emission_interval_nanos(), g.tolerance_nanos()],
                 )
             }
             AnyAlgorithm::FixedWindow(f) => {
                 domain("limit", limit as u128, "units")?;
-                (&*FIXED_WINDOW, vec![limit, window(f.window_nanos())?])
+                (&*FIXED_WINDOW, 2, vec![limit, window(f.window_nanos())?])
             }
             AnyAlgorithm::SlidingLog(f) => {
                 domain("limit", limit as u128, "units")?;
-                (&*SLIDING_LOG, vec![limit, window(f.window_nanos())?])
+                (&*SLIDING_LOG, 3, vec![limit, window(f.window_nanos())?])
             }
             AnyAlgorithm::SlidingCounter(f) => {
                 domain("limit", limit as u128, "units")?;
-                (&*SLIDING_COUNTER, vec![limit, window(f.window_nanos())?])
+                (&*SLIDING_COUNTER, 4, vec![limit, window(f.window_nanos())?])
             }
             AnyAlgorithm::TokenBucket(t) => {
                 let (a, b) = rate_fraction(t.refill(), limit)?;
-                (&*TOKEN_BUCKET, vec![limit, a, b])
+                (&*TOKEN_BUCKET, 5, vec![limit, a, b])
             }
             AnyAlgorithm::Leaky(l) => {
                 let (a, b) = rate_fraction(l.rate(), limit)?;
@@ -194,7 +197,7 @@ impl ScriptCall {
                     DelayMode::NoDelay => u64::MAX,
                     DelayMode::After(n) => (n + 1) * NANO, // n <= burst: below capacity
                 };
-                (&*LEAKY_BUCKET, vec![limit, a, b, und])
+                (&*LEAKY_BUCKET, 6, vec![limit, a, b, und])
             }
         };
         let params = params
@@ -207,6 +210,7 @@ impl ScriptCall {
         };
         Ok(ScriptCall {
             script,
+            multi_index,
             kind,
             limit,
             params,
@@ -231,18 +235,7 @@ impl ScriptCall {
 
     /// This algorithm's function in [`MULTI`]: `ALG[index]`.
     pub fn multi_index(&self) -> u8 {
-        let scripts: [&'static Script; 6] = [
-            &GCRA,
-            &FIXED_WINDOW,
-            &SLIDING_LOG,
-            &SLIDING_COUNTER,
-            &TOKEN_BUCKET,
-            &LEAKY_BUCKET,
-        ];
-        scripts
-            .iter()
-            .position(|s| std::ptr::eq(*s, self.script))
-            .map_or(0, |i| i as u8 + 1)
+        self.multi_index
     }
 
     /// The arguments after `now`: cost (above the limit sent as `limit + 1`: the answer
