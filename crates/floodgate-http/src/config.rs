@@ -715,6 +715,18 @@ impl Config {
             ));
         }
         for r in &cfg.routes {
+            for (i, n) in r.policies.iter().enumerate() {
+                if r.policies[..i].iter().any(|m| m.get_ref() == n.get_ref()) {
+                    return Err(invalid(
+                        Some(n.span()),
+                        format!(
+                            "route {:?}: policy {:?} is listed twice; list it once (`costs` sets its cost)",
+                            r.prefix,
+                            n.get_ref()
+                        ),
+                    ));
+                }
+            }
             for n in r.policies.iter().chain(r.costs.keys()) {
                 if !names.contains(&n.get_ref().as_str()) {
                     return Err(invalid(
@@ -1031,6 +1043,12 @@ mod tests {
         let e = err("[[policy]]\nname = \"a\"\nrate = \"0/s\"\n");
         assert!(
             e.contains("floodgate.toml:3:8") && e.contains("count must be at least 1"),
+            "{e}"
+        );
+        let e =
+            err("[[policy]]\nname = \"a\"\nrate = \"1/s\"\n[[route]]\npolicies = [\"a\", \"a\"]\n");
+        assert!(
+            e.starts_with("floodgate.toml:5:18: ") && e.contains("policy \"a\" is listed twice"),
             "{e}"
         );
         let e = err("[[policy]]\nname = \"a\"\nrate = \"1/s\"\n[[route]]\npolicies = [\"b\"]\n");

@@ -305,6 +305,12 @@ impl RateLimiterBuilder {
                         defined: defined.clone(),
                     }
                 })?;
+                if checks.iter().any(|&(i, _)| i == idx) {
+                    return Err(BuildError::Invalid(format!(
+                        "route {:?} names policy {name:?} twice; name it once, with its cost",
+                        route.prefix
+                    )));
+                }
                 checks.push((idx, *cost));
             }
             compiled.push(CompiledRoute { route, checks });
@@ -948,5 +954,22 @@ mod push_quoted_tests {
             super::push_quoted(&mut out, s);
             assert_eq!(out, format!("{s:?}"));
         }
+    }
+}
+
+#[cfg(test)]
+mod build_tests {
+    use super::*;
+    use floodgate_core::{Kind, Spec};
+
+    #[test]
+    fn a_route_naming_a_policy_twice_is_refused() {
+        let spec = Spec::new(Kind::Gcra, "10/s".parse().unwrap());
+        let e = RateLimiter::builder()
+            .policy(Policy::new("p", spec))
+            .route(Route::prefix("/").policy("p", 1).policy("p", 2))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("names policy \"p\" twice"), "{e}");
     }
 }
