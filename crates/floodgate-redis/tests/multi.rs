@@ -270,6 +270,41 @@ async fn limiters_on_two_stores_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_too_long_is_an_error_and_charges_nothing() {
+    let prefix = common::unique_prefix("multi-long");
+    let store = common::store_with(
+        common::SHARED,
+        StoreConfig {
+            max_key_len: 16,
+            ..config(&prefix)
+        },
+    )
+    .await;
+    let a = RedisLimiter::new(store.clone(), window(5, 60)).unwrap();
+    let b = RedisLimiter::new(store.clone(), window(5, 60)).unwrap();
+    let long = [b'x'; 17];
+    let calls = store.stats().redis_calls;
+    let e = check_all(&[
+        Check {
+            limiter: &a,
+            user: b"short",
+            cost: 1,
+        },
+        Check {
+            limiter: &b,
+            user: &long,
+            cost: 1,
+        },
+    ])
+    .await
+    .unwrap_err();
+    assert!(matches!(e, Error::KeyTooLong { len: 17, max: 16 }), "{e}");
+    assert_eq!(store.stats().redis_calls, calls, "nothing sent");
+    assert_eq!(a.try_check(b"short", 0).await.unwrap().remaining, 5);
+    common::assert_ttls_and_clean(&store, &prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_redis_is_answered_by_the_fault_policy_for_every_policy() {
     let mut server = common::Server::start();
     for (policy, allowed) in [
