@@ -39,30 +39,15 @@ async fn tonic_calls_are_limited_with_a_grpc_status() {
             .add_service(health)
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = HealthClient::new(channel);
+    let mut client = health_client(addr).await;
     for left in ["1", "0"] {
-        let resp = client
-            .check(HealthCheckRequest {
-                service: String::new(),
-            })
-            .await
-            .unwrap();
+        let resp = client.check(health_check()).await.unwrap();
         let md = resp.metadata();
         let rl = md.get("ratelimit").unwrap().to_str().unwrap();
         assert!(rl.starts_with(&format!("\"per-ip\";r={left};")), "{rl}");
         assert!(md.get("ratelimit-policy").is_some());
     }
-    let status = client
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .unwrap_err();
+    let status = client.check(health_check()).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(
         status
