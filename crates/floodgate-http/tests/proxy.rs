@@ -296,6 +296,65 @@ async fn graceful_shutdown_drains_held_requests(workers: usize) {
     assert!(tokio::net::TcpStream::connect(p.addr).await.is_err());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_charges_nothing_for_denied_requests_under_concurrency() {
+    // per key 100/h (never binds here) and global 15/h on "/"; "/only-key" reads the
+    // per-key policy alone, so its RateLimit field shows what each key was charged
+    let backend = Backend::start().await;
+    let prefix = format!("fg-http-race-{}-{}:", std::process::id(), fastrand::u64(..));
+    let cfg = format!(
+        "store = \"redis://127.0.0.1:6379/\"\n[redis]\nprefix = \"{prefix}\"\ntimeout = \"2s\"\n\
+         [[policy]]\nname = \"per-key\"\nalgorithm = \"fixed-window\"\nrate = \"100/h\"\nkey = \"header:x-api-key\"\n\
+         [[policy]]\nname = \"global\"\nalgorithm = \"fixed-window\"\nrate = \"15/h\"\nkey = \"global\"\n\
+         [[route]]\nprefix = \"/only-key\"\npolicies = [\"per-key\"]\n\
+         [[route]]\nprefix = \"/\"\npolicies = [\"per-key\", \"global\"]\n"
+    );
+    let p = RunningProxy::start(&cfg, backend.addr).await;
+    let c = client();
+    let keys = ["k0", "k1", "k2", "k3"];
+    let mut tasks = Vec::new();
+    for i in 0..40usize {
+        let c = c.clone();
+        let addr = p.addr;
+        tasks.push(tokio::spawn(async move {
+            let key = keys[i % 4];
+            let g = get(&c, addr, "/", &[("x-api-key", key)]).await;
+            (key, g.status.as_u16())
+        }));
+    }
+    let mut admitted = std::collections::HashMap::new();
+    for t in tasks {
+        let (key, status) = t.await.unwrap();
+        assert!(status == 200 || status == 429, "{status}");
+        *admitted.entry(key).or_insert(0u64) += u64::from(status == 200);
+    }
+    assert_eq!(admitted.values().sum::<u64>(), 15, "{admitted:?}");
+    for key in keys {
+        let g = get(&c, p.addr, "/only-key", &[("x-api-key", key)]).await;
+        let rl = g.headers["ratelimit"].to_str().unwrap().to_string();
+        let r: u64 = rl
+            .strip_prefix("\"per-key\";r=")
+            .and_then(|v| v.split(';').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{rl}"));
+        // 100 - this look's own unit - what the key was charged
+        assert_eq!(
+            100 - 1 - r,
+            admitted.get(key).copied().unwrap_or(0),
+            "{key}: charged for denied requests ({rl})"
+        );
+    }
+    let out = std::process::Command::new("redis-cli")
+        .args(["--scan", "--pattern", &format!("{prefix}*")])
+        .output()
+        .unwrap();
+    for k in String::from_utf8_lossy(&out.stdout).lines() {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["del", k])
+            .output();
+    }
+}
+
 #[tokio::test]
 async fn redis_store_all_or_nothing_and_fault_outcome() {
     let backend = Backend::start().await;
