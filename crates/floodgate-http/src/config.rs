@@ -46,6 +46,9 @@
 //! prefix = "floodgate:"                # key prefix
 //! timeout = "50ms"                     # per call; slower is a store error
 //! time = "redis"                       # Redis TIME (shared clock) or "caller"
+//! connect_timeout = "1s"
+//! breaker_open_for = "250ms"           # after a failure, skip Redis this long, then probe
+//! deny_cache_keys = 100000             # denials remembered locally, per policy (0: off)
 //!
 //! [fleet]                              # optional: N proxies sharing the limits
 //! strategy = "sticky"                  # sticky | local | shared | hybrid
@@ -189,6 +192,7 @@ de_timeout!(de_upstream_timeout, "upstream_timeout");
 de_timeout!(de_connect_timeout, "connect_timeout");
 de_timeout!(de_head_timeout, "head_timeout");
 de_timeout!(de_redis_timeout, "redis.timeout");
+de_timeout!(de_redis_connect_timeout, "redis.connect_timeout");
 
 fn de_opt_upstream<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uri>, D::Error> {
     de_upstream(d).map(Some)
@@ -553,9 +557,38 @@ pub struct RedisSection {
     /// Per-call timeout (default 50 ms); a slower answer is a store error.
     #[serde(default, deserialize_with = "de_redis_timeout")]
     pub timeout: Option<Duration>,
+    /// Time allowed to connect (default 1 s).
+    #[serde(default, deserialize_with = "de_redis_connect_timeout")]
+    pub connect_timeout: Option<Duration>,
+    /// After a failed call, Redis is left alone this long, then probed (default 250 ms;
+    /// 0 probes at once).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub breaker_open_for: Option<Duration>,
+    /// Denials remembered locally per policy, each saving a round trip until its retry
+    /// time (default 100 000; 0 turns the cache off).
+    pub deny_cache_keys: Option<usize>,
     /// `redis` (Redis `TIME`, default: one clock for every process) or `caller`.
     #[serde(default)]
     pub time: RedisTime,
+}
+
+impl RedisSection {
+    /// The Redis store's settings: these, over the defaults.
+    pub fn store_config(&self) -> floodgate_redis::StoreConfig {
+        let d = floodgate_redis::StoreConfig::default();
+        floodgate_redis::StoreConfig {
+            prefix: self.prefix.clone().unwrap_or(d.prefix.clone()),
+            timeout: self.timeout.unwrap_or(d.timeout),
+            connect_timeout: self.connect_timeout.unwrap_or(d.connect_timeout),
+            breaker_open_for: self.breaker_open_for.unwrap_or(d.breaker_open_for),
+            deny_cache_keys: self.deny_cache_keys.unwrap_or(d.deny_cache_keys),
+            time: match self.time {
+                RedisTime::Redis => floodgate_redis::TimeSource::Redis,
+                RedisTime::Caller => floodgate_redis::TimeSource::Caller,
+            },
+            ..d
+        }
+    }
 }
 
 /// `[redis] time`.
@@ -826,17 +859,7 @@ impl Config {
             url: redacted.clone(),
             message,
         };
-        let mut rc = floodgate_redis::StoreConfig::default();
-        if let Some(p) = &self.redis.prefix {
-            rc.prefix = p.clone();
-        }
-        if let Some(t) = self.redis.timeout {
-            rc.timeout = t;
-        }
-        rc.time = match self.redis.time {
-            RedisTime::Redis => floodgate_redis::TimeSource::Redis,
-            RedisTime::Caller => floodgate_redis::TimeSource::Caller,
-        };
+        let rc = self.redis.store_config();
         let infos = builder.policy_infos()?;
         let store = floodgate_redis::RedisStore::connect(url, rc)
             .await
@@ -988,6 +1011,40 @@ mod tests {
         assert_eq!(cfg.policies.len(), 2);
         let l = cfg.limiter_builder().build().unwrap();
         assert_eq!(l.policies()[0].spec.capacity, Some(21));
+    }
+
+    #[test]
+    fn redis_section_sets_the_store() {
+        let cfg = Config::parse(
+            "store = \"redis://127.0.0.1:6379/\"\n[redis]\nprefix = \"p:\"\ntimeout = \"20ms\"\n\
+             connect_timeout = \"2s\"\nbreaker_open_for = \"0s\"\ndeny_cache_keys = 0\ntime = \"caller\"\n\
+             [[policy]]\nname = \"a\"\nrate = \"1/s\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        let rc = cfg.redis.store_config();
+        assert_eq!(rc.prefix, "p:");
+        assert_eq!(rc.timeout, Duration::from_millis(20));
+        assert_eq!(rc.connect_timeout, Duration::from_secs(2));
+        assert_eq!(rc.breaker_open_for, Duration::ZERO);
+        assert_eq!(rc.deny_cache_keys, 0);
+        assert_eq!(rc.time, floodgate_redis::TimeSource::Caller);
+        // unset: the store's defaults
+        let d = floodgate_redis::StoreConfig::default();
+        let rc = RedisSection::default().store_config();
+        assert_eq!(
+            (rc.timeout, rc.breaker_open_for, rc.deny_cache_keys),
+            (d.timeout, d.breaker_open_for, d.deny_cache_keys)
+        );
+        let e =
+            err("[redis]\nconnect_timeout = \"0s\"\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
+        assert!(
+            e.starts_with("floodgate.toml:2:")
+                && e.contains("redis.connect_timeout: a timeout of 0"),
+            "{e}"
+        );
+        let e = err("[redis]\ndeny_cache_keys = -1\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
+        assert!(e.starts_with("floodgate.toml:2:"), "{e}");
     }
 
     #[test]
