@@ -344,15 +344,7 @@ async fn redis_store_charges_nothing_for_denied_requests_under_concurrency() {
             "{key}: charged for denied requests ({rl})"
         );
     }
-    let out = std::process::Command::new("redis-cli")
-        .args(["--scan", "--pattern", &format!("{prefix}*")])
-        .output()
-        .unwrap();
-    for k in String::from_utf8_lossy(&out.stdout).lines() {
-        let _ = std::process::Command::new("redis-cli")
-            .args(["del", k])
-            .output();
-    }
+    delete_redis_keys(&prefix);
 }
 
 #[tokio::test]
@@ -402,13 +394,5 @@ async fn redis_store_all_or_nothing_and_fault_outcome() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains(&dead.to_string()), "{err}");
-    let keys = std::process::Command::new("redis-cli")
-        .args(["--scan", "--pattern", &format!("{prefix}*")])
-        .output()
-        .unwrap();
-    for k in String::from_utf8_lossy(&keys.stdout).lines() {
-        let _ = std::process::Command::new("redis-cli")
-            .args(["del", k])
-            .output();
-    }
+    delete_redis_keys(&prefix);
 }

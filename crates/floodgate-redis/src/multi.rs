@@ -100,10 +100,7 @@ async fn run(checks: &[Check<'_>], at: Option<Nanos>) -> Result<MultiOutcome, Er
         return Err(Error::MixedStores { index });
     }
     if let [c] = checks {
-        let Outcome { decision, source } = match at {
-            Some(t) => c.limiter.check_at(c.user, t, c.cost).await?,
-            None => c.limiter.check(c.user, c.cost).await?,
-        };
+        let Outcome { decision, source } = outcome(c, c.cost, at).await?;
         return Ok(MultiOutcome {
             allowed: decision.allowed,
             decisions: vec![decision],
@@ -311,12 +308,17 @@ async fn ask(
     cost: u64,
     at: Option<Nanos>,
 ) -> Result<Result<Decision, Fault>, Error> {
-    let o = match at {
-        Some(t) => c.limiter.check_at(c.user, t, cost).await?,
-        None => c.limiter.check(c.user, cost).await?,
-    };
+    let o = outcome(c, cost, at).await?;
     Ok(match o.source {
         Source::Fault(f) => Err(f),
         Source::Redis | Source::DenyCache => Ok(o.decision),
     })
+}
+
+/// One policy through [`RedisLimiter::check`], at the caller's instant when given.
+async fn outcome(c: &Check<'_>, cost: u64, at: Option<Nanos>) -> Result<Outcome, Error> {
+    match at {
+        Some(t) => c.limiter.check_at(c.user, t, cost).await,
+        None => c.limiter.check(c.user, cost).await,
+    }
 }

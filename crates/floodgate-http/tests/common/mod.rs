@@ -281,3 +281,16 @@ async fn serve_raw(
         }
     }
 }
+
+/// Delete the keys under `prefix` on the shared Redis (127.0.0.1:6379), with redis-cli.
+pub fn delete_redis_keys(prefix: &str) {
+    let out = std::process::Command::new("redis-cli")
+        .args(["--scan", "--pattern", &format!("{prefix}*")])
+        .output()
+        .unwrap();
+    for k in String::from_utf8_lossy(&out.stdout).lines() {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["del", k])
+            .output();
+    }
+}
