@@ -2,7 +2,19 @@
 //!
 //! HTTP headers, CLI output, metrics and the `CL.THROTTLE` reply are all rendered from a
 //! [`Decision`]; nothing else carries limiter output. Durations keep full nanosecond
-//! precision here; round only when rendering (see [`ceil_secs`]).
+//! precision here and become whole seconds only when rendered, in one of two ways:
+//!
+//! * **The redis-cell rendering**, [`Decision::throttle_reply`]: the five integers of
+//!   `CL.THROTTLE`, durations **truncated** to whole seconds ([`trunc_secs`]), as the
+//!   redis-cell module replies (`time::Duration::num_seconds`). Every surface that
+//!   claims `CL.THROTTLE` compatibility uses it: the RESP door, `floodgate throttle`,
+//!   floodgate-redis's `RedisStore::throttle`, the Python `throttle`.
+//! * **The HTTP rendering**, [`ceil_secs`]: durations **rounded up**, for `Retry-After`,
+//!   the RateLimit `t` parameter and `X-RateLimit-Reset`, which must never tell a client
+//!   to come back before it would be admitted.
+//!
+//! The same decision therefore reads `reset_after` 3 in `CL.THROTTLE` and `t=4` in
+//! HTTP when the key is 3.9 s from full capacity.
 
 use std::time::Duration;
 
@@ -120,23 +132,31 @@ impl Decision {
         self
     }
 
-    /// The five integers of redis-cell's `CL.THROTTLE` reply:
-    /// `[limited, limit, remaining, retry_after_s, reset_after_s]`, with `-1` for
-    /// "no retry-after" and durations rounded up to whole seconds as redis-cell does.
+    /// The redis-cell rendering: the five integers of `CL.THROTTLE`'s reply,
+    /// `[limited, limit, remaining, retry_after_s, reset_after_s]`, with `-1` for "no
+    /// retry-after" (admitted, or never admitted) and both durations **truncated** to whole
+    /// seconds ([`trunc_secs`]), exactly as the redis-cell module replies. With a GCRA
+    /// built by [`Gcra::from_cell`](crate::algorithms::Gcra::from_cell) the five integers
+    /// are redis-cell 0.2.2's for the same call at the same instant. HTTP surfaces use
+    /// [`ceil_secs`] instead (see the module docs).
     ///
     /// ```
     /// use floodgate_core::algorithms::Gcra;
     /// use floodgate_core::{Algorithm, Nanos};
     ///
-    /// // CL.THROTTLE user123 15 30 60 on a fresh key
+    /// // CL.THROTTLE user123 15 30 60 on a fresh key, then again 1 ms later
     /// let gcra = Gcra::from_cell(15, 30, 60).unwrap();
     /// let mut tat = Default::default();
-    /// let d = gcra.check(&mut tat, Nanos::from_secs(1_700_000_000), 1);
+    /// let now = Nanos::from_secs(1_700_000_000);
+    /// let d = gcra.check(&mut tat, now, 1);
     /// assert_eq!(d.throttle_reply(), [0, 16, 15, -1, 2]);
+    /// let d = gcra.check(&mut tat, Nanos(now.0 + 1_000_000), 1);
+    /// assert_eq!(d.reset_after.as_millis(), 3_999);
+    /// assert_eq!(d.throttle_reply(), [0, 16, 14, -1, 3]); // 3.999 s: 3
     /// ```
     pub fn throttle_reply(&self) -> [i64; 5] {
         let retry = match self.retry_after {
-            Some(d) if !self.allowed => clamp_i64(ceil_secs(d)),
+            Some(d) if !self.allowed => clamp_i64(trunc_secs(d)),
             _ => -1,
         };
         [
@@ -144,7 +164,7 @@ impl Decision {
             clamp_i64(self.limit),
             clamp_i64(self.remaining),
             retry,
-            clamp_i64(ceil_secs(self.reset_after)),
+            clamp_i64(trunc_secs(self.reset_after)),
         ]
     }
 }
@@ -153,8 +173,10 @@ fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Whole seconds, plus one when there is any sub-second remainder: the rounding of
-/// redis-cell, `Retry-After` and the RateLimit `t` parameter (never earlier than the truth).
+/// The HTTP rendering of a duration: whole seconds, plus one when there is any
+/// sub-second remainder, for `Retry-After`, the RateLimit `t` parameter and
+/// `X-RateLimit-Reset` (never earlier than the truth). Not for `CL.THROTTLE`, which
+/// truncates ([`trunc_secs`]).
 ///
 /// ```
 /// use floodgate_core::decision::ceil_secs;
@@ -166,4 +188,20 @@ fn clamp_i64(v: u64) -> i64 {
 #[inline]
 pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The redis-cell rendering of a duration: whole seconds, the sub-second remainder
+/// dropped (redis-cell replies `time::Duration::num_seconds`), as in
+/// [`Decision::throttle_reply`]. Not for HTTP, which rounds up ([`ceil_secs`]).
+///
+/// ```
+/// use floodgate_core::decision::trunc_secs;
+/// use std::time::Duration;
+/// assert_eq!(trunc_secs(Duration::from_millis(2000)), 2);
+/// assert_eq!(trunc_secs(Duration::from_millis(3999)), 3);
+/// assert_eq!(trunc_secs(Duration::from_millis(999)), 0);
+/// ```
+#[inline]
+pub fn trunc_secs(d: Duration) -> u64 {
+    d.as_secs()
 }

@@ -94,8 +94,8 @@ impl PyDecision {
     }
 
     /// The five integers of redis-cell's `CL.THROTTLE` reply:
-    /// `(limited, limit, remaining, retry_after_s, reset_after_s)`, durations rounded up to
-    /// whole seconds, `-1` for no retry-after.
+    /// `(limited, limit, remaining, retry_after_s, reset_after_s)`, durations truncated to
+    /// whole seconds as the module truncates them (3.9 s is 3), `-1` for no retry-after.
     fn throttle_reply(&self) -> (i64, i64, i64, i64, i64) {
         let [a, b, c, d, e] = self.inner.throttle_reply();
         (a, b, c, d, e)

@@ -142,7 +142,8 @@ fn call(
 /// redis-cell module: returns redis-cell's five integers
 /// `(limited, limit, remaining, retry_after_s, reset_after_s)`: `limited` is 0 or 1,
 /// `limit` is `max_burst + 1`, `retry_after_s` is -1 when allowed, durations are whole
-/// seconds rounded up. `count` requests per `period` seconds; `quantity` 0 only looks.
+/// seconds truncated as the module truncates them (3.9 s is 3). `count` requests per
+/// `period` seconds; `quantity` 0 only looks.
 ///
 /// The Redis key is `prefix + "{tag}gcra:" + key` and expires when the key is back at full
 /// capacity. Time is Redis `TIME`, so every client agrees. Raises `ValueError` for bad

@@ -75,7 +75,8 @@ def test_decision_fields_in_seconds():
         "Decision(allowed=False, limit=2, remaining=0, retry_after=0.25, "
         "reset_after=0.5, delay=0.0)"
     )
-    assert d.throttle_reply() == (1, 2, 0, 1, 1)
+    # CL.THROTTLE's rendering truncates (0.25 s and 0.5 s are 0 s), as redis-cell does
+    assert d.throttle_reply() == (1, 2, 0, 0, 0)
     # retry_after is exact: one token is back at 10.25 s, not before
     assert not b.allow(10.2499)
     assert b.allow(10.25)
@@ -152,6 +153,20 @@ def test_gcra_rate_forms_and_from_cell():
     assert cell.check(1_700_000_000.0).throttle_reply() == (0, 16, 15, -1, 2)
     replies = [cell.check(1_700_000_000.0).throttle_reply() for _ in range(16)]
     assert replies[-1][0] == 1 and replies[-1][3] == 2  # limited, retry in 2 s
+
+
+def test_throttle_reply_truncates_as_redis_cell():
+    # again 1 ms later: 3.999 s to full capacity is 3 in CL.THROTTLE (the module's
+    # num_seconds), while the decision keeps the exact time
+    cell = GCRA.from_cell(15, 30, 60)
+    assert cell.check(1_700_000_000.0).throttle_reply() == (0, 16, 15, -1, 2)
+    d = cell.check(1_700_000_000.001)
+    assert d.reset_after == pytest.approx(3.999)
+    assert d.throttle_reply() == (0, 16, 14, -1, 3)
+    # denied 0.5 s into a 2 s emission interval: retry 1.5 s is 1, reset 31.5 s is 31
+    full = GCRA.from_cell(15, 30, 60)
+    assert full.check(1_700_000_000.0, 16).throttle_reply() == (0, 16, 0, -1, 32)
+    assert full.check(1_700_000_000.5).throttle_reply() == (1, 16, 0, 1, 31)
 
 
 def test_reprs():

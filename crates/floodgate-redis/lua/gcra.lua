@@ -9,9 +9,13 @@
 -- reply (scripts/redis-script-costs.sh measures each piece): numbers are read by
 -- arithmetic coercion (one strtod; Lua 5.1's tonumber runs two), the stored TAT is
 -- binary (no parsing or formatting), and the write needs no division.
--- Exactness: instants are (seconds, nanoseconds) pairs, every duration below 2^52 ns.
+-- Exactness: instants are (seconds, nanoseconds) pairs; tau is below 2^53 - 2^30 ns
+-- (about 104 days, scripts.rs checks it), so every duration an admission computes (ttl0,
+-- ttl, n + ttl) is an exact integer below 2^53; a sum above tau may round, but only to
+-- another value above tau, so the decision is exact. ds x 10^9 is exact for |ds| below
+-- 1.8 x 10^7 (an even integer below 2^54), and so is the lead d whenever |d| < 2^53.
 -- Stored TAT: struct '>I5I7' = (seconds of the writer's now, its nanoseconds + ttl), so
--- TAT = s x 10^9 + n with n below 2^51; 12 bytes whose first byte is below 3 for any time
+-- TAT = s x 10^9 + n with n below 2^53; 12 bytes whose first byte is below 3 for any time
 -- below 2^63 ns. The previous format, decimal nanoseconds (digits only, first byte
 -- '0'..'9'), is still read, so keys written before an upgrade keep their state; each is
 -- rewritten in the new format at its next admitted call. (A client still running the
@@ -43,8 +47,11 @@ if v then
     end
   end
   local ds = ts - s
-  if ds > 4000000 then ttl0 = 4503599627370496
-  elseif ds >= -4000000 then
+  -- written more than 9 x 10^6 s (104 days) after now: a TAT beyond any tau
+  if ds > 9000000 then ttl0 = 9007199254740992
+  -- written more than 9.1 x 10^6 s before now: the TAT (below 2^53 ns after its write)
+  -- is past
+  elseif ds >= -9100000 then
     local d = ds * 1000000000 + (tn - n)
     if d > 0 then ttl0 = d end
   end
@@ -52,7 +59,7 @@ end
 local ttl = ttl0 + cost * T
 if ttl > tau then return -1 - ttl0 end
 if cost > 0 then
-  -- expiry: floor(ttl / 1 ms) + 1 >= ceil (exact: ttl < 2^50), at most 1 ms late
+  -- expiry: floor(ttl / 1 ms) + 1 >= ceil (exact: ttl < 2^53), at most 1 ms late
   local ms = (ttl - ttl % 1000000) / 1000000 + 1
   local pad = ARGV[4]
   if pad ~= '0' then ms = ms + pad end

@@ -12,7 +12,8 @@ pub enum Error {
     #[error("invalid limit: {0}")]
     Config(#[from] ConfigError),
     /// The parameters are valid for the core but outside what the Lua scripts compute
-    /// exactly (see the crate docs: durations and nano-unit amounts below 2^50).
+    /// exactly (see the crate docs: durations and nano-unit amounts below 2^50, GCRA's
+    /// burst tolerance below 2^53 - 2^30 ns).
     #[error("{what} is outside what the Redis scripts compute exactly: {detail}")]
     Domain {
         /// The parameter.

@@ -7,16 +7,19 @@
 //! * keep instants in two exact parts (seconds, nanoseconds) and store them as decimal
 //!   nanosecond strings;
 //! * compute every duration and amount as an exact integer below 2^52, which holds when
-//!   every configured duration (window, period, `tau`, time to refill a bucket) and every
-//!   nano-unit amount (capacity x 10^9) is below 2^50 (about 13 days, 1.1 million units):
-//!   [`ScriptCall::new`] rejects anything larger with [`Error::Domain`];
+//!   every configured duration (window, period, time to refill a bucket) and every
+//!   nano-unit amount (capacity x 10^9) is below 2^50 (about 13 days, 1.1 million units);
+//!   GCRA's script, flat arithmetic on one TAT, is exact for a burst tolerance `tau`
+//!   below [`GCRA_TOLERANCE_LIMIT`] (2^53 - 2^30 ns, about 104 days: `CL.THROTTLE`'s
+//!   bursts of 100 at 1 per day fit). [`ScriptCall::new`] rejects anything larger with
+//!   [`Error::Domain`];
 //! * form products of two such values (`elapsed x rate`, `count x window`) exactly in
 //!   base-2^24 limbs and divide with an exact remainder.
 //!
 //! Under those bounds every decision is bit-identical to the core's (the differential
 //! test checks it). In caller-time mode a time may step back by at most 2^50 ns (13 days)
-//! behind the latest time written to a key; further back, the scripts saturate where the
-//! core would not.
+//! behind the latest time written to a key (GCRA: while the TAT is less than 2^53 ns
+//! ahead of it); further back, the scripts saturate where the core would not.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -29,6 +32,10 @@ use crate::error::Error;
 
 /// 2^50: the bound on every duration (ns) and nano-unit amount a script computes with.
 pub const EXACT_LIMIT: u64 = 1 << 50;
+/// 2^53 - 2^30: the bound on GCRA's burst tolerance `tau` (ns), about 104 days. The GCRA
+/// script's sums (the TAT's lead plus an increment, the writer's nanoseconds plus a
+/// lead) then stay exact integers below 2^53 whenever the call is admitted.
+pub const GCRA_TOLERANCE_LIMIT: u64 = (1 << 53) - (1 << 30);
 /// The shortest window the windowed scripts accept (10 µs), so that window indices of
 /// any time below 2^63 ns stay exact.
 pub const MIN_WINDOW_NS: u64 = 10_000;
@@ -107,10 +114,20 @@ pub struct ScriptCall {
 }
 
 fn domain(what: &'static str, value: u128, unit: &str) -> Result<u64, Error> {
-    if value >= EXACT_LIMIT as u128 {
+    below(what, value, unit, EXACT_LIMIT, "2^50")
+}
+
+fn below(
+    what: &'static str,
+    value: u128,
+    unit: &str,
+    limit: u64,
+    limit_name: &str,
+) -> Result<u64, Error> {
+    if value >= limit as u128 {
         return Err(Error::Domain {
             what,
-            detail: format!("{value} {unit} is not below 2^50 = {EXACT_LIMIT}"),
+            detail: format!("{value} {unit} is not below {limit_name} = {limit}"),
         });
     }
     Ok(value as u64)
@@ -163,10 +180,12 @@ impl ScriptCall {
         let kind = algorithm.kind().name();
         let (script, multi_index, params): (_, u8, Vec<u64>) = match algorithm {
             AnyAlgorithm::Gcra(g) => {
-                domain(
+                below(
                     "burst tolerance (emission interval x capacity)",
                     g.tolerance_nanos() as u128,
                     "ns",
+                    GCRA_TOLERANCE_LIMIT,
+                    "2^53 - 2^30",
                 )?;
                 (
                     &*GCRA,

@@ -14,7 +14,8 @@ use crate::time::Nanos;
 /// Parameters, in nanoseconds: emission interval `T = period / count`, delay variation
 /// tolerance `tau = T x capacity`. A request of cost `c` moves the theoretical arrival
 /// time to `max(now, TAT) + c x T` and is admitted when that is at most `now + tau`.
-/// With [`Gcra::from_cell`] the answers are exactly redis-cell's `CL.THROTTLE`.
+/// With [`Gcra::from_cell`] the answers are exactly redis-cell's `CL.THROTTLE` (rendered
+/// with [`Decision::throttle_reply`]).
 ///
 /// ```
 /// use floodgate_core::algorithms::Gcra;
@@ -34,6 +35,8 @@ pub struct Gcra {
     t_ns: u64,
     /// Delay variation tolerance tau = T x capacity, nanoseconds.
     tau_ns: u64,
+    /// Built by [`Gcra::from_cell`]: `remaining` is counted as redis-cell counts it.
+    cell: bool,
 }
 
 /// GCRA per-key state: the theoretical arrival time in nanoseconds (0 = never seen).
@@ -47,7 +50,10 @@ impl Gcra {
     /// `rate` with bursts of up to `capacity` units at once.
     pub fn new(rate: Rate, capacity: u64) -> Result<Gcra, ConfigError> {
         let capacity = nonzero(capacity, "capacity")?;
-        let t_ns = rate.emission_interval_nanos();
+        Gcra::with_interval(rate.emission_interval_nanos(), capacity, false)
+    }
+
+    fn with_interval(t_ns: u64, capacity: u64, cell: bool) -> Result<Gcra, ConfigError> {
         let tau_ns = t_ns.checked_mul(capacity).ok_or_else(|| ConfigError::Overflow {
             what: "capacity",
             detail: format!(
@@ -58,11 +64,43 @@ impl Gcra {
             capacity,
             t_ns,
             tau_ns,
+            cell,
         })
     }
 
     /// redis-cell's parameters: `CL.THROTTLE key max_burst count period`, with `period`
     /// in seconds. The limit is `max_burst + 1`.
+    ///
+    /// Everything is computed as redis-cell 0.2.2 computes it, so that
+    /// [`Decision::throttle_reply`] gives its five integers:
+    ///
+    /// * the emission interval is `period / count` divided in 64-bit floating point and
+    ///   truncated to nanoseconds (the integer quotient whenever the period is below 2^53
+    ///   ns, about 104 days);
+    /// * `remaining` is counted from whole microseconds, `floor(floor((tau - ttl) / 1 us)
+    ///   / floor(T / 1 us))` (0 when `tau - ttl` is negative), `ttl` being the time from
+    ///   now to the theoretical arrival time. When `T` is not a whole number of
+    ///   microseconds this can be one more than the exact count of units
+    ///   that fit in `tau - ttl`; with `T` below 1 us it is `i64::MAX`, as redis-cell's.
+    ///
+    /// ```
+    /// use floodgate_core::algorithms::Gcra;
+    /// use floodgate_core::{Algorithm, Nanos, Rate};
+    ///
+    /// // 3 per second, bursts of 16: T = 333 333 333 ns. 2.666 666 s after spending the
+    /// // whole burst, 7.999 998 T have come back: 7 units exactly, but 2 666 666 us /
+    /// // 333 333 us = 8.000 002 in whole microseconds, and redis-cell says 8.
+    /// let cell = Gcra::from_cell(15, 3, 1)?;
+    /// let exact = Gcra::new(Rate::per_second(3)?, 16)?;
+    /// let t = Nanos::from_secs(1_700_000_000);
+    /// let later = Nanos(t.0 + 2_666_666_000);
+    /// for (gcra, remaining) in [(&cell, 8), (&exact, 7)] {
+    ///     let mut s = Default::default();
+    ///     assert_eq!(gcra.check(&mut s, t, 16).remaining, 0);
+    ///     assert_eq!(gcra.check(&mut s, later, 0).remaining, remaining);
+    /// }
+    /// # Ok::<(), floodgate_core::ConfigError>(())
+    /// ```
     pub fn from_cell(max_burst: u64, count: u64, period_secs: u64) -> Result<Gcra, ConfigError> {
         if count == 0 || period_secs == 0 {
             return Err(ConfigError::Zero {
@@ -82,7 +120,11 @@ impl Gcra {
                 what: "max_burst",
                 detail: "max_burst + 1 overflows".into(),
             })?;
-        Gcra::new(Rate::from_nanos(count, period_ns)?, capacity)
+        // validates count and period as every rate is validated
+        Rate::from_nanos(count, period_ns)?;
+        // redis-cell: Duration::nanoseconds((period_ns as f64 / count as f64) as i64)
+        let t_ns = ((period_ns as f64 / count as f64) as u64).max(1);
+        Gcra::with_interval(t_ns, capacity, true)
     }
 
     /// Emission interval in nanoseconds.
@@ -96,12 +138,20 @@ impl Gcra {
         self.tau_ns
     }
 
+    /// Units that fit in `tau - ttl` (0 when negative); for [`Gcra::from_cell`], counted
+    /// as redis-cell counts them.
     #[inline]
     fn remaining(&self, ttl: u64) -> u64 {
-        if ttl <= self.tau_ns {
-            (self.tau_ns - ttl) / self.t_ns
-        } else {
+        if ttl > self.tau_ns {
             0
+        } else if self.cell {
+            // redis-cell: (next.num_microseconds() as f64 / T.num_microseconds() as f64)
+            // as i64, with next = tau - ttl >= 0 here; a negative quotient is 0
+            let next_us = (self.tau_ns - ttl) / 1_000;
+            let t_us = self.t_ns / 1_000;
+            ((next_us as f64 / t_us as f64) as i64).max(0) as u64
+        } else {
+            (self.tau_ns - ttl) / self.t_ns
         }
     }
 }
@@ -186,6 +236,51 @@ mod tests {
         let g = Gcra::from_cell(4, 1, 1).unwrap();
         let mut s = GcraState::default();
         assert_eq!(reply(&g, &mut s, NOW, 6), [1, 5, 5, -1, 0]);
+    }
+
+    #[test]
+    fn durations_are_truncated_as_redis_cell_truncates_them() {
+        // CL.THROTTLE k 15 30 60 twice, 1 us apart: reset_after 3.999999 s is 3
+        let g = Gcra::from_cell(15, 30, 60).unwrap();
+        let mut s = GcraState::default();
+        assert_eq!(reply(&g, &mut s, NOW, 1), [0, 16, 15, -1, 2]);
+        assert_eq!(
+            reply(&g, &mut s, Nanos(NOW.0 + 1_000), 1),
+            [0, 16, 14, -1, 3]
+        );
+        // denied 0.5 s into an emission interval of 2 s: retry_after 1.5 s is 1
+        let mut s = GcraState::default();
+        assert_eq!(reply(&g, &mut s, NOW, 16), [0, 16, 0, -1, 32]);
+        let half = Nanos(NOW.0 + 500_000_000);
+        assert_eq!(reply(&g, &mut s, half, 1), [1, 16, 0, 1, 31]);
+        // a retry under a second is 0 seconds (1 ns here), and a reset of 30.000000001 s
+        // is 30
+        let late = Nanos(NOW.0 + 1_999_999_999);
+        assert_eq!(reply(&g, &mut s, late, 1), [1, 16, 0, 0, 30]);
+        assert_eq!(reply(&g, &mut s, Nanos(late.0 + 1), 1), [0, 16, 0, -1, 32]);
+    }
+
+    #[test]
+    fn from_cell_divides_and_counts_as_redis_cell() {
+        // period / count in floating point, truncated: differs from the integer quotient
+        // only for periods beyond 2^53 ns
+        let g = Gcra::from_cell(0, 3, 20_000_000).unwrap();
+        assert_eq!(g.emission_interval_nanos(), 6_666_666_666_666_667);
+        let g = Gcra::from_cell(0, 7, 86_400).unwrap();
+        assert_eq!(g.emission_interval_nanos(), 86_400_000_000_000 / 7);
+        // remaining from whole microseconds: T = 1 000 500 ns (1000 us), tau - ttl =
+        // 2 000 999 ns is 1.9999 T, but 2000 us / 1000 us = 2
+        let t_ns = 1_000_500;
+        let cell = Gcra::with_interval(t_ns, 10, true).unwrap();
+        let exact = Gcra::with_interval(t_ns, 10, false).unwrap();
+        let ttl = 10 * t_ns - 2_000_999;
+        assert_eq!(cell.remaining(ttl), 2);
+        assert_eq!(exact.remaining(ttl), 1);
+        assert_eq!(cell.remaining(10 * t_ns + 1), 0);
+        // T below a microsecond: redis-cell divides by zero microseconds
+        let tiny = Gcra::with_interval(999, 3, true).unwrap();
+        assert_eq!(tiny.remaining(0), i64::MAX as u64);
+        assert_eq!(tiny.remaining(3 * 999), 0);
     }
 
     #[test]

@@ -65,7 +65,8 @@ class Decision:
         """True when the cost is above the limit: retrying can never succeed."""
     def throttle_reply(self) -> tuple[int, int, int, int, int]:
         """redis-cell's CL.THROTTLE reply: (limited, limit, remaining, retry_after_s,
-        reset_after_s), rounded up to whole seconds, -1 for no retry-after."""
+        reset_after_s), durations truncated to whole seconds as the module truncates
+        them (3.9 s is 3), -1 for no retry-after."""
     def __bool__(self) -> bool: ...
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...

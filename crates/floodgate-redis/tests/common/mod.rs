@@ -244,7 +244,8 @@ pub fn rate(count: u64, period_ns: u64) -> Rate {
 }
 
 /// Configurations per algorithm: small and simple, odd rates whose products overflow
-/// 2^53 (exercising the exact limb arithmetic), and near the 2^50 bounds.
+/// 2^53 (exercising the exact limb arithmetic), and near the 2^50 bounds (GCRA's: near
+/// 2^53).
 pub fn configs() -> Vec<(AnyAlgorithm, u64)> {
     let s = 1_000_000_000u64;
     let mut v: Vec<(AnyAlgorithm, u64)> = Vec::new();
@@ -309,5 +310,14 @@ pub fn configs() -> Vec<(AnyAlgorithm, u64)> {
         AnyAlgorithm::Gcra(Gcra::from_cell(15, 30, 60).unwrap()),
         32 * s,
     ));
+    // CL.THROTTLE's widest common case: bursts of 100 at 1 per day (tau = 101 days, above
+    // 2^50 ns, below GCRA's bound of 2^53 - 2^30); and bursts of 102 (tau = 103 days:
+    // with the steps back of up to a day, the lead of the TAT stays below 2^53)
+    for burst in [100, 102] {
+        v.push((
+            AnyAlgorithm::Gcra(Gcra::from_cell(burst, 1, 86_400).unwrap()),
+            86_400 * s,
+        ));
+    }
     v
 }
