@@ -210,8 +210,10 @@ where
     /// let now = Nanos::from_secs(1_700_000_000);
     /// let d = cells.check_with("k", &Gcra::from_cell(15, 30, 60)?, now, 1);
     /// assert_eq!(d.throttle_reply(), [0, 16, 15, -1, 2]);
-    /// let d = cells.check_with("k", &Gcra::from_cell(15, 30, 60)?, now, 1);
-    /// assert_eq!(d.throttle_reply(), [0, 16, 14, -1, 4]);
+    /// // 1 ms later: 3.999 s to full capacity, truncated as redis-cell truncates
+    /// let later = Nanos(now.0 + 1_000_000);
+    /// let d = cells.check_with("k", &Gcra::from_cell(15, 30, 60)?, later, 1);
+    /// assert_eq!(d.throttle_reply(), [0, 16, 14, -1, 3]);
     /// # Ok::<(), floodgate_core::ConfigError>(())
     /// ```
     pub fn check_with<Q>(&self, key: &Q, algorithm: &A, now: Nanos, cost: u64) -> Decision
