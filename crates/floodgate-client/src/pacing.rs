@@ -1,15 +1,21 @@
-//! Pacing: spread the requests a server still allows over the time it says they cover.
+//! Pacing: spread the requests a server still allows over the time it says they cover,
+//! never faster than the rate its policy sustains.
 //!
 //! A fixed window teaches clients a cyclic burst-pause: fire the `r` remaining requests at
-//! once, get 429s, wait for the reset, repeat. The [`Pacer`] instead schedules sends at
-//! `interval = t / r` apart when a server says `r` remaining and `t` seconds to reset, per
-//! host and per policy; the send time of a request is the latest of what each live policy
-//! of its host allows. When `r = 0` the next send waits for the reset plus a jitter of up to
-//! [`PacerConfig::reset_jitter`] x `t`, so that clients told the same reset do not all
-//! return at one instant; the sends queued behind it then go `w / q` apart when the
-//! policy's `RateLimit-Policy` member is known ([`Pacer::observe_with_policies`]), so one
-//! client does not fire its whole backlog at the reset either. `Retry-After` blocks the
-//! whole host ([`Pacer::block_host`]).
+//! once, get 429s, wait for the reset, repeat. The [`Pacer`] instead schedules sends
+//! `interval = max(w / q, t / r)` apart, per host and per policy: `t / r` spreads the `r`
+//! units the server says are left over the `t` seconds they cover, and `w / q` (from the
+//! policy's `RateLimit-Policy` member, when known: [`Pacer::observe_with_policies`]) keeps
+//! the client at the sustained rate the policy states, so a window that has just reset
+//! (a large `r` over a short `t`) is never an invitation to burst. The send time of a
+//! request is the latest of what each live policy of its host allows. When `r = 0` the
+//! next send waits `t` plus a jitter of up to [`PacerConfig::reset_jitter`] x `t`, so that
+//! clients told the same reset do not all return at one instant; the sends queued behind it
+//! then go `w / q` apart. Intervals are rounded up to the nanosecond: never early.
+//! `Retry-After` blocks the whole host ([`Pacer::block_host`]).
+//!
+//! Against floodgate (whose fields `docs/ratelimit-fields.md` explains) this runs at the
+//! sustained rate of every algorithm: `q / w` is that rate, and `r / t` never exceeds it.
 //!
 //! Time is [`Nanos`] from an injected clock: the pacer never reads one itself. Every wait it
 //! returns is at most [`PacerConfig::max_wait`].
@@ -36,6 +42,11 @@ pub struct PacerConfig {
     pub max_hosts: usize,
     /// Policies tracked per host at most (default 16).
     pub max_policies: usize,
+    /// Fraction of headroom kept below the advertised rate: sends go `(1 + headroom) x`
+    /// the advertised spacing apart (default 0: exactly the advertised rate; the polite
+    /// engine sets its own, see `PoliteConfig::pace_headroom`). Clamped to `[0, 1]`; NaN
+    /// reads as 0.
+    pub headroom: f64,
 }
 
 impl Default for PacerConfig {
@@ -45,6 +56,7 @@ impl Default for PacerConfig {
             reset_jitter: 0.1,
             max_hosts: 10_000,
             max_policies: 16,
+            headroom: 0.0,
         }
     }
 }
@@ -54,10 +66,25 @@ struct Slot {
     policy: String,
     /// Earliest instant the next send may go.
     next: Nanos,
-    /// Spacing between sends, ns.
-    interval: u64,
-    /// The advice is stale after this instant (the reset it described has passed).
+    /// The latest send booked, if any.
+    last: Option<Nanos>,
+    /// Spacing from the `RateLimit` advice (`t / r`), ns; in force until `until`.
+    spread: u64,
+    /// Spacing from the policy (`w / q`), ns; 0 when unknown. The policy does not go stale.
+    sustained: u64,
+    /// The `RateLimit` advice is stale after this instant (the `t` it covered has passed).
     until: Nanos,
+}
+
+impl Slot {
+    /// The spacing to book after a send at `now`.
+    fn interval(&self, now: Nanos) -> u64 {
+        if self.until > now {
+            self.spread.max(self.sustained)
+        } else {
+            self.sustained
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -113,8 +140,8 @@ impl Pacer {
 
     /// Take in the `RateLimit` advice of a response from `host` received at `now`.
     /// Members without a reset are ignored (there is nothing to spread over). Without the
-    /// policies' quotas, sends queued behind an `r = 0` reset all go at that reset: prefer
-    /// [`Pacer::observe_with_policies`].
+    /// policies' quotas, sends are spaced `t / r` only, and sends queued behind an `r = 0`
+    /// reset all go at that reset: prefer [`Pacer::observe_with_policies`].
     pub fn observe<R: Rng + ?Sized>(
         &mut self,
         host: &str,
@@ -125,9 +152,15 @@ impl Pacer {
         self.observe_with_policies(host, advice, &[], now, rng);
     }
 
-    /// [`Pacer::observe`], knowing the `RateLimit-Policy` members too: after an `r = 0`
-    /// reset, the sends queued for that policy go `w / q` apart (the rate at which the
-    /// quota comes back) instead of all at the reset.
+    /// Whether `host` has state here: some response from it was observed (and not since
+    /// dropped as idle).
+    pub fn knows(&self, host: &str) -> bool {
+        self.hosts.contains_key(host)
+    }
+
+    /// [`Pacer::observe`], knowing the `RateLimit-Policy` members too: sends of a policy
+    /// are never closer than `w / q` (the rate at which its quota comes back), after an
+    /// `r = 0` reset as at any other time.
     pub fn observe_with_policies<R: Rng + ?Sized>(
         &mut self,
         host: &str,
@@ -143,6 +176,12 @@ impl Pacer {
             cfg.reset_jitter.clamp(0.0, 1.0)
         };
         let max_wait = duration_to_nanos(cfg.max_wait);
+        let headroom = if cfg.headroom.is_nan() {
+            0.0
+        } else {
+            cfg.headroom.clamp(0.0, 1.0)
+        };
+        let stretch = |ns: u64| ns.saturating_add((ns as f64 * headroom).ceil() as u64);
         let Some(state) = self.host_mut(host, now) else {
             return;
         };
@@ -153,10 +192,14 @@ impl Pacer {
             let idx = match state.slots.iter().position(|s| s.policy == r.name) {
                 Some(i) => i,
                 None if state.slots.len() < cfg.max_policies => {
+                    // the response being read is that of a send that went unbooked for
+                    // this policy (the first one): count it as sent now
                     state.slots.push(Slot {
                         policy: r.name.clone(),
                         next: now,
-                        interval: 0,
+                        last: Some(now),
+                        spread: 0,
+                        sustained: 0,
                         until,
                     });
                     state.slots.len() - 1
@@ -164,31 +207,38 @@ impl Pacer {
                 None => continue,
             };
             let slot = &mut state.slots[idx];
+            // the policy's sustained spacing, w / q (kept from earlier responses when this
+            // one does not restate the policy)
+            if let Some(p) = policies
+                .iter()
+                .find(|p| p.name == r.name && p.unit == QuotaUnit::Requests)
+            {
+                slot.sustained = p
+                    .window
+                    .map_or(0, |w| {
+                        stretch(duration_to_nanos(w).div_ceil(p.quota.max(1)))
+                    })
+                    .min(max_wait);
+            }
             slot.until = until;
-            match t.checked_div(r.remaining) {
-                None => {
-                    // r = 0: nothing left until the reset; return at a jittered instant after it.
-                    let extra = if jitter > 0.0 && t > 0 {
-                        rng.random_range(0..=((t as f64 * jitter) as u64))
-                    } else {
-                        0
-                    };
-                    let at = Nanos(now.0.saturating_add(t).saturating_add(extra));
-                    slot.next = slot.next.max(at);
-                    // after the reset the quota comes back at q per w: the queued sends
-                    // go that far apart (none when the policy is unknown)
-                    let refill = policies
-                        .iter()
-                        .find(|p| p.name == r.name && p.unit == QuotaUnit::Requests)
-                        .and_then(|p| Some(duration_to_nanos(p.window?) / p.quota.max(1)));
-                    slot.interval = refill.unwrap_or(0).min(max_wait);
-                }
-                Some(interval) => {
-                    slot.interval = interval;
-                    // Keep sends already scheduled by other in-flight requests, but never
-                    // past the reset the server announced.
-                    slot.next = slot.next.min(until);
-                }
+            if r.remaining == 0 {
+                // nothing left until the reset; return at a jittered instant after it
+                let extra = if jitter > 0.0 && t > 0 {
+                    rng.random_range(0..=((t as f64 * jitter) as u64))
+                } else {
+                    0
+                };
+                let at = Nanos(now.0.saturating_add(t).saturating_add(extra));
+                slot.next = slot.next.max(at);
+                slot.spread = 0;
+            } else {
+                slot.spread = stretch(t.div_ceil(r.remaining)).min(max_wait);
+                // the sends already booked stand; the next one goes the new spacing after
+                // the last of them (this also ends a hold from an earlier r = 0)
+                slot.next = match slot.last {
+                    Some(last) => Nanos(last.0.saturating_add(slot.interval(now))),
+                    None => now,
+                };
             }
         }
     }
@@ -212,15 +262,12 @@ impl Pacer {
         };
         let mut at = now.max(state.blocked_until);
         for s in &state.slots {
-            if s.until > now || s.next > now {
-                at = at.max(s.next);
-            }
+            at = at.max(s.next);
         }
         let at = at.min(Nanos(now.0.saturating_add(max_wait)));
         for s in &mut state.slots {
-            if s.until > now {
-                s.next = Nanos(at.0.saturating_add(s.interval));
-            }
+            s.last = Some(at);
+            s.next = Nanos(at.0.saturating_add(s.interval(now)));
         }
         at.saturating_since(now)
     }
@@ -246,11 +293,12 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(1);
         let mut p = Pacer::new(PacerConfig::default());
         let now = Nanos::from_secs(100);
+        // the response read at `now` is that of a send made then: the next go 500 ms apart
         p.observe("h", &[rem("default", 10, 5)], now, &mut rng);
         let waits: Vec<_> = (0..4).map(|_| p.reserve("h", now)).collect();
         assert_eq!(
             waits,
-            [0, 500, 1000, 1500].map(Duration::from_millis).to_vec()
+            [500, 1000, 1500, 2000].map(Duration::from_millis).to_vec()
         );
         // Another host is not affected.
         assert_eq!(p.reserve("other", now), Duration::ZERO);
@@ -305,6 +353,50 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_rate_bounds_a_generous_remaining() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let policy = Policy {
+            name: "default".into(),
+            quota: 100,
+            window: Some(Duration::from_secs(1)),
+            unit: QuotaUnit::Requests,
+        };
+        let now = Nanos::from_secs(1);
+        let mut spaced = |r, t| {
+            let mut p = Pacer::new(PacerConfig::default());
+            p.observe_with_policies(
+                "h",
+                &[rem("default", r, t)],
+                std::slice::from_ref(&policy),
+                now,
+                &mut rng,
+            );
+            p.reserve("h", now)
+        };
+        // 1000 over 1 s would be 1 ms apart: the policy's 100/s holds it at 10 ms
+        assert_eq!(spaced(1000, 1), Duration::from_millis(10));
+        // 5 left over 1 s: 200 ms apart, slower than the policy
+        assert_eq!(spaced(5, 1), Duration::from_millis(200));
+        // headroom: 2 % below the advertised rate
+        let mut p = Pacer::new(PacerConfig {
+            headroom: 0.02,
+            ..PacerConfig::default()
+        });
+        p.observe_with_policies(
+            "h",
+            &[rem("default", 1000, 1)],
+            std::slice::from_ref(&policy),
+            now,
+            &mut rng,
+        );
+        assert_eq!(p.reserve("h", now), Duration::from_micros(10_200));
+        // without the policy, t / r alone, rounded up to the nanosecond
+        let mut p = Pacer::new(PacerConfig::default());
+        p.observe("h", &[rem("default", 3, 1)], now, &mut rng);
+        assert_eq!(p.reserve("h", now), Duration::from_nanos(333_333_334));
+    }
+
+    #[test]
     fn strictest_policy_wins() {
         let mut rng = StdRng::seed_from_u64(3);
         let mut p = Pacer::new(PacerConfig::default());
@@ -315,8 +407,8 @@ mod tests {
             now,
             &mut rng,
         );
-        p.reserve("h", now);
         assert_eq!(p.reserve("h", now), Duration::from_secs(1));
+        assert_eq!(p.reserve("h", now), Duration::from_secs(2));
     }
 
     #[test]

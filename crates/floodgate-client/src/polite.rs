@@ -8,6 +8,7 @@
 //! 3. after each attempt [`Polite::on_response`] or [`Polite::on_error`], which read the
 //!    headers into the pacer and say whether (and after how long) to retry.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,6 +18,7 @@ use http::{HeaderMap, Method, StatusCode};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tokio::sync::Notify;
 
 use crate::ConfigError;
 use crate::backoff::{Backoff, RetryBudget, RetryBudgetConfig, may_retry};
@@ -33,6 +35,10 @@ pub struct PoliteConfig {
     pub pacing: bool,
     /// Jitter on a reset the server announced with `r = 0`, fraction of `t` (default 0.1).
     pub reset_jitter: f64,
+    /// Headroom kept below the rate the server advertises, as a fraction (default 0.02:
+    /// sends go 2 % further apart than `max(w / q, t / r)`), so that timer granularity and
+    /// network jitter do not push a client pacing at exactly the limit over it. In `[0, 1]`.
+    pub pace_headroom: f64,
     /// Exponential backoff when no `Retry-After` is given.
     pub backoff: Backoff,
     /// Attempts per request, the first included (default 4). Must be >= 1.
@@ -63,6 +69,7 @@ impl Default for PoliteConfig {
             max_wait: Duration::from_secs(60),
             pacing: true,
             reset_jitter: 0.1,
+            pace_headroom: 0.02,
             backoff: Backoff::default(),
             max_attempts: 4,
             budget: RetryBudgetConfig::default(),
@@ -148,10 +155,35 @@ impl Attempt {
 
 /// An attempt on its way: pacing waited, concurrency permit held (if any). Made by
 /// [`Polite::before_send`], consumed by [`Polite::after_send`]; dropping it unused (a
-/// cancelled request) frees the permit without an RTT sample.
+/// cancelled request) frees the permit without an RTT sample, and lets the requests held
+/// behind a first contact go.
 #[derive(Debug)]
 pub struct Sending {
     permit: Option<Permit>,
+    probe: Option<Probe>,
+}
+
+/// Hosts tracked for first contact at most; past it, new hosts are not held.
+const MAX_FIRST_CONTACTS: usize = 10_000;
+
+/// Hosts whose first request is in flight, each with the requests waiting for its answer.
+type FirstContacts = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
+
+/// The first request to a host the pacer knows nothing about: until its answer has been
+/// read (or it fails, or is dropped), other requests to the host wait, so a client does
+/// not open with a burst before it knows the server's limits.
+#[derive(Debug)]
+struct Probe {
+    contacts: FirstContacts,
+    host: String,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(n) = self.contacts.lock().remove(&self.host) {
+            n.notify_waiters();
+        }
+    }
 }
 
 /// Whether a status counts as a drop for the concurrency limiter.
@@ -174,6 +206,7 @@ pub struct Polite {
     wall: Arc<dyn Clock>,
     limiter: Option<AdaptiveLimiter>,
     counters: Arc<Counters>,
+    first_contacts: FirstContacts,
 }
 
 impl std::fmt::Debug for Polite {
@@ -203,7 +236,7 @@ impl Polite {
         if cfg.max_attempts == 0 {
             return Err(ConfigError::ZeroAttempts);
         }
-        for f in [cfg.reset_jitter, cfg.retry_after_jitter] {
+        for f in [cfg.reset_jitter, cfg.retry_after_jitter, cfg.pace_headroom] {
             if !(0.0..=1.0).contains(&f) {
                 return Err(ConfigError::BadPercent(f));
             }
@@ -212,6 +245,7 @@ impl Polite {
         let pacer = Pacer::new(PacerConfig {
             max_wait: cfg.max_wait,
             reset_jitter: cfg.reset_jitter,
+            headroom: cfg.pace_headroom,
             max_policies: cfg.header_limits.max_members,
             ..PacerConfig::default()
         });
@@ -228,6 +262,7 @@ impl Polite {
             wall,
             limiter: None,
             counters: Arc::default(),
+            first_contacts: Arc::default(),
         })
     }
 
@@ -333,10 +368,12 @@ impl Polite {
         }
     }
 
-    /// Everything an adapter does before an attempt goes out: book the send to `host`
-    /// and wait out its pacing, then take an adaptive-concurrency permit (when
-    /// configured). Pair with [`Polite::after_send`].
+    /// Everything an adapter does before an attempt goes out: when pacing, wait for the
+    /// answer to the first request to a host it knows nothing about yet (at most
+    /// `max_wait`); book the send to `host` and wait out its pacing; then take an
+    /// adaptive-concurrency permit (when configured). Pair with [`Polite::after_send`].
     pub async fn before_send(&self, host: &str) -> Sending {
+        let probe = self.first_contact(host).await;
         let wait = self.pace(host);
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
@@ -345,12 +382,57 @@ impl Polite {
             Some(l) => Some(l.acquire().await),
             None => None,
         };
-        Sending { permit }
+        Sending { permit, probe }
+    }
+
+    /// `Some` when this request is the first contact with `host`; `None` once the host is
+    /// known, after waiting for another request's first contact to be answered.
+    async fn first_contact(&self, host: &str) -> Option<Probe> {
+        if !self.cfg.pacing {
+            return None;
+        }
+        let deadline = tokio::time::Instant::now() + self.cfg.max_wait;
+        loop {
+            if self.pacer.lock().knows(host) {
+                return None;
+            }
+            let notify = {
+                let mut contacts = self.first_contacts.lock();
+                match contacts.get(host) {
+                    Some(n) => n.clone(),
+                    None if contacts.len() >= MAX_FIRST_CONTACTS => return None,
+                    None => {
+                        contacts.insert(host.to_owned(), Arc::new(Notify::new()));
+                        return Some(Probe {
+                            contacts: self.first_contacts.clone(),
+                            host: host.to_owned(),
+                        });
+                    }
+                }
+            };
+            let answered = notify.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            // the probe removes its entry, then wakes the waiters: if it is still there,
+            // this waiter is registered in time; if not, the answer is already in
+            let pending = self
+                .first_contacts
+                .lock()
+                .get(host)
+                .is_some_and(|n| Arc::ptr_eq(n, &notify));
+            if !pending {
+                continue;
+            }
+            if tokio::time::timeout_at(deadline, answered).await.is_err() {
+                return None;
+            }
+        }
     }
 
     /// Everything an adapter does after an attempt: count it, release the permit (a 429,
     /// a 5xx or a transport error counts as a drop), read the advice, and decide whether
-    /// to retry. `reply` is the status and headers, or `None` for a transport error.
+    /// to retry; then, if this was the first contact with `host`, let the requests held
+    /// behind it go. `reply` is the status and headers, or `None` for a transport error.
     pub fn after_send(
         &self,
         host: &str,
@@ -359,20 +441,23 @@ impl Polite {
         attempt: &mut Attempt,
     ) -> Verdict {
         attempt.sent += 1;
-        match reply {
+        let Sending { permit, probe } = sending;
+        let verdict = match reply {
             Some((status, headers)) => {
-                if let Some(p) = sending.permit {
+                if let Some(p) = permit {
                     p.release(outcome_of(status));
                 }
                 self.on_response(host, status, headers, attempt)
             }
             None => {
-                if let Some(p) = sending.permit {
+                if let Some(p) = permit {
                     p.dropped();
                 }
                 self.on_error(attempt)
             }
-        }
+        };
+        drop(probe);
+        verdict
     }
 
     /// A transport error (connection refused, reset, timeout): retry with backoff if allowed.
@@ -463,6 +548,50 @@ mod tests {
         // Every other request to the host waits too.
         assert_eq!(p.pace("h"), Duration::from_secs(3));
         assert_eq!(p.stats().throttled, 1);
+    }
+
+    #[tokio::test]
+    async fn the_first_contact_with_a_host_goes_alone() {
+        let (p, _) = engine(PoliteConfig::default());
+        let ok = HeaderMap::new();
+        let first = p.before_send("h").await;
+        let waiter = |p: &Polite, host: &'static str| {
+            let p = p.clone();
+            tokio::spawn(async move { p.before_send(host).await })
+        };
+        let second = waiter(&p, "h");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!second.is_finished(), "held until the first answer is read");
+        // another host is not held
+        let other = tokio::time::timeout(Duration::from_secs(1), p.before_send("o"))
+            .await
+            .expect("another host goes at once");
+        let mut a = Attempt::first(&p, &Method::GET, &ok, true);
+        p.after_send("h", first, Some((StatusCode::OK, &ok)), &mut a);
+        let second = tokio::time::timeout(Duration::from_secs(1), second)
+            .await
+            .expect("released by the answer")
+            .expect("task");
+        assert!(second.probe.is_none(), "the host is known now");
+        // a first contact dropped unanswered (cancelled) releases the others too, and one
+        // of them becomes the next first contact
+        let held = waiter(&p, "o");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!held.is_finished());
+        drop(other);
+        let next = tokio::time::timeout(Duration::from_secs(1), held)
+            .await
+            .expect("released by the drop")
+            .expect("task");
+        assert!(next.probe.is_some());
+        // without pacing nothing is held
+        let (p, _) = engine(PoliteConfig {
+            pacing: false,
+            ..PoliteConfig::default()
+        });
+        let a = p.before_send("h").await;
+        let b = tokio::time::timeout(Duration::from_secs(1), p.before_send("h")).await;
+        assert!(a.probe.is_none() && b.is_ok());
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! * [`KeyedLimiter`]: per-key state for many threads, capped, with eviction built in.
 //! * [`multi::check_all`]: several limits on one request, all-or-nothing.
 //! * [`simulate`]: traffic scenarios on a simulated clock.
+//! * [`ratelimit_fields`]: the RateLimit header fields of a policy and its decisions, the
+//!   one rendering every HTTP surface uses.
 //!
 //! ```
 //! use floodgate_core::algorithms::Gcra;
@@ -35,6 +37,7 @@ pub mod error;
 pub mod keyed;
 pub mod multi;
 pub mod rate;
+pub mod ratelimit_fields;
 pub mod simulate;
 pub mod time;
 

@@ -16,6 +16,7 @@ use floodgate_core::{ConfigError, Kind, Rate, Spec};
 /// let global = Spec::new(Kind::Gcra, "300/min".parse()?);
 /// let per_node = local_share(&global, 3)?;
 /// assert_eq!(per_node.rate.emission_interval_nanos(), 600_000_000); // 100/min
+/// assert_eq!((per_node.rate.count(), per_node.rate.period_nanos()), (100, 60_000_000_000));
 /// assert_eq!(per_node.capacity, Some(100));
 /// # Ok::<(), floodgate_core::ConfigError>(())
 /// ```
@@ -31,6 +32,10 @@ pub fn local_share(global: &Spec, nodes: usize) -> Result<Spec, ConfigError> {
     );
     let rate = if windowed {
         Rate::from_nanos(count.div_ceil(n), global.rate.period_nanos())?
+    } else if count.is_multiple_of(n) {
+        // the same rate as count per N periods, written per the configured period (what
+        // the RateLimit fields advertise: 30/min over 3 nodes is 10/min, not 30/3min)
+        Rate::from_nanos(count / n, global.rate.period_nanos())?
     } else {
         let period = global
             .rate

@@ -31,7 +31,7 @@
 //! store_error = "allow"                # or "deny" (503) when the store fails
 //!
 //! [headers]
-//! ratelimit = true                     # RateLimit-Policy + RateLimit (draft 11)
+//! ratelimit = true                     # RateLimit-Policy + RateLimit
 //! legacy = "off"                       # or "delta" / "epoch": X-RateLimit-Limit/Remaining/Reset
 //! delay = true                         # X-RateLimit-Delay-Ms on held requests
 //!

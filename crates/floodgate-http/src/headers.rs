@@ -1,30 +1,35 @@
 //! Response headers rendered from [`Decision`]s: the RateLimit fields of
-//! draft-ietf-httpapi-ratelimit-headers (draft 11), the legacy `X-RateLimit-*` trio,
-//! `Retry-After` with jitter, and the delay header.
+//! draft-ietf-httpapi-ratelimit-headers, the legacy `X-RateLimit-*` trio, `Retry-After`
+//! with jitter, and the delay header.
 //!
 //! * `RateLimit-Policy: "per-ip";q=100;w=60, "global";q=5000;w=60`: one member per
-//!   policy checked; `q` is the decision's `limit`, `w` the seconds to refill it (see
-//!   [`crate::policy::advertised_window`]).
-//! * `RateLimit: "per-ip";r=15;t=23, "global";r=4100;t=2`: `r` is `remaining`, `t` is
-//!   `reset_after` in seconds rounded up.
+//!   policy checked, its sustained rate (`q` units per `w` seconds) and, for the bucket
+//!   algorithms, `floodgate-capacity`.
+//! * `RateLimit: "per-ip";r=100;t=60, "global";r=0;t=2`: what the key can take over the
+//!   next `t` seconds at that rate; `r=0` until `t` after a denial.
+//!
+//! Both come from [`floodgate_core::ratelimit_fields`], the rendering the server's
+//! headers use too (the README's "Headers" section and `docs/ratelimit-fields.md` say
+//! what the numbers mean and why).
+//!
 //! * `Retry-After: 7` on denials: `ceil(retry_after + uniform(0, jitter))` seconds, so
-//!   never earlier than the true retry time rounded up.
+//!   never earlier than the true retry time rounded up
+//!   ([`floodgate_core::ratelimit_fields::retry_after_secs`]).
 //! * `X-RateLimit-Limit/Remaining/Reset` (optional): from the most restrictive policy;
-//!   reset in delta seconds or Unix epoch seconds.
+//!   the capacity, what is left right now, and the time back to full capacity in delta
+//!   seconds or Unix epoch seconds.
 //! * `X-RateLimit-Delay-Ms: 300` when the request was held (leaky queue), in
 //!   milliseconds rounded up.
-//!
-//! Both RateLimit fields are Structured Fields Lists serialized with the `sfv` crate.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use floodgate_core::Decision;
 use floodgate_core::decision::ceil_secs;
-use floodgate_core::{Algorithm, Decision};
+use floodgate_core::ratelimit_fields::push_state;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use sfv::{Integer, ItemSerializer, KeyRef, ListSerializer, StringRef};
 use smallvec::SmallVec;
 
-use crate::policy::{PolicyInfo, advertised_window};
+use crate::policy::PolicyInfo;
 
 /// `RateLimit-Policy`.
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -51,7 +56,7 @@ pub enum ResetFormat {
 /// Which headers to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeaderOptions {
-    /// `RateLimit-Policy` and `RateLimit` (draft 11). Default on.
+    /// `RateLimit-Policy` and `RateLimit`. Default on.
     pub ratelimit: bool,
     /// The legacy `X-RateLimit-*` trio, and its reset format. Default off.
     pub legacy: Option<ResetFormat>,
@@ -69,85 +74,40 @@ impl Default for HeaderOptions {
     }
 }
 
-/// The largest Structured Fields Integer (15 digits); larger values are capped.
-const SF_INT_MAX: u64 = 999_999_999_999_999;
-
-fn sf_int(v: u64) -> u64 {
-    v.min(SF_INT_MAX)
-}
-
-fn int(v: u64) -> Integer {
-    Integer::constant(sf_int(v) as i64)
-}
-
-/// The `RateLimit-Policy` value for these policies and decisions; `None` for none.
-/// A single policy reporting its algorithm's own limit (the usual case) reuses the value
-/// rendered when the limiter was built.
+/// The `RateLimit-Policy` value for these policies; `None` for none. A single policy (the
+/// usual case) reuses the value rendered when the limiter was built.
 pub fn ratelimit_policy(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue> {
-    if let [(p, d)] = items
-        && let Some(v) = &p.advertised
-        && d.limit == p.algorithm.limit()
-    {
-        return Some(v.clone());
+    match items {
+        [] => None,
+        [(p, _)] => p.policy_value.clone(),
+        _ => {
+            let mut v = String::with_capacity(48 * items.len());
+            for (p, _) in items {
+                if !v.is_empty() {
+                    v.push_str(", ");
+                }
+                v.push_str(&p.policy_member);
+            }
+            HeaderValue::try_from(v).ok()
+        }
     }
-    policy_value(items.iter().map(|(p, d)| (*p, d.limit)))
-}
-
-/// The `RateLimit-Policy` value for policies at these limits (`q`); `None` for none.
-pub fn policy_value<'a>(
-    items: impl IntoIterator<Item = (&'a PolicyInfo, u64)>,
-) -> Option<HeaderValue> {
-    let mut ser = ListSerializer::new();
-    for (p, limit) in items {
-        let Ok(name) = StringRef::from_str(&p.name) else {
-            continue; // names are validated at build time
-        };
-        let w = ceil_secs(advertised_window(&p.spec, limit)).max(1);
-        ser.bare_item(name)
-            .parameter(KeyRef::constant("q"), int(limit))
-            .parameter(KeyRef::constant("w"), int(w));
-    }
-    ser.finish().and_then(|s| HeaderValue::try_from(s).ok())
-}
-
-/// `name` as a Structured Fields string (`"default"`), serialized by `sfv`; `None` if it
-/// is not printable ASCII.
-pub fn sf_string(name: &str) -> Option<String> {
-    let name = StringRef::from_str(name).ok()?;
-    Some(ItemSerializer::new().bare_item(name).finish())
 }
 
 /// The `RateLimit` value for these policies and decisions; `None` for none. Each member is
-/// the policy's name as serialized once by `sfv` ([`PolicyInfo::sf_name`]) followed by
-/// its two integer parameters (`;r=15;t=23`): per request, only two integers are written.
+/// the policy's name as serialized once ([`PolicyInfo::sf_name`]) followed by its two
+/// integer parameters (`;r=100;t=1`): per request, only two integers are written.
 pub fn ratelimit(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue> {
-    let mut buf = Vec::with_capacity(32 * items.len());
-    let mut num = itoa::Buffer::new();
-    for (p, d) in items {
-        let Some(name) = &p.sf_name else {
-            continue;
-        };
-        if !buf.is_empty() {
-            buf.extend_from_slice(b", ");
-        }
-        buf.extend_from_slice(name.as_bytes());
-        buf.extend_from_slice(b";r=");
-        buf.extend_from_slice(num.format(sf_int(d.remaining)).as_bytes());
-        buf.extend_from_slice(b";t=");
-        buf.extend_from_slice(num.format(sf_int(ceil_secs(d.reset_after))).as_bytes());
-    }
-    if buf.is_empty() {
+    if items.is_empty() {
         return None;
     }
+    let mut buf = String::with_capacity(32 * items.len());
+    for (p, d) in items {
+        if !buf.is_empty() {
+            buf.push_str(", ");
+        }
+        push_state(&mut buf, &p.sf_name, p.fields.state(d));
+    }
     HeaderValue::from_maybe_shared(bytes::Bytes::from(buf)).ok()
-}
-
-/// `Retry-After` in whole seconds for a true retry time and a jitter span: the true time
-/// plus a uniform extra in `[0, jitter]`, rounded up. Never below `ceil_secs(retry)`.
-pub fn retry_after_secs(retry: Duration, jitter: Duration, rng: &mut fastrand::Rng) -> u64 {
-    let span = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
-    let extra = if span == 0 { 0 } else { rng.u64(0..=span) };
-    ceil_secs(retry.saturating_add(Duration::from_nanos(extra)))
 }
 
 /// The most restrictive decision: the binding denial if any, else the least remaining.
@@ -235,7 +195,9 @@ pub fn ceil_millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use floodgate_core::ratelimit_fields::SF_INT_MAX;
     use floodgate_core::{Kind, Rate, Spec};
+    use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
     fn info(name: &str, kind: Kind, rate: &str, cap: Option<u64>) -> PolicyInfo {
         let mut spec = Spec::new(kind, rate.parse::<Rate>().unwrap());
@@ -244,107 +206,105 @@ mod tests {
     }
 
     #[test]
-    fn draft_11_syntax() {
+    fn ratelimit_fields_syntax() {
         let a = info("default", Kind::FixedWindow, "100/min", None);
         let b = info("burst", Kind::Gcra, "10/s", Some(20));
+        // 85 used 38 s into the window: 21 ahead of the steady 64
         let d1 = Decision::allow(100, 15, Duration::from_millis(22_001));
         let d2 = Decision::deny(20, 0, Duration::from_millis(100), Duration::from_secs(2));
         let items = [(&a, d1), (&b, d2)];
+        let policy = ratelimit_policy(&items).unwrap();
+        let state = ratelimit(&items).unwrap();
         assert_eq!(
-            ratelimit_policy(&items).unwrap(),
-            r#""default";q=100;w=60, "burst";q=20;w=2"#
+            policy,
+            r#""default";q=100;w=60, "burst";q=10;w=1;floodgate-capacity=20"#
         );
-        assert_eq!(
-            ratelimit(&items).unwrap(),
-            r#""default";r=15;t=23, "burst";r=0;t=2"#
-        );
+        assert_eq!(state, r#""default";r=79;t=60, "burst";r=0;t=1"#);
         // the values parse back as Structured Fields Lists
-        let parsed: sfv::List = sfv::Parser::new(r#""default";r=15;t=23, "burst";r=0;t=2"#)
-            .parse()
-            .unwrap();
-        assert_eq!(parsed.len(), 2);
+        for v in [policy, state] {
+            let parsed: sfv::List = sfv::Parser::new(v.as_bytes()).parse().unwrap();
+            assert_eq!(parsed.len(), 2);
+        }
+        // one policy: the value rendered when the limiter was built
+        assert_eq!(
+            ratelimit_policy(&items[1..]).unwrap(),
+            r#""burst";q=10;w=1;floodgate-capacity=20"#
+        );
+        assert!(ratelimit_policy(&[]).is_none() && ratelimit(&[]).is_none());
     }
 
-    /// The `RateLimit` value as `sfv` serializes the whole list.
-    fn ratelimit_by_sfv(items: &[(&PolicyInfo, Decision)]) -> Option<String> {
-        let mut ser = ListSerializer::new();
+    fn int(v: u64) -> Integer {
+        Integer::constant(v.min(SF_INT_MAX) as i64)
+    }
+
+    /// Both fields as `sfv` serializes the whole lists.
+    fn by_sfv(items: &[(&PolicyInfo, Decision)]) -> (String, String) {
+        let (mut policy, mut state) = (ListSerializer::new(), ListSerializer::new());
         for (p, d) in items {
-            let Ok(name) = StringRef::from_str(&p.name) else {
-                continue;
-            };
-            ser.bare_item(name)
-                .parameter(KeyRef::constant("r"), int(d.remaining))
-                .parameter(KeyRef::constant("t"), int(ceil_secs(d.reset_after)));
+            let name = StringRef::from_str(&p.name).unwrap();
+            let a = &p.fields;
+            let member = policy
+                .bare_item(name)
+                .parameter(KeyRef::constant("q"), int(a.q))
+                .parameter(KeyRef::constant("w"), int(a.w));
+            if let Some(c) = a.capacity {
+                member.parameter(KeyRef::constant("floodgate-capacity"), int(c));
+            }
+            let (r, t) = a.state(d);
+            state
+                .bare_item(name)
+                .parameter(KeyRef::constant("r"), int(r))
+                .parameter(KeyRef::constant("t"), int(t));
         }
-        ser.finish()
+        (policy.finish().unwrap(), state.finish().unwrap())
     }
 
     #[test]
-    fn ratelimit_matches_sfv_serializing_the_whole_list() {
+    fn fields_match_sfv_serializing_the_whole_lists() {
         let mut rng = fastrand::Rng::with_seed(7);
-        let names = [
-            "default",
-            "a\"quoted\\name",
-            "x",
-            "per key",
-            "\u{e9}t\u{e9}",
-        ];
+        let names = ["default", "a\"quoted\\name", "x", "per key"];
+        let kinds = Kind::ALL;
+        let rates = ["10/s", "1/h", "1000000000/s", "7/333ms"];
         for _ in 0..500 {
             let n = rng.usize(1..=3);
             let infos: Vec<PolicyInfo> = (0..n)
-                .map(|_| info(names[rng.usize(..names.len())], Kind::Gcra, "10/s", None))
+                .map(|_| {
+                    let cap = rng.bool().then(|| rng.u64(1..1000));
+                    info(
+                        names[rng.usize(..names.len())],
+                        kinds[rng.usize(..kinds.len())],
+                        rates[rng.usize(..rates.len())],
+                        cap,
+                    )
+                })
                 .collect();
-            let big = [
-                0,
-                1,
-                59,
-                999_999_999_999_999,
-                1_000_000_000_000_000,
-                u64::MAX,
-            ];
             let items: Vec<(&PolicyInfo, Decision)> = infos
                 .iter()
                 .map(|p| {
-                    let r = if rng.bool() {
-                        rng.u64(..)
-                    } else {
-                        big[rng.usize(..big.len())]
-                    };
+                    let r = rng.u64(..);
                     let t = Duration::from_nanos(rng.u64(..));
-                    (p, Decision::allow(10, r, t))
+                    let d = if rng.bool() {
+                        Decision::allow(10, r, t)
+                    } else {
+                        Decision::deny(10, r, Duration::from_nanos(rng.u64(..)), t)
+                    };
+                    (p, d)
                 })
                 .collect();
-            let ours = ratelimit(&items).map(|v| v.to_str().unwrap().to_string());
+            let ours = (
+                ratelimit_policy(&items)
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string(),
+                ratelimit(&items).unwrap().to_str().unwrap().to_string(),
+            );
             assert_eq!(
                 ours,
-                ratelimit_by_sfv(&items),
+                by_sfv(&items),
                 "{:?}",
                 infos.iter().map(|p| &p.name).collect::<Vec<_>>()
             );
-        }
-    }
-
-    #[test]
-    fn cached_policy_value_matches_a_fresh_rendering() {
-        for (kind, rate, cap) in [
-            (Kind::FixedWindow, "100/min", None),
-            (Kind::Gcra, "10/s", Some(20)),
-            (Kind::TokenBucket, "5/s", Some(50)),
-            (Kind::LeakyQueue, "2/s", None),
-        ] {
-            let p = info("p", kind, rate, cap);
-            let limit = p.algorithm.limit();
-            let fresh = policy_value([(&p, limit)]).unwrap();
-            assert!(fresh.to_str().unwrap().contains(&format!(";q={limit};")));
-            let d = Decision::allow(limit, 1, Duration::from_secs(1));
-            assert_eq!(ratelimit_policy(&[(&p, d)]).unwrap(), fresh);
-            // a decision reporting another limit is rendered afresh, not from the cache
-            let other = Decision::allow(limit + 7, 1, Duration::from_secs(1));
-            assert_eq!(
-                ratelimit_policy(&[(&p, other)]).unwrap(),
-                policy_value([(&p, limit + 7)]).unwrap()
-            );
-            assert_ne!(ratelimit_policy(&[(&p, other)]).unwrap(), fresh);
         }
     }
 
@@ -369,14 +329,14 @@ mod tests {
 
     #[test]
     fn retry_after_never_early_and_spread() {
+        use floodgate_core::ratelimit_fields::retry_after_secs;
         let mut rng = fastrand::Rng::with_seed(7);
         let retry = Duration::from_millis(2_300);
         let v: Vec<u64> = (0..1000)
-            .map(|_| retry_after_secs(retry, Duration::from_secs(10), &mut rng))
+            .map(|_| retry_after_secs(retry, Duration::from_secs(10), |s| rng.u64(0..=s)))
             .collect();
         assert!(v.iter().all(|&s| (3..=13).contains(&s)));
         let distinct: std::collections::BTreeSet<_> = v.iter().collect();
         assert!(distinct.len() >= 10, "{distinct:?}");
-        assert_eq!(retry_after_secs(retry, Duration::ZERO, &mut rng), 3);
     }
 }

@@ -7,7 +7,8 @@
 //!   (path prefix + methods, cost per policy) that apply them.
 //! * [`key`]: client IP behind trusted proxies, IP prefixes, header keys, custom keys.
 //! * [`store`]: the [`DecisionStore`] trait and the in-process [`LocalStore`].
-//! * [`headers`]: `RateLimit-Policy` / `RateLimit` (draft 11), legacy `X-RateLimit-*`,
+//! * [`headers`]: `RateLimit-Policy` / `RateLimit` (the sustained rate, and what a key can
+//!   take next at it: `floodgate_core::ratelimit_fields`), legacy `X-RateLimit-*`,
 //!   `Retry-After` with jitter, `X-RateLimit-Delay-Ms`.
 //! * [`metrics`]: Prometheus text exposition.
 //! * [`config`]: the TOML configuration of the proxy (also usable for the layer).

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate_core::multi::MultiDecision;
+use floodgate_core::ratelimit_fields::retry_after_secs;
 use floodgate_core::{ConfigError, Decision, Denial};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -868,7 +869,7 @@ impl RateLimiter {
                 ..
             }) => {
                 let mut rng = fastrand::Rng::new();
-                let secs = headers::retry_after_secs(r, inner.jitter, &mut rng);
+                let secs = retry_after_secs(r, inner.jitter, |span| rng.u64(0..=span));
                 // the hottest denial: written without the formatting machinery
                 let mut detail = String::with_capacity(48 + policy.len());
                 detail.push_str("rate limited by policy ");

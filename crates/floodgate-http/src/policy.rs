@@ -6,9 +6,8 @@
 //! the request costs under each. The route with the longest matching prefix wins; a
 //! request that matches no route is not limited at all.
 
-use std::time::Duration;
-
-use floodgate_core::{Algorithm, AnyAlgorithm, ConfigError, Spec};
+use floodgate_core::ratelimit_fields::{Advertised, sf_string};
+use floodgate_core::{AnyAlgorithm, ConfigError, Spec};
 use http::Method;
 
 use crate::key::KeySource;
@@ -24,29 +23,36 @@ pub struct PolicyInfo {
     pub spec: Spec,
     /// The algorithm built from `spec`.
     pub algorithm: AnyAlgorithm,
-    /// This policy's `RateLimit-Policy` value at the algorithm's own limit, rendered once
-    /// (it only changes if a decision reports another limit).
-    pub advertised: Option<http::HeaderValue>,
+    /// What the RateLimit fields advertise for this policy (sustained rate `q`/`w`,
+    /// capacity), from `spec`.
+    pub fields: Advertised,
     /// The name as a Structured Fields string (quoted, escaped), serialized once: the
-    /// start of this policy's member in every `RateLimit` value. `None` if the name is
-    /// not printable ASCII (names are validated when the limiter is built).
-    pub sf_name: Option<String>,
+    /// start of this policy's member in every `RateLimit` value.
+    pub sf_name: String,
+    /// This policy's member of `RateLimit-Policy`, rendered once.
+    pub policy_member: String,
+    /// `policy_member` as a header value: the whole `RateLimit-Policy` field when this is
+    /// the only policy a request is checked against (the usual case).
+    pub policy_value: Option<http::HeaderValue>,
 }
 
 impl PolicyInfo {
     /// The policy at `index` named `name`, with its spec and algorithm.
     pub fn new(index: usize, name: String, spec: Spec, algorithm: AnyAlgorithm) -> PolicyInfo {
-        let mut info = PolicyInfo {
+        let fields = Advertised::of(&spec);
+        let sf_name = sf_string(&name);
+        let policy_member = fields.policy_member(&sf_name);
+        let policy_value = http::HeaderValue::try_from(policy_member.as_str()).ok();
+        PolicyInfo {
             index,
             name,
             spec,
             algorithm,
-            advertised: None,
-            sf_name: None,
-        };
-        info.sf_name = crate::headers::sf_string(&info.name);
-        info.advertised = crate::headers::policy_value([(&info, info.algorithm.limit())]);
-        info
+            fields,
+            sf_name,
+            policy_member,
+            policy_value,
+        }
     }
 }
 
@@ -149,20 +155,4 @@ pub(crate) struct CompiledRoute {
     pub route: Route,
     /// `(policy index, cost)`.
     pub checks: Vec<(usize, u64)>,
-}
-
-/// The window advertised in `RateLimit-Policy`'s `w`: the time to refill the full limit
-/// at the policy's rate (`limit x period / count`), which is the rate's period when the
-/// capacity equals the rate's count (`100/min` -> `q=100;w=60`). Windowed algorithms
-/// advertise their window.
-pub fn advertised_window(spec: &Spec, limit: u64) -> Duration {
-    use floodgate_core::Kind;
-    match spec.kind {
-        Kind::FixedWindow | Kind::SlidingLog | Kind::SlidingCounter => spec.window(),
-        _ => {
-            let ns =
-                (limit as u128) * (spec.rate.period_nanos() as u128) / (spec.rate.count() as u128);
-            Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
-        }
-    }
 }

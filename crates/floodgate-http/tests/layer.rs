@@ -101,7 +101,8 @@ impl LayerExt for floodgate_http::RateLimitLayer {
     }
 }
 
-/// The `t` between `prefix` and `suffix` in a RateLimit value; 1..=60 (a minute window).
+/// The number between `prefix` and `suffix` in a header value; 1..=60 (seconds left in a
+/// minute window).
 fn window_t(v: &http::HeaderValue, prefix: &str, suffix: &str) -> u64 {
     let v = v.to_str().unwrap();
     let t: u64 = v
@@ -249,28 +250,34 @@ key = "global"
     let out = burst(&l, &arr, 4, |_| req("192.0.2.1", "/", &[])).await;
     let first = &out[0];
     assert_eq!(first.status, 200);
+    // the sustained rates; the bucket's capacity as an extension parameter
     assert_eq!(
         first.headers["ratelimit-policy"],
-        r#""per-ip";q=3;w=60, "global";q=100;w=60"#
+        r#""per-ip";q=3;w=60, "global";q=100;w=60;floodgate-capacity=100"#
     );
-    // fixed windows align to the wall-clock minute: t is the rest of this minute
-    let t = window_t(
-        &first.headers["ratelimit"],
-        r#""per-ip";r=2;t="#,
-        r#", "global";r=99;t=1"#,
+    // over the next minute, at those rates: 3 and 100 (a first request is never ahead)
+    assert_eq!(
+        first.headers["ratelimit"],
+        r#""per-ip";r=3;t=60, "global";r=100;t=60"#
     );
+    // the legacy trio: what is left right now, and the rest of this wall-clock minute
+    // (fixed windows align to it)
+    let t = window_t(&first.headers["x-ratelimit-reset"], "", "");
     assert_eq!(first.headers["x-ratelimit-limit"], "3");
     assert_eq!(first.headers["x-ratelimit-remaining"], "2");
-    assert_eq!(first.headers["x-ratelimit-reset"], t.to_string().as_str());
     let denied = &out[3];
     assert_eq!(denied.status, 429);
-    assert_eq!(
-        window_t(
-            &denied.headers["ratelimit"],
-            r#""per-ip";r=0;t="#,
-            r#", "global";r=97;t=2"#
-        ),
-        t
+    // per-ip: nothing until its window ends, or, when that is within the 20 s a steady
+    // client waits anyway, at most the 2 its pace fits in the minute after; global: the
+    // three admitted at once put it 2 ahead of a steady client (a denied request is not
+    // charged)
+    let rl = denied.headers["ratelimit"].to_str().unwrap();
+    let (per_ip, global) = rl.split_once(", ").unwrap();
+    assert_eq!(global, r#""global";r=98;t=60"#);
+    assert!(
+        per_ip == format!(r#""per-ip";r=0;t={t}"#)
+            || (t <= 20 && [r#""per-ip";r=1;t=60"#, r#""per-ip";r=2;t=60"#].contains(&per_ip)),
+        "{rl} with {t} s left in the window"
     );
     assert_eq!(denied.headers["content-type"], "text/plain; charset=utf-8");
     let ra: u64 = denied.headers["retry-after"]
@@ -339,13 +346,14 @@ policies = ["per-key", "global"]
     .await;
     let st: Vec<u16> = out.iter().map(|o| o.status.as_u16()).collect();
     assert_eq!(st, vec![200, 200, 200, 429]);
-    // /search cost 10 under per-key
-    window_t(
-        &out[0].headers["ratelimit"],
-        r#""per-key";r=90;t=6, "global";r=2;t="#,
-        "",
+    // /search cost 10 under per-key: 9 units beyond the one a steady client would have
+    // sent, so 91 over the next minute bring the key back in line
+    assert_eq!(
+        out[0].headers["ratelimit"],
+        r#""per-key";r=91;t=60, "global";r=3;t=60"#
     );
-    // the denied request (key k1) was not charged by per-key: k1 still has 99 of 100
+    // the denied request (key k1) was not charged by per-key: k1 holds only its first
+    // unit, so a look at it finds the key in line (charged, it would be one ahead: 99)
     let out = burst(&l, &arr, 1, |_| {
         req("192.0.2.1", "/", &[("x-api-key", b"k1")])
     })
@@ -355,7 +363,7 @@ policies = ["per-key", "global"]
         out[0].headers["ratelimit"]
             .to_str()
             .unwrap()
-            .starts_with(r#""per-key";r=99;"#),
+            .starts_with(r#""per-key";r=100;t=60, "global";"#),
         "{:?}",
         out[0].headers["ratelimit"]
     );
@@ -370,7 +378,9 @@ async fn dry_run_never_rejects_but_shows_headers() {
     let out = burst(&l, &arr, 10, |_| req("192.0.2.1", "/", &[])).await;
     assert!(out.iter().all(|o| o.status == 200));
     assert_eq!(arr.lock().unwrap().len(), 10);
-    assert_eq!(out[9].headers["ratelimit"], r#""shadow";r=0;t=60"#);
+    // both units taken at once (one ahead of a steady client); the next comes back in
+    // 30 s, one sustained interval: one over the next minute at the sustained rate
+    assert_eq!(out[9].headers["ratelimit"], r#""shadow";r=1;t=60"#);
     let m = l.render_metrics();
     assert!(
         m.contains(r#"floodgate_decisions_total{policy="shadow",outcome="rejected_dry_run"} 8"#),

@@ -40,7 +40,9 @@ async fn tonic_calls_are_limited_with_a_grpc_status() {
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     let mut client = health_client(addr).await;
-    for left in ["1", "0"] {
+    // over the next minute at 2/min: 2 after the first call, 1 after the second (which
+    // puts the key one ahead of a steady client)
+    for left in ["2", "1"] {
         let resp = client.check(health_check()).await.unwrap();
         let md = resp.metadata();
         let rl = md.get("ratelimit").unwrap().to_str().unwrap();

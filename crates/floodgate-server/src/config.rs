@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use floodgate_core::rate::parse_duration;
+use floodgate_core::ratelimit_fields::Advertised;
 use floodgate_core::{Kind, Rate, Spec};
 use floodgate_redis::{FaultPolicy, StoreConfig};
 use thiserror::Error;
@@ -312,26 +313,12 @@ pub struct LimitDef {
     pub unit: Unit,
     /// The window.
     pub window: Duration,
+    /// What the RateLimit fields advertise for this limit (its sustained rate, and the
+    /// capacity of a bucket algorithm), computed once from `spec`.
+    pub fields: Advertised,
 }
 
 impl LimitDef {
-    /// The window the RateLimit-Policy `w` parameter advertises: the window for windowed
-    /// algorithms; for the bucket algorithms and GCRA, the time to refill the capacity at
-    /// the rate (the window itself when capacity equals the count).
-    pub fn policy_window(&self) -> Duration {
-        let Some(spec) = &self.spec else {
-            return self.window;
-        };
-        match spec.kind {
-            Kind::FixedWindow | Kind::SlidingLog | Kind::SlidingCounter => self.window,
-            _ => {
-                let cap = spec.capacity.unwrap_or(spec.rate.count()) as u128;
-                let ns = cap * spec.rate.period_nanos() as u128 / spec.rate.count() as u128;
-                Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
-            }
-        }
-    }
-
     /// The algorithm's name (`block` for a zero limit).
     pub fn algorithm(&self) -> &'static str {
         self.spec.as_ref().map_or("block", |s| s.kind.name())
@@ -864,10 +851,13 @@ fn limit(
         name: rl.name.clone().unwrap_or(derived),
         explicit_name: rl.name.clone(),
         replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
-        spec,
         requests_per_unit: count,
         unit: Unit::of_window(window),
         window,
+        fields: spec
+            .as_ref()
+            .map_or(Advertised::blocked(window), Advertised::of),
+        spec,
     })
 }
 
@@ -923,9 +913,10 @@ mod tests {
         assert_eq!(a[1].name, "user#2");
         assert_eq!(a[1].unit, Unit::Hour);
         assert_eq!(a[1].spec.as_ref().unwrap().capacity, Some(10));
-        // RateLimit-Policy's w: 10 at 1000/h refill in 36 s; a windowed limit: its window.
-        assert_eq!(a[1].policy_window(), Duration::from_secs(36));
-        assert_eq!(a[0].policy_window(), Duration::from_secs(30));
+        // RateLimit-Policy: the sustained rate (and a bucket's capacity)
+        let f = |l: &LimitDef| (l.fields.q, l.fields.w, l.fields.capacity);
+        assert_eq!(f(&a[1]), (1000, 3600, Some(10)));
+        assert_eq!(f(&a[0]), (100, 30, None));
     }
 
     #[test]

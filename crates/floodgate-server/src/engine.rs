@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use floodgate_core::multi::{Check, check_all};
+use floodgate_core::ratelimit_fields::Advertised;
 use floodgate_core::{Algorithm, AnyAlgorithm, Clock, Decision, KeyedLimiter, Nanos, WallClock};
 use floodgate_dist::HybridNode;
 use floodgate_dist::hybrid::{Finish, Step};
@@ -1177,9 +1178,8 @@ fn instantiate(
             )),
         },
     };
-    Ok(Arc::new(LimitInst {
-        def: def.clone(),
-        id,
-        backend,
-    }))
+    // the RateLimit fields advertise what this server enforces (a local share's rate)
+    let mut def = def.clone();
+    def.fields = Advertised::of(spec);
+    Ok(Arc::new(LimitInst { def, id, backend }))
 }

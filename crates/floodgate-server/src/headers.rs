@@ -1,26 +1,25 @@
 //! The response headers a proxy should add, rendered from the decisions of one request.
 //!
-//! The same rendering as `floodgate proxy` (the HTTP section of the README), from the core
-//! [`Decision`]:
+//! The same rendering as `floodgate proxy`: both call
+//! [`floodgate_core::ratelimit_fields`] (the README's "Headers" section and
+//! `docs/ratelimit-fields.md` say what the numbers mean and why).
 //!
-//! * `RateLimit-Policy: "name";q=100;w=60, ...`: every limit that applied, `q` the limit
-//!   (capacity: what a key at rest admits at once) and `w` the seconds to refill `q` at
-//!   the limit's rate (the window for windowed algorithms), rounded up, at least 1. With
-//!   the default capacity (the rate's count) that is `requests_per_unit` and the unit.
-//! * `RateLimit: "name";r=7;t=12, ...`: per limit, `r` remaining now and `t` the seconds
-//!   until the key is back at full capacity (`reset_after`, rounded up).
+//! * `RateLimit-Policy: "name";q=100;w=60, ...`: every limit that applied, with its
+//!   sustained rate (`q` units per `w` seconds; `requests_per_unit` and the unit for the
+//!   windowed algorithms and buckets alike, one less per window for a sliding counter)
+//!   and, for a bucket algorithm, its capacity (`floodgate-capacity`).
+//! * `RateLimit: "name";r=100;t=60, ...`: per limit, what the key can take over the next
+//!   `t` seconds at that rate; `r=0` until `t` (the retry time rounded up) when denied.
 //! * `Retry-After: 7` when the request is over limit: `ceil(retry + uniform(0, jitter))`,
 //!   so never earlier than the true retry time (draft-ietf-httpapi-ratelimit-headers asks
 //!   for jitter; RFC 9110 delay-seconds). Absent when the request can never succeed (its
 //!   cost is above the limit, or the limit is 0).
 //! * Optional, Envoy ratelimit's `X-RateLimit-Limit`, `-Remaining`, `-Reset` (seconds) of
-//!   the binding limit.
-
-use std::fmt::Write;
-use std::time::Duration;
+//!   the binding limit: its capacity, what is left right now, the time back to full.
 
 use floodgate_core::Decision;
 use floodgate_core::decision::ceil_secs;
+use floodgate_core::ratelimit_fields::{render as render_fields, retry_after_secs, sf_string};
 
 use crate::config::{HeaderSettings, LimitDef};
 
@@ -30,43 +29,6 @@ pub const RATELIMIT_POLICY: &str = "RateLimit-Policy";
 pub const RATELIMIT: &str = "RateLimit";
 /// `Retry-After`.
 pub const RETRY_AFTER: &str = "Retry-After";
-
-/// A limit's name as a Structured Fields String: printable ASCII, `"` and `\` escaped,
-/// anything else replaced by `?`.
-pub fn sf_string(name: &str) -> String {
-    let mut s = String::with_capacity(name.len() + 2);
-    s.push('"');
-    for c in name.chars() {
-        match c {
-            '"' | '\\' => {
-                s.push('\\');
-                s.push(c);
-            }
-            ' '..='~' => s.push(c),
-            _ => s.push('?'),
-        }
-    }
-    s.push('"');
-    s
-}
-
-/// Retry-After seconds for a true `retry` and a jitter span: never below `ceil(retry)`.
-///
-/// ```
-/// use floodgate_server::headers::retry_after_secs;
-/// use std::time::Duration;
-/// let s = retry_after_secs(Duration::from_millis(2_300), Duration::from_secs(2));
-/// assert!((3..=5).contains(&s));
-/// assert_eq!(retry_after_secs(Duration::from_millis(2_300), Duration::ZERO), 3);
-/// ```
-pub fn retry_after_secs(retry: Duration, jitter: Duration) -> u64 {
-    let extra = match u64::try_from(jitter.as_nanos()) {
-        Ok(0) => 0,
-        Ok(j) => fastrand::u64(0..=j),
-        Err(_) => fastrand::u64(..),
-    };
-    ceil_secs(retry.saturating_add(Duration::from_nanos(extra)))
-}
 
 /// The binding decision of a set: the denied one with the longest retry ("never" binds
 /// over any retry), else the admitted one with the fewest remaining.
@@ -90,31 +52,25 @@ pub fn render(
         return out;
     }
     let retry = if over_limit {
-        binding(applied)
-            .and_then(|(_, d)| d.retry_after)
-            .map(|r| retry_after_secs(r, settings.retry_after_jitter))
+        binding(applied).and_then(|(_, d)| d.retry_after).map(|r| {
+            retry_after_secs(r, settings.retry_after_jitter, |span| {
+                fastrand::u64(0..=span)
+            })
+        })
     } else {
         None
     };
-    let t_of = |d: &Decision| -> u64 { ceil_secs(d.reset_after) };
     if settings.ratelimit {
-        let mut policy = String::new();
-        let mut state = String::new();
         let mut seen: Vec<&str> = Vec::with_capacity(applied.len());
+        let mut members = Vec::with_capacity(applied.len());
         for (def, d) in applied {
             if seen.contains(&def.name.as_str()) {
                 continue;
             }
             seen.push(&def.name);
-            let name = sf_string(&def.name);
-            let w = ceil_secs(def.policy_window()).max(1);
-            if !policy.is_empty() {
-                policy.push_str(", ");
-                state.push_str(", ");
-            }
-            let _ = write!(policy, "{name};q={};w={w}", d.limit);
-            let _ = write!(state, "{name};r={};t={}", d.remaining, t_of(d));
+            members.push((sf_string(&def.name), &def.fields, d));
         }
+        let (policy, state) = render_fields(members.iter().map(|(n, a, d)| (n.as_str(), *a, *d)));
         out.push((RATELIMIT_POLICY, policy));
         out.push((RATELIMIT, state));
     }
@@ -126,7 +82,7 @@ pub fn render(
     {
         out.push(("X-RateLimit-Limit", d.limit.to_string()));
         out.push(("X-RateLimit-Remaining", d.remaining.to_string()));
-        out.push(("X-RateLimit-Reset", t_of(d).to_string()));
+        out.push(("X-RateLimit-Reset", ceil_secs(d.reset_after).to_string()));
     }
     out
 }
@@ -135,16 +91,25 @@ pub fn render(
 mod tests {
     use super::*;
     use crate::config::Unit;
+    use floodgate_core::ratelimit_fields::Advertised;
+    use floodgate_core::{Kind, Rate, Spec};
+    use std::time::Duration;
 
-    fn def(name: &str, q: u64, w: u64) -> LimitDef {
+    /// A limit of `count` per `w` seconds by `kind` (0 blocks everything).
+    fn def(name: &str, kind: Kind, count: u64, w: u64) -> LimitDef {
+        let window = Duration::from_secs(w);
+        let spec = (count > 0).then(|| Spec::new(kind, Rate::new(count, window).unwrap()));
         LimitDef {
             name: name.into(),
             explicit_name: None,
             replaces: vec![],
-            spec: None,
-            requests_per_unit: q,
+            fields: spec
+                .as_ref()
+                .map_or(Advertised::blocked(window), Advertised::of),
+            spec,
+            requests_per_unit: count,
             unit: Unit::Unknown,
-            window: Duration::from_secs(w),
+            window,
         }
     }
 
@@ -157,13 +122,15 @@ mod tests {
     }
 
     #[test]
-    fn allowed_request_lists_policies_and_remaining() {
-        let a = def("per-user", 100, 60);
-        let b = def("global", 1000, 3600);
+    fn allowed_request_lists_policies_and_what_the_key_can_take() {
+        let a = def("per-user", Kind::FixedWindow, 100, 60);
+        let b = def("global", Kind::Gcra, 1000, 3600);
         let h = render(
             &settings(0),
             &[
+                // 59 used 24.5 s into the minute, where a steady client is at 41: 18 ahead
                 (&a, Decision::allow(100, 41, Duration::from_millis(35_500))),
+                // half an hour back to full: 500 missing, 499 beyond the one just sent
                 (&b, Decision::allow(1000, 500, Duration::from_secs(1800))),
             ],
             false,
@@ -173,11 +140,12 @@ mod tests {
             vec![
                 (
                     RATELIMIT_POLICY,
-                    "\"per-user\";q=100;w=60, \"global\";q=1000;w=3600".to_string()
+                    "\"per-user\";q=100;w=60, \"global\";q=1000;w=3600;floodgate-capacity=1000"
+                        .to_string()
                 ),
                 (
                     RATELIMIT,
-                    "\"per-user\";r=41;t=36, \"global\";r=500;t=1800".to_string()
+                    "\"per-user\";r=82;t=60, \"global\";r=501;t=3600".to_string()
                 ),
                 ("X-RateLimit-Limit", "100".to_string()),
                 ("X-RateLimit-Remaining", "41".to_string()),
@@ -188,7 +156,7 @@ mod tests {
 
     #[test]
     fn retry_after_with_jitter_is_never_below_the_truth() {
-        let a = def("x", 10, 1);
+        let a = def("x", Kind::Gcra, 10, 1);
         let truth = Duration::from_millis(2_300);
         let d = Decision::deny(10, 0, truth, Duration::from_secs(1));
         let mut seen = std::collections::BTreeSet::new();
@@ -203,7 +171,10 @@ mod tests {
                 .unwrap();
             assert!((3..=5).contains(&ra), "{ra}");
             let rl = &h.iter().find(|(k, _)| *k == RATELIMIT).unwrap().1;
-            assert_eq!(rl, "\"x\";r=0;t=1", "t is the reset, without jitter");
+            assert_eq!(
+                rl, "\"x\";r=0;t=3",
+                "t is the retry rounded up, without jitter"
+            );
             seen.insert(ra);
         }
         assert!(seen.len() >= 2, "jitter spreads the values: {seen:?}");
@@ -213,17 +184,14 @@ mod tests {
 
     #[test]
     fn never_admissible_has_no_retry_after_and_names_are_escaped() {
-        let a = def("we\"ird\\näme", 0, 1);
+        let a = def("we\"ird\\n\u{e4}me", Kind::Gcra, 0, 1);
         let h = render(
             &settings(0),
             &[(&a, Decision::never(0, 1, 0, Duration::ZERO))],
             true,
         );
         assert!(h.iter().all(|(k, _)| *k != RETRY_AFTER));
-        assert!(
-            h[0].1.starts_with("\"we\\\"ird\\\\n?me\";q=0;w=1"),
-            "{}",
-            h[0].1
-        );
+        assert_eq!(h[0].1, "\"we\\\"ird\\\\n?me\";q=0;w=1");
+        assert_eq!(h[1].1, "\"we\\\"ird\\\\n?me\";r=0;t=1");
     }
 }

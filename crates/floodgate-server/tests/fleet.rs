@@ -22,7 +22,11 @@ async fn local_share_enforces_one_nth_per_server() {
     }
     assert_eq!(admitted, 10, "30/min over 3 servers: a burst of 10 here");
     let r = last.unwrap();
-    assert_eq!(header(&r, "RateLimit-Policy"), Some("\"user\";q=10;w=60"));
+    // the fields advertise what this server enforces: its share
+    assert_eq!(
+        header(&r, "RateLimit-Policy"),
+        Some("\"user\";q=10;w=60;floodgate-capacity=10")
+    );
     // the status still names the configured (fleet-wide) limit
     assert_eq!(
         r.statuses[0]

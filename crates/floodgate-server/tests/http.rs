@@ -38,8 +38,10 @@ async fn check_answers_the_decision_with_headers() {
     assert_eq!(j["descriptors"][0]["limits"][0]["name"], "user");
     assert_eq!(j["descriptors"][0]["limits"][0]["algorithm"], "gcra");
     assert_eq!(j["descriptors"][0]["limits"][0]["unit"], "minute");
-    assert_eq!(r.header("RateLimit-Policy"), Some("\"user\";q=2;w=60"));
-    assert_eq!(j["headers"]["RateLimit-Policy"], "\"user\";q=2;w=60");
+    let policy = "\"user\";q=2;w=60;floodgate-capacity=2";
+    assert_eq!(r.header("RateLimit-Policy"), Some(policy));
+    assert_eq!(j["headers"]["RateLimit-Policy"], policy);
+    assert_eq!(j["headers"]["RateLimit"], "\"user\";r=2;t=60");
     assert_eq!(r.header("X-RateLimit-Limit"), Some("2"));
     assert_eq!(r.header("X-RateLimit-Remaining"), Some("1"));
     http(addr, "POST", "/v1/check", body).await;

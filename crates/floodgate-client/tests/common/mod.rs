@@ -236,6 +236,11 @@ impl FloodgateProxy {
         let upstream = format!("http://{}", backend.addr).parse().expect("uri");
         let settings = ProxySettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            // The proxy's own HTTP/1 path stamps a connection's idle start with the std
+            // clock; under tokio's paused clock (the pacing grid) that start lies far in
+            // the virtual past and kept-alive connections would be closed at once. No
+            // test here waits for the head timeout.
+            head_timeout: Duration::from_secs(86_400),
             ..ProxySettings::new(upstream)
         };
         let proxy = Proxy::bind(limiter, &settings).await.expect("bind proxy");
