@@ -20,11 +20,11 @@
 //!   taking `R` over the next `T` brings it back in line). `R` is never above `Q`: never an
 //!   invitation above the sustained rate, so never the fixed window's boundary burst. A
 //!   sliding log or counter does not tell from a decision how its uses are spread:
-//!   `ahead = 0`. When it was denied, `R = 0` and `T` is the
-//!   retry time rounded up, at least 1: nothing before `T`; except when the retry time is
-//!   within one sustained interval (`W / Q`, a bucket refilling faster than a second): a
-//!   client keeping the sustained pace comes back no earlier anyway, so `T = W` and `R` is
-//!   what fits in the rest of it at that pace.
+//!   `ahead = 0`. When it was denied, `T` is the retry time rounded up, at least 1 (so
+//!   `Retry-After`, never earlier, is never before the end of `T`) and `R = 0`: nothing
+//!   before `T`; except when the retry time is within one sustained interval (`W / Q`, a
+//!   bucket refilling faster than a second): a client keeping the sustained pace comes
+//!   back no earlier anyway, so `R` is what that pace fits in `T` after the retry.
 //!
 //! So a client that sends at most one unit every `max(W / Q, T / R)` seconds, and waits
 //! `T` after `R = 0`, runs at the sustained rate and is never told to come back early.
@@ -194,21 +194,24 @@ impl Advertised {
         if !d.allowed
             && let Some(retry) = d.retry_after
         {
-            // within one sustained interval (a bucket refilling faster than a second): a
-            // client keeping the sustained pace comes back no earlier, and a whole second
-            // of r = 0 would stop it for nothing; longer: nothing before t
-            let (w_ns, q) = (
+            // nothing before the retry time, rounded up: t, so that Retry-After (never
+            // earlier) is never before the end of t. A retry within one sustained interval
+            // (a bucket refilling faster than a second) is no wait for a client keeping the
+            // sustained pace: r counts what that pace fits in t after the retry, so such a
+            // client is not stopped for a whole second; a longer retry: r = 0.
+            let t = ceil_secs(retry).max(1);
+            let (t_ns, w_ns, q) = (
+                u128::from(t) * u128::from(NANOS_PER_SEC),
                 u128::from(self.w) * u128::from(NANOS_PER_SEC),
                 u128::from(self.q),
             );
             let retry_ns = retry.as_nanos();
-            if retry_ns.saturating_mul(q) <= w_ns {
-                let r = ((w_ns - retry_ns) * q / w_ns).min(in_line);
-                if r > 0 {
-                    return (u64::try_from(r).unwrap_or(u64::MAX), self.w);
-                }
-            }
-            return (0, ceil_secs(retry).max(1));
+            let r = if retry_ns.saturating_mul(q) <= w_ns {
+                (t_ns.saturating_sub(retry_ns) * q / w_ns).min(in_line)
+            } else {
+                0
+            };
+            return (u64::try_from(r).unwrap_or(u64::MAX), t);
         }
         (u64::try_from(in_line).unwrap_or(u64::MAX), self.w)
     }
@@ -439,12 +442,26 @@ mod tests {
         let a = Advertised::of(&spec(Kind::TokenBucket, "30/min", Some(16)));
         let d = Decision::deny(16, 0, Duration::from_millis(2_001), Duration::from_secs(32));
         assert_eq!(a.state(&d), (0, 3));
-        // within the 2 s a steady client waits anyway: the pace over the rest of the minute,
-        // less the 15 units beyond the one just sent that the empty bucket misses
+        // within the 2 s a steady client waits anyway, but the pace fits nothing in the
+        // 1 ms of t after it
         let d = Decision::deny(16, 0, Duration::from_millis(1_999), Duration::from_secs(32));
-        assert_eq!(a.state(&d), (15, 60));
-        let d = Decision::deny(16, 15, Duration::from_millis(1_999), Duration::from_secs(2));
-        assert_eq!(a.state(&d), (29, 60));
+        assert_eq!(a.state(&d), (0, 2));
+        // 100/s: 4 ms is within the 10 ms a steady client waits: 99 fit in the second
+        // after it, unless the bucket misses more than that (capacity 50, empty: 49 ahead)
+        let mut fast = spec(Kind::TokenBucket, "100/s", Some(1));
+        let d = Decision::deny(1, 0, Duration::from_millis(4), Duration::from_millis(4));
+        assert_eq!(Advertised::of(&fast).state(&d), (99, 1));
+        fast.capacity = Some(50);
+        let d = Decision::deny(50, 0, Duration::from_millis(4), Duration::from_millis(500));
+        assert_eq!(Advertised::of(&fast).state(&d), (51, 1));
+        // 100/s but 0.5 s to wait: more than one interval, nothing before t
+        let d = Decision::deny(
+            50,
+            0,
+            Duration::from_millis(500),
+            Duration::from_millis(500),
+        );
+        assert_eq!(Advertised::of(&fast).state(&d), (0, 1));
         // 1/s: the pace leaves nothing in the second after the retry
         let one = Advertised::of(&spec(Kind::Gcra, "1/s", None));
         let d = Decision::deny(1, 0, Duration::from_millis(10), Duration::from_secs(1));

@@ -29,7 +29,7 @@
 //!   saw, and requests the proxies counted (`floodgate_requests_total`) fewer times than
 //!   they were sent are lost; requests the backend saw twice, denied requests that reached
 //!   it, and extra counts are duplicated. Admitted versus charged: the fixed window's
-//!   count in Redis (read back through a probe's `RateLimit` `r`) must cover every
+//!   count in Redis (read back through a probe's `X-RateLimit-Remaining`) must cover every
 //!   request the limiter admitted; extra charges (calls that timed out on the client but
 //!   ran in Redis later) are reported, not counted as lost.
 
@@ -252,6 +252,9 @@ timeout = "{}ms"
 [deny]
 store_error = "{}"
 retry_after_jitter = "0s"
+
+[headers]
+legacy = "delta"
 
 [[policy]]
 name = "count"

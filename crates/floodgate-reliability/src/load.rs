@@ -47,7 +47,7 @@ pub struct Sample {
     pub status: Option<u16>,
     /// Whether the response carried a `RateLimit` header (a decision from the store).
     pub ratelimit: bool,
-    /// `r` of the first `RateLimit` member, when present.
+    /// What the binding policy had left right now (`X-RateLimit-Remaining`), when present.
     pub remaining: Option<u64>,
     /// Whether the request was held (`X-RateLimit-Delay-Ms`).
     pub delayed: bool,
@@ -81,15 +81,6 @@ impl Shape {
     }
 }
 
-/// Parse `r` of the first member of a `RateLimit` header (`"p";r=12;t=3`).
-fn first_remaining(v: &str) -> Option<u64> {
-    let first = v.split(',').next()?;
-    first
-        .split(';')
-        .find_map(|p| p.trim().strip_prefix("r="))
-        .and_then(|r| r.trim().parse().ok())
-}
-
 /// Send one `GET` and time it; `hang` bounds the wait (a request past it is a hang).
 pub async fn send(
     c: &HttpClient,
@@ -119,17 +110,25 @@ pub async fn send(
             .get("ratelimit")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        // the RateLimit field says what the key can take at the sustained rate; what is
+        // left right now is the legacy field's
+        let remaining = resp
+            .headers()
+            .get("x-ratelimit-remaining")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let delayed = resp.headers().contains_key("x-ratelimit-delay-ms");
         resp.into_body()
             .collect()
             .await
             .map_err(|e| format!("body: {e}"))?;
-        Ok::<_, String>((status, rl, delayed))
+        Ok::<_, String>((status, rl, remaining, delayed))
     };
-    let (status, rl, delayed, error) = match tokio::time::timeout(hang, fut).await {
-        Ok(Ok((s, rl, d))) => (Some(s), rl, d, None),
-        Ok(Err(e)) => (None, None, false, Some(e)),
+    let (status, rl, remaining, delayed, error) = match tokio::time::timeout(hang, fut).await {
+        Ok(Ok((s, rl, left, d))) => (Some(s), rl, left, d, None),
+        Ok(Err(e)) => (None, None, None, false, Some(e)),
         Err(_) => (
+            None,
             None,
             None,
             false,
@@ -144,7 +143,7 @@ pub async fn send(
         took: sent.elapsed(),
         status,
         ratelimit: rl.is_some(),
-        remaining: rl.as_deref().and_then(first_remaining),
+        remaining,
         delayed,
         error,
     }
@@ -264,16 +263,4 @@ pub async fn half_body(
     .is_ok_and(|r| r.is_ok());
     drop(s);
     ok
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn reads_the_first_remaining() {
-        assert_eq!(
-            super::first_remaining("\"count\";r=12;t=3, \"b\";r=1;t=2"),
-            Some(12)
-        );
-        assert_eq!(super::first_remaining("\"count\";t=3"), None);
-    }
 }

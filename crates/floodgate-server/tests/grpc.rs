@@ -98,8 +98,8 @@ async fn codes_statuses_and_headers_per_value() {
     assert_eq!(header(&r, "Retry-After"), Some("20"));
     assert_eq!(
         header(&r, "RateLimit"),
-        Some("\"remote_address\";r=1;t=60"),
-        "the retry is one sustained interval: one over the next minute, the key being two ahead"
+        Some("\"remote_address\";r=0;t=20"),
+        "nothing before the retry, as Retry-After says"
     );
     // Each value has its own counter; an exact value rule beats the key-only rule.
     assert_eq!(
