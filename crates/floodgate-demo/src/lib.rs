@@ -323,8 +323,8 @@ async fn start_proxies(
         let mut b = RateLimiter::builder().policy(Policy::new(kind.name(), cfg.spec(kind)));
         if let Some(store) = redis {
             let infos = b.policy_infos().map_err(|e| fail(e.to_string()))?;
-            let shared =
-                RedisDecisionStore::new(store.clone(), &infos).map_err(|e| fail(e.message))?;
+            let shared = RedisDecisionStore::new(store.clone(), &infos)
+                .map_err(|e| fail(e.kind.to_string()))?;
             // fail closed: a Redis fault shows up as a 503, never as an admission
             b = b
                 .store(Arc::new(shared), "redis")

@@ -870,12 +870,12 @@ impl Config {
             Some(f) if f.strategy() == Strategy::Hybrid => {
                 let hybrid =
                     crate::HybridStore::new(store, &infos, f, self.max_keys.unwrap_or(1_000_000))
-                        .map_err(|e| fail(e.message))?;
+                        .map_err(|e| fail(e.kind.to_string()))?;
                 builder.store(std::sync::Arc::new(hybrid), "hybrid")
             }
             _ => {
-                let shared =
-                    crate::RedisDecisionStore::new(store, &infos).map_err(|e| fail(e.message))?;
+                let shared = crate::RedisDecisionStore::new(store, &infos)
+                    .map_err(|e| fail(e.kind.to_string()))?;
                 builder.store(std::sync::Arc::new(shared), "redis")
             }
         };

@@ -35,21 +35,16 @@
 
 mod client_conn;
 pub mod config;
-pub mod deny;
-pub mod fleet;
 mod head_timeout;
-pub mod headers;
-pub mod hybrid_store;
 pub mod key;
 pub mod layer;
 pub mod limiter;
-pub mod metrics;
 pub mod policy;
 pub mod proxy;
-pub mod redis_store;
 pub mod sticky;
-pub mod store;
 pub mod upstream;
+
+pub use floodgate_engine::{deny, fleet, headers, hybrid_store, metrics, redis_store, store};
 
 pub use fleet::{Fleet, FleetError, Strategy};
 pub use hybrid_store::HybridStore;
@@ -61,4 +56,6 @@ pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{BuildError, MissingKey, RateLimiter, RateLimiterBuilder, StoreFailure, Verdict};
 pub use policy::{Policy, PolicyInfo, Route};
 pub use redis_store::RedisDecisionStore;
-pub use store::{DecisionStore, LocalStore, PolicyStats, StoreCheck, StoreError, TokioClock};
+pub use store::{
+    DecisionStore, LocalStore, PolicyStats, StoreCheck, StoreError, StoreErrorKind, TokioWallClock,
+};

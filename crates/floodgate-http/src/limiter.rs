@@ -23,6 +23,7 @@ use crate::key::{
 use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
 use crate::policy::{CompiledRoute, Policy, PolicyInfo, Route};
 use crate::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
+pub use floodgate_engine::fault::StoreFailure;
 use smallvec::SmallVec;
 
 /// What to do with a request whose key cannot be extracted (no peer address, missing
@@ -35,15 +36,6 @@ pub enum MissingKey {
     Allow,
     /// Count it under this key instead (all keyless clients share one bucket).
     Fallback(Vec<u8>),
-}
-
-/// What to do when the decision store fails (Redis down, say).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreFailure {
-    /// Fail open: let the request through (default).
-    Allow,
-    /// Fail closed: 503.
-    Deny,
 }
 
 /// Why a limiter could not be built.
@@ -972,5 +964,31 @@ mod build_tests {
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("names policy \"p\" twice"), "{e}");
+    }
+
+    #[test]
+    fn the_builder_checks_the_store_against_the_strategy() {
+        use crate::fleet::{Fleet, Strategy};
+        let nodes = ["127.0.0.1:1", "127.0.0.1:2"];
+        let builder = |s: Strategy| {
+            RateLimiter::builder()
+                .policy(Policy::new(
+                    "p",
+                    Spec::new(Kind::Gcra, "10/s".parse().unwrap()),
+                ))
+                .fleet(Fleet::new(s, nodes, "127.0.0.1:1").unwrap())
+        };
+        for s in [Strategy::Shared, Strategy::Hybrid] {
+            let e = builder(s).build().unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("fleet: strategy \"{s}\" needs a shared store")),
+                "{e}"
+            );
+        }
+        let l = builder(Strategy::Local).build().unwrap();
+        assert_eq!(l.policies()[0].spec.capacity, Some(5));
+        assert_eq!(l.fleet().unwrap().strategy(), Strategy::Local);
+        let l = builder(Strategy::Sticky).build().unwrap();
+        assert_eq!(l.policies()[0].spec.capacity, None);
     }
 }

@@ -6,55 +6,11 @@
 //! the request costs under each. The route with the longest matching prefix wins; a
 //! request that matches no route is not limited at all.
 
-use floodgate_core::ratelimit_fields::{Advertised, sf_string};
 use floodgate_core::{AnyAlgorithm, ConfigError, Spec};
+pub use floodgate_engine::store::PolicyInfo;
 use http::Method;
 
 use crate::key::KeySource;
-
-/// What a backend ([`crate::DecisionStore`]) needs to know about a policy.
-#[derive(Debug, Clone)]
-pub struct PolicyInfo {
-    /// Position of the policy in the limiter's list (stable for the limiter's life).
-    pub index: usize,
-    /// The policy name, as in the `RateLimit-Policy` header; also a Redis key prefix.
-    pub name: String,
-    /// Algorithm, rate, capacity, delay mode.
-    pub spec: Spec,
-    /// The algorithm built from `spec`.
-    pub algorithm: AnyAlgorithm,
-    /// What the RateLimit fields advertise for this policy (sustained rate `q`/`w`,
-    /// capacity), from `spec`.
-    pub fields: Advertised,
-    /// The name as a Structured Fields string (quoted, escaped), serialized once: the
-    /// start of this policy's member in every `RateLimit` value.
-    pub sf_name: String,
-    /// This policy's member of `RateLimit-Policy`, rendered once.
-    pub policy_member: String,
-    /// `policy_member` as a header value: the whole `RateLimit-Policy` field when this is
-    /// the only policy a request is checked against (the usual case).
-    pub policy_value: Option<http::HeaderValue>,
-}
-
-impl PolicyInfo {
-    /// The policy at `index` named `name`, with its spec and algorithm.
-    pub fn new(index: usize, name: String, spec: Spec, algorithm: AnyAlgorithm) -> PolicyInfo {
-        let fields = Advertised::of(&spec);
-        let sf_name = sf_string(&name);
-        let policy_member = fields.policy_member(&sf_name);
-        let policy_value = http::HeaderValue::try_from(policy_member.as_str()).ok();
-        PolicyInfo {
-            index,
-            name,
-            spec,
-            algorithm,
-            fields,
-            sf_name,
-            policy_member,
-            policy_value,
-        }
-    }
-}
 
 /// One limit: algorithm and rate, key, dry-run flag.
 #[derive(Debug, Clone)]

@@ -29,7 +29,7 @@ use floodgate_core::ratelimit_fields::push_state;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
-use crate::policy::PolicyInfo;
+use crate::store::PolicyInfo;
 
 /// `RateLimit-Policy`.
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -129,26 +129,26 @@ pub fn write(headers: &mut HeaderMap, items: &[(&PolicyInfo, Decision)], opts: &
 /// (at most one value per name). The request path holds these instead of a `HeaderMap`
 /// of its own and inserts them straight into the response's map.
 #[derive(Debug, Default)]
-pub(crate) struct RateHeaders {
+pub struct RateHeaders {
     fields: SmallVec<[(&'static HeaderName, HeaderValue); 3]>,
 }
 
 impl RateHeaders {
     /// Add a field (inserted after those already added).
-    pub(crate) fn push(&mut self, name: &'static HeaderName, value: HeaderValue) {
+    pub fn push(&mut self, name: &'static HeaderName, value: HeaderValue) {
         self.fields.push((name, value));
     }
 
     /// Insert every field into `headers`, replacing values of the same names, as
     /// `HeaderMap::insert` (and `HeaderMap::extend` with a map) does.
-    pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
+    pub fn insert_into(self, headers: &mut HeaderMap) {
         for (name, value) in self.fields {
             headers.insert(name.clone(), value);
         }
     }
 
     /// The fields as a map.
-    pub(crate) fn into_map(self) -> HeaderMap {
+    pub fn into_map(self) -> HeaderMap {
         let mut h = HeaderMap::new();
         self.insert_into(&mut h);
         h
@@ -156,7 +156,7 @@ impl RateHeaders {
 }
 
 /// The RateLimit and legacy headers for `items` (what [`write`] inserts).
-pub(crate) fn render(items: &[(&PolicyInfo, Decision)], opts: &HeaderOptions) -> RateHeaders {
+pub fn render(items: &[(&PolicyInfo, Decision)], opts: &HeaderOptions) -> RateHeaders {
     let mut headers = RateHeaders::default();
     if items.is_empty() {
         return headers;

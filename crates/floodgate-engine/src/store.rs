@@ -4,20 +4,68 @@
 //! A store receives every policy check of one request at once and must decide them
 //! all-or-nothing: either every check is admitted and charged, or none is charged. A
 //! Redis-backed store implements the same trait (one round trip per request).
+//!
+//! [`PolicyInfo`] is what a store (and the header rendering) knows of a policy; the
+//! surfaces build it from their own policy definitions.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use floodgate_core::multi::{Check, MultiDecision, check_all};
-use floodgate_core::{AnyAlgorithm, Clock, ConfigError, KeyedLimiter, Nanos, Stats};
+use floodgate_core::ratelimit_fields::{Advertised, sf_string};
+use floodgate_core::{AnyAlgorithm, Clock, ConfigError, KeyedLimiter, Nanos, Spec, Stats};
 
 use smallvec::SmallVec;
 
-use crate::policy::PolicyInfo;
+pub use crate::fault::{StoreError, StoreErrorKind};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a backend ([`DecisionStore`]) needs to know about a policy.
+#[derive(Debug, Clone)]
+pub struct PolicyInfo {
+    /// Position of the policy in the limiter's list (stable for the limiter's life).
+    pub index: usize,
+    /// The policy name, as in the `RateLimit-Policy` header; also a Redis key prefix.
+    pub name: String,
+    /// Algorithm, rate, capacity, delay mode.
+    pub spec: Spec,
+    /// The algorithm built from `spec`.
+    pub algorithm: AnyAlgorithm,
+    /// What the RateLimit fields advertise for this policy (sustained rate `q`/`w`,
+    /// capacity), from `spec`.
+    pub fields: Advertised,
+    /// The name as a Structured Fields string (quoted, escaped), serialized once: the
+    /// start of this policy's member in every `RateLimit` value.
+    pub sf_name: String,
+    /// This policy's member of `RateLimit-Policy`, rendered once.
+    pub policy_member: String,
+    /// `policy_member` as a header value: the whole `RateLimit-Policy` field when this is
+    /// the only policy a request is checked against (the usual case).
+    pub policy_value: Option<http::HeaderValue>,
+}
+
+impl PolicyInfo {
+    /// The policy at `index` named `name`, with its spec and algorithm.
+    pub fn new(index: usize, name: String, spec: Spec, algorithm: AnyAlgorithm) -> PolicyInfo {
+        let fields = Advertised::of(&spec);
+        let sf_name = sf_string(&name);
+        let policy_member = fields.policy_member(&sf_name);
+        let policy_value = http::HeaderValue::try_from(policy_member.as_str()).ok();
+        PolicyInfo {
+            index,
+            name,
+            spec,
+            algorithm,
+            fields,
+            sf_name,
+            policy_member,
+            policy_value,
+        }
+    }
+}
 
 /// One policy check of a request.
 #[derive(Debug, Clone, Copy)]
@@ -28,17 +76,6 @@ pub struct StoreCheck<'a> {
     pub key: &'a Vec<u8>,
     /// Units this request costs under the policy.
     pub cost: u64,
-}
-
-/// A backend failure. The layer maps it to its configured outcome (fail open by default)
-/// and counts it in `floodgate_store_errors_total`.
-#[derive(Debug, thiserror::Error)]
-#[error("decision store {store}: {message}")]
-pub struct StoreError {
-    /// Which store failed (`"redis"`, ...).
-    pub store: &'static str,
-    /// What went wrong.
-    pub message: String,
 }
 
 /// Counters of one policy in a store, for metrics.
@@ -101,33 +138,38 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
     }
 }
 
-/// The in-process store's clock: wall-clock time read once at creation, advanced by
-/// tokio's monotonic clock. Fixed and sliding windows therefore start on wall-clock
-/// multiples (a `100/min` window resets on the minute, as a Redis store's would), rates
-/// never see a wall-clock step, and `tokio::time::pause` in tests stops it too.
+/// The in-process store's clock: [`Nanos`] since the Unix epoch, the wall-clock time read
+/// once at creation and advanced by tokio's monotonic clock ever after.
+///
+/// Invariants: readings never go backwards and never jump with a wall-clock step (NTP,
+/// an operator); they start within a read of the wall clock, so fixed and sliding windows
+/// start on wall-clock multiples (a `100/min` window resets on the minute, as a Redis
+/// store's would); `tokio::time::pause` in tests stops it too (outside a runtime it runs
+/// on the std monotonic clock). floodgate-client's `TokioElapsedClock` counts from zero
+/// instead.
 #[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
+pub struct TokioWallClock {
     origin: tokio::time::Instant,
     wall: Nanos,
 }
 
-impl TokioClock {
+impl TokioWallClock {
     /// A clock reading the wall time now.
     pub fn new() -> Self {
-        TokioClock {
+        TokioWallClock {
             origin: tokio::time::Instant::now(),
             wall: floodgate_core::WallClock.now(),
         }
     }
 }
 
-impl Default for TokioClock {
+impl Default for TokioWallClock {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Clock for TokioClock {
+impl Clock for TokioWallClock {
     fn now(&self) -> Nanos {
         self.wall.saturating_add(self.origin.elapsed())
     }
@@ -149,9 +191,9 @@ impl std::fmt::Debug for LocalStore {
 
 impl LocalStore {
     /// A store for `policies` (in index order), each holding at most `max_keys` keys, on
-    /// a [`TokioClock`].
+    /// a [`TokioWallClock`].
     pub fn new(policies: &[PolicyInfo], max_keys: usize) -> Result<LocalStore, ConfigError> {
-        LocalStore::with_clock(policies, max_keys, Arc::new(TokioClock::new()))
+        LocalStore::with_clock(policies, max_keys, Arc::new(TokioWallClock::new()))
     }
 
     /// As [`new`](Self::new) with a chosen clock.
@@ -196,14 +238,16 @@ impl LocalStore {
         &self,
         policy: &PolicyInfo,
     ) -> Result<&KeyedLimiter<Vec<u8>, AnyAlgorithm>, StoreError> {
-        self.limiters.get(policy.index).ok_or_else(|| StoreError {
-            store: "memory",
-            message: format!(
-                "policy {:?} (index {}) is not in this store ({} policies)",
-                policy.name,
-                policy.index,
-                self.limiters.len()
-            ),
+        self.limiters.get(policy.index).ok_or_else(|| {
+            StoreError::refused(
+                "memory",
+                format!(
+                    "policy {:?} (index {}) is not in this store ({} policies)",
+                    policy.name,
+                    policy.index,
+                    self.limiters.len()
+                ),
+            )
         })
     }
 }

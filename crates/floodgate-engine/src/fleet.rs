@@ -1,12 +1,12 @@
 //! A fleet of N floodgate nodes and the strategy they share a limit with
-//! ([`Fleet`], set with [`RateLimiterBuilder::fleet`](crate::RateLimiterBuilder::fleet)).
+//! ([`Fleet`], set with floodgate-http's `RateLimiterBuilder::fleet`).
 //!
 //! | strategy | what each node does | needs |
 //! |---|---|---|
-//! | [`Strategy::Sticky`] | counts the keys it owns (rendezvous hashing over the node list) in process; the proxy forwards other keys' requests to their owner; a library caller asks [`RateLimiter::owner_of`](crate::RateLimiter::owner_of) | the in-process store |
+//! | [`Strategy::Sticky`] | counts the keys it owns (rendezvous hashing over the node list) in process; the proxy forwards other keys' requests to their owner; a library caller asks floodgate-http's `RateLimiter::owner_of` | the in-process store |
 //! | [`Strategy::Local`] | enforces [`floodgate_dist::local_share`] of every policy (`limit / N`) in process, no round trip | the in-process store |
-//! | [`Strategy::Shared`] | every decision on the shared Redis counter (one round trip) | a shared store ([`crate::RedisDecisionStore`]) |
-//! | [`Strategy::Hybrid`] | spends leases of quota from the shared counter locally while a key is far from its limit, shared decisions near it ([`crate::HybridStore`]) | a shared store ([`crate::HybridStore`]) |
+//! | [`Strategy::Shared`] | every decision on the shared Redis counter (one round trip) | a shared store (`RedisDecisionStore`, feature `redis`) |
+//! | [`Strategy::Hybrid`] | spends leases of quota from the shared counter locally while a key is far from its limit, shared decisions near it (`HybridStore`, feature `redis`) | a shared store (`HybridStore`) |
 //!
 //! Error bounds: sticky is exact while the node list is stable; each key that moves (a
 //! node leaves or joins) starts over on its new owner with a full burst. Local share admits
@@ -111,7 +111,7 @@ pub enum FleetError {
 /// A fleet: its nodes, this node, the strategy, and the hybrid lease settings.
 ///
 /// ```
-/// use floodgate_http::fleet::{Fleet, Strategy};
+/// use floodgate_engine::fleet::{Fleet, Strategy};
 ///
 /// let nodes = ["10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080"];
 /// let fleet = Fleet::new(Strategy::Sticky, nodes, "10.0.0.2:8080")?;
@@ -119,7 +119,7 @@ pub enum FleetError {
 /// assert!(nodes.contains(&owner));
 /// assert_eq!(fleet.owns(b"per-key\x1fapi-key-42"), owner == "10.0.0.2:8080");
 /// assert!(Fleet::new(Strategy::Local, nodes, "10.0.0.9:8080").is_err());
-/// # Ok::<(), floodgate_http::fleet::FleetError>(())
+/// # Ok::<(), floodgate_engine::fleet::FleetError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fleet {
@@ -318,33 +318,5 @@ mod tests {
             owned[owners.iter().position(|&o| o).unwrap()] += 1;
         }
         assert!(owned.iter().all(|&n| (800..1200).contains(&n)), "{owned:?}");
-    }
-
-    #[test]
-    fn the_builder_checks_the_store_against_the_strategy() {
-        use floodgate_core::{Kind, Spec};
-
-        use crate::{Policy, RateLimiter};
-        let nodes = ["127.0.0.1:1", "127.0.0.1:2"];
-        let builder = |s: Strategy| {
-            RateLimiter::builder()
-                .policy(Policy::new(
-                    "p",
-                    Spec::new(Kind::Gcra, "10/s".parse().unwrap()),
-                ))
-                .fleet(Fleet::new(s, nodes, "127.0.0.1:1").unwrap())
-        };
-        for s in [Strategy::Shared, Strategy::Hybrid] {
-            let e = builder(s).build().unwrap_err().to_string();
-            assert!(
-                e.starts_with(&format!("fleet: strategy \"{s}\" needs a shared store")),
-                "{e}"
-            );
-        }
-        let l = builder(Strategy::Local).build().unwrap();
-        assert_eq!(l.policies()[0].spec.capacity, Some(5));
-        assert_eq!(l.fleet().unwrap().strategy(), Strategy::Local);
-        let l = builder(Strategy::Sticky).build().unwrap();
-        assert_eq!(l.policies()[0].spec.capacity, None);
     }
 }

@@ -26,8 +26,8 @@ use floodgate_dist::hybrid::{Finish, Step};
 use floodgate_redis::{Outcome, RedisLimiter, RedisStore, Source};
 
 use crate::fleet::Fleet;
-use crate::policy::PolicyInfo;
-use crate::store::{BoxFuture, DecisionStore, StoreCheck, StoreError, TokioClock};
+use crate::redis_store::{err, redis_user, refused};
+use crate::store::{BoxFuture, DecisionStore, PolicyInfo, StoreCheck, StoreError, TokioWallClock};
 
 type LeaseKey = (usize, Vec<u8>);
 
@@ -35,7 +35,7 @@ type LeaseKey = (usize, Vec<u8>);
 pub struct HybridStore {
     limiters: Vec<RedisLimiter>,
     node: Mutex<HybridNode<LeaseKey>>,
-    clock: TokioClock,
+    clock: TokioWallClock,
     lease_admits: AtomicU64,
     round_trips: AtomicU64,
 }
@@ -45,13 +45,6 @@ impl std::fmt::Debug for HybridStore {
         f.debug_struct("HybridStore")
             .field("policies", &self.limiters.len())
             .finish_non_exhaustive()
-    }
-}
-
-fn err(e: impl std::fmt::Display) -> StoreError {
-    StoreError {
-        store: "redis",
-        message: e.to_string(),
     }
 }
 
@@ -81,13 +74,13 @@ impl HybridStore {
             .iter()
             .map(|p| {
                 if p.spec.kind == Kind::LeakyQueue && p.spec.delay != DelayMode::NoDelay {
-                    return Err(err(format!(
+                    return Err(refused(format!(
                         "policy {:?}: the hybrid strategy admits from leases at once; a delaying leaky-queue cannot be leased (set nodelay = true or use gcra)",
                         p.name
                     )));
                 }
                 RedisLimiter::new(store.clone(), p.algorithm.clone())
-                    .map_err(|e| err(format!("policy {:?}: {e}", p.name)))
+                    .map_err(|e| refused(format!("policy {:?}: {e}", p.name)))
             })
             .collect::<Result<_, _>>()?;
         let ttl = u64::try_from(fleet.lease_ttl().as_nanos()).unwrap_or(u64::MAX);
@@ -99,7 +92,7 @@ impl HybridStore {
                 ttl,
                 max_keys,
             )),
-            clock: TokioClock::new(),
+            clock: TokioWallClock::new(),
             lease_admits: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),
         })
@@ -132,12 +125,12 @@ impl HybridStore {
         let limiter = self
             .limiters
             .get(c.policy.index)
-            .ok_or_else(|| err(format!("policy {:?} is not in this store", c.policy.name)))?;
-        let user = crate::redis_store::redis_user(c);
+            .ok_or_else(|| refused(format!("policy {:?} is not in this store", c.policy.name)))?;
+        let user = redis_user(c);
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let Outcome { decision, source } = limiter.check(&user, units).await.map_err(err)?;
         match source {
-            Source::Fault(f) => Err(err(format!("{f:?}"))),
+            Source::Fault(f) => Err(err(f)),
             Source::Redis | Source::DenyCache => Ok(decision),
         }
     }

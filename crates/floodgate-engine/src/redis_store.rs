@@ -18,8 +18,7 @@ use std::sync::Arc;
 use floodgate_core::multi::MultiDecision;
 use floodgate_redis::{RedisLimiter, RedisStore, Source, multi};
 
-use crate::policy::PolicyInfo;
-use crate::store::{BoxFuture, DecisionStore, StoreCheck, StoreError};
+use crate::store::{BoxFuture, DecisionStore, PolicyInfo, StoreCheck, StoreError, StoreErrorKind};
 
 /// Policies with their state in Redis.
 #[derive(Debug)]
@@ -37,11 +36,14 @@ pub(crate) fn redis_user(c: &StoreCheck<'_>) -> Vec<u8> {
     user
 }
 
-fn err(e: impl std::fmt::Display) -> StoreError {
-    StoreError {
-        store: "redis",
-        message: e.to_string(),
-    }
+/// A failure of the Redis store of kind `kind`.
+pub(crate) fn err(kind: impl Into<StoreErrorKind>) -> StoreError {
+    StoreError::new("redis", kind.into())
+}
+
+/// A refusal of the Redis store saying `why`.
+pub(crate) fn refused(why: String) -> StoreError {
+    StoreError::refused("redis", why)
 }
 
 impl RedisDecisionStore {
@@ -51,7 +53,7 @@ impl RedisDecisionStore {
             .iter()
             .map(|p| {
                 RedisLimiter::new(store.clone(), p.algorithm.clone())
-                    .map_err(|e| err(format!("policy {:?}: {e}", p.name)))
+                    .map_err(|e| refused(format!("policy {:?}: {e}", p.name)))
             })
             .collect::<Result<_, _>>()?;
         Ok(RedisDecisionStore { store, limiters })
@@ -66,10 +68,9 @@ impl RedisDecisionStore {
         let mut users = Vec::with_capacity(checks.len());
         let mut limiters = Vec::with_capacity(checks.len());
         for c in checks {
-            let limiter = self
-                .limiters
-                .get(c.policy.index)
-                .ok_or_else(|| err(format!("policy {:?} is not in this store", c.policy.name)))?;
+            let limiter = self.limiters.get(c.policy.index).ok_or_else(|| {
+                refused(format!("policy {:?} is not in this store", c.policy.name))
+            })?;
             users.push(redis_user(c));
             limiters.push(limiter);
         }
@@ -85,7 +86,7 @@ impl RedisDecisionStore {
             .collect();
         let out = multi::check_all(&multi).await.map_err(err)?;
         match out.source {
-            Source::Fault(f) => Err(err(format!("{f:?}"))),
+            Source::Fault(f) => Err(err(f)),
             Source::Redis | Source::DenyCache => Ok(MultiDecision {
                 allowed: out.allowed,
                 decisions: out.decisions,

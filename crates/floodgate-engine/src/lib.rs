@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod deny;
+pub mod fault;
+pub mod fleet;
+pub mod headers;
+#[cfg(feature = "redis")]
+pub mod hybrid_store;
+pub mod metrics;
+#[cfg(feature = "redis")]
+pub mod redis_store;
+pub mod store;
+
+pub use fault::{StoreError, StoreErrorKind, StoreFailure};
+pub use fleet::{Fleet, FleetError, Strategy};
+#[cfg(feature = "redis")]
+pub use hybrid_store::HybridStore;
+#[cfg(feature = "redis")]
+pub use redis_store::RedisDecisionStore;
+pub use store::{DecisionStore, LocalStore, PolicyInfo, PolicyStats, StoreCheck, TokioWallClock};
