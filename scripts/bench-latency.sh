@@ -26,7 +26,7 @@ for p in 28200 28280 28281; do
 done
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 cargo build --release -q --bin floodgate
-cargo build --release -q -p floodgate-http --example bench_backend
+cargo build --release -q -p floodgate-proxy --example bench_backend
 cargo build --release -q -p floodgate-load --example latency_probe
 BIN=$CARGO_TARGET_DIR/release
 PIN=()

@@ -34,7 +34,7 @@ for p in 28000 28080 28081; do
   if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
 done
 cargo build --release -q --bin floodgate
-cargo build --release -q -p floodgate-http --example bench_backend
+cargo build --release -q -p floodgate-proxy --example bench_backend
 BIN=$CARGO_TARGET_DIR/release
 TMP=$(mktemp -d /tmp/fg-bench.XXXXXX)
 PIDS=()

@@ -21,7 +21,7 @@ for p in 28100 28180 28181; do
 done
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 cargo build --release -q --bin floodgate
-cargo build --release -q -p floodgate-http --example bench_backend
+cargo build --release -q -p floodgate-proxy --example bench_backend
 BIN=$CARGO_TARGET_DIR/release
 TMP=$(mktemp -d /tmp/fg-instr.XXXXXX)
 PIDS=()

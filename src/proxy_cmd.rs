@@ -8,9 +8,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Algorithm, Kind, Rate, Spec};
-use floodgate_http::config::{Config, StoreSpec, parse_upstream};
-use floodgate_http::proxy::{Proxy, ProxySettings, shutdown_signal};
 use floodgate_http::{Policy, RateLimiter, RateLimiterBuilder};
+use floodgate_proxy::config::{Config, StoreSpec, parse_upstream};
+use floodgate_proxy::proxy::{Proxy, ProxySettings, shutdown_signal};
 
 /// Flags of `floodgate proxy`.
 #[derive(Args, Debug)]

@@ -12,7 +12,7 @@ fn the_readme_config_example_is_valid() {
         .expect("the README has its configuration section");
     let start = readme[section..].find("```toml").expect("a toml block") + section + 7;
     let end = readme[start..].find("```").expect("the block ends") + start;
-    let cfg = floodgate_http::config::Config::parse(&readme[start..end], Path::new("README.md"))
+    let cfg = floodgate_proxy::config::Config::parse(&readme[start..end], Path::new("README.md"))
         .unwrap_or_else(|e| panic!("{e}"));
     let limiter = cfg.limiter_builder().build().unwrap();
     assert!(limiter.policies().len() >= 2);

@@ -3,7 +3,7 @@
 //! `cargo run --release -p floodgate-client --example naive_vs_polite`
 //!
 //! For each server limit, 10 concurrent workers must each complete 10 GETs (100 in all)
-//! through the floodgate proxy (crate floodgate-http) in front of a backend:
+//! through the floodgate proxy (crate floodgate-proxy) in front of a backend:
 //!
 //! * naive: no headers read; on 429 it tries again after a fixed 50 ms;
 //! * backoff only: the polite client with pacing off (Retry-After + jitter, exponential

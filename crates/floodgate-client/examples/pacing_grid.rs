@@ -1,5 +1,5 @@
 //! The pacing grid on the real clock: every algorithm x rate (1/s, 10/s, 100/s, 1000/s,
-//! 30/min) x burst (0, 5, 100), each cell behind the floodgate proxy (crate floodgate-http)
+//! 30/min) x burst (0, 5, 100), each cell behind the floodgate proxy (crate floodgate-proxy)
 //! on loopback, the plain pacer (reads only `q`, `w`, `r`, `t`) and the polite client of
 //! this crate each on its own proxy.
 //!

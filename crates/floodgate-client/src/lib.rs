@@ -43,8 +43,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Time is always injected ([`floodgate_core::Clock`]); [`TokioClock`] follows tokio's
-//! (pausable) clock so tests run on virtual time.
+//! Time is always injected ([`floodgate_core::Clock`]); [`TokioElapsedClock`] counts
+//! nanoseconds on tokio's (pausable) monotonic clock so tests run on virtual time.
 #![warn(missing_docs)]
 
 pub mod backoff;
@@ -65,30 +65,34 @@ pub use tower::{PoliteLayer, PoliteService, ReplayBody, Streaming};
 
 use floodgate_core::{Clock, Nanos};
 
-/// A [`Clock`] reading tokio's clock (ns since the clock was made), so that
-/// `tokio::time::pause()` and `advance()` drive pacing, budgets and RTT samples in tests.
-/// Must be created and read inside a tokio runtime.
+/// A [`Clock`] reading the [`Nanos`] elapsed on tokio's monotonic clock since the clock
+/// was made (0 at creation), so that `tokio::time::pause()` and `advance()` drive pacing,
+/// budgets and RTT samples in tests.
+///
+/// Invariants: readings start at 0, never go backwards and never follow a wall-clock
+/// step; they are not Unix time (floodgate-engine's `TokioWallClock` is, for windows
+/// aligned on the wall clock). Outside a tokio runtime it runs on the std monotonic clock.
 #[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
+pub struct TokioElapsedClock {
     origin: tokio::time::Instant,
 }
 
-impl TokioClock {
+impl TokioElapsedClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
-        TokioClock {
+        TokioElapsedClock {
             origin: tokio::time::Instant::now(),
         }
     }
 }
 
-impl Default for TokioClock {
+impl Default for TokioElapsedClock {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Clock for TokioClock {
+impl Clock for TokioElapsedClock {
     fn now(&self) -> Nanos {
         Nanos::from(self.origin.elapsed())
     }

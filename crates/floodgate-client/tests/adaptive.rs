@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use floodgate_client::TokioClock;
+use floodgate_client::TokioElapsedClock;
 use floodgate_client::concurrency::{
     AdaptiveLimiter, Aimd, AimdConfig, Gradient2, Gradient2Config, LimitAlgorithm, Vegas,
     VegasConfig, Windowed, WindowedConfig,
@@ -83,7 +83,7 @@ fn spread(xs: &[usize]) -> usize {
 }
 
 fn limiter(alg: impl LimitAlgorithm + 'static) -> AdaptiveLimiter {
-    AdaptiveLimiter::new(alg, Arc::new(TokioClock::new()))
+    AdaptiveLimiter::new(alg, Arc::new(TokioElapsedClock::new()))
 }
 
 #[tokio::test(start_paused = true)]

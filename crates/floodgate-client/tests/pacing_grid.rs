@@ -1,7 +1,7 @@
 //! Pacing on the RateLimit fields alone reaches the sustained rate, for every algorithm.
 //!
 //! A grid of all seven algorithms x rates (1/s, 10/s, 100/s, 1000/s, 30/min) x bursts
-//! (0, 5, 100), each cell behind its own floodgate proxy (crate floodgate-http) on
+//! (0, 5, 100), each cell behind its own floodgate proxy (crate floodgate-proxy) on
 //! loopback, in tokio's virtual time (the proxy's in-process store reads tokio's clock, so
 //! a 10-minute run at 30/min takes milliseconds). Two clients per cell, each on its own
 //! proxy:

@@ -1,7 +1,7 @@
 //! # floodgate-demo
 //!
 //! The engine of `floodgate demo`: one recording backend on loopback, one
-//! [`floodgate proxy`](floodgate_http::proxy::Proxy) in front of it per algorithm (same
+//! [`floodgate proxy`](floodgate_proxy::proxy::Proxy) in front of it per algorithm (same
 //! limit everywhere, in-process store or Redis), the same scheduled traffic through each
 //! (a steady phase, then a burst of `L` just before a window boundary and another just
 //! after, see [`plan`]), sent by [`floodgate_load`] (open loop, HDR latency), and a table
@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use floodgate_core::{Clock, Kind, Rate, Spec, WallClock};
-use floodgate_http::proxy::{Proxy, ProxySettings};
 use floodgate_http::{Policy, RateLimiter, RedisDecisionStore, StoreFailure};
 use floodgate_load::{LoadConfig, LoadError};
+use floodgate_proxy::proxy::{Proxy, ProxySettings};
 use serde::Serialize;
 use tokio::sync::watch;
 

@@ -84,6 +84,60 @@ fn grpc_message(detail: &str) -> HeaderValue {
     HeaderValue::try_from(out).unwrap_or_else(|_| HeaderValue::from_static("rate limited"))
 }
 
+/// The RFC 9457 problem object, members in name order (as `serde_json` writes a map):
+/// `detail`, `policy` (if any), `retry_after` (if any), `status`, `title`, `type`.
+fn problem_json(
+    status: StatusCode,
+    title: &str,
+    detail: &str,
+    retry_after: Option<u64>,
+    policy: Option<&str>,
+) -> String {
+    let mut out = String::with_capacity(80 + detail.len());
+    out.push_str("{\"detail\":");
+    push_json_str(&mut out, detail);
+    if let Some(p) = policy {
+        out.push_str(",\"policy\":");
+        push_json_str(&mut out, p);
+    }
+    if let Some(r) = retry_after {
+        out.push_str(",\"retry_after\":");
+        out.push_str(itoa::Buffer::new().format(r));
+    }
+    out.push_str(",\"status\":");
+    out.push_str(status.as_str());
+    out.push_str(",\"title\":");
+    push_json_str(&mut out, title);
+    out.push_str(",\"type\":\"about:blank\"}");
+    out
+}
+
+/// Append `s` as a JSON string: quoted, `"` and backslash escaped, control characters as
+/// short escapes (newline, tab...) or `u00XX` escapes, everything else as is (what
+/// `serde_json` writes).
+fn push_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if u32::from(c) < 0x20 => {
+                out.push_str("\\u00");
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.push(char::from(HEX[(u32::from(c) >> 4) as usize]));
+                out.push(char::from(HEX[(u32::from(c) & 0xf) as usize]));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 /// A short error response: `status`, a one-line `detail`, optional `Retry-After` seconds
 /// and the name of the binding policy, in `format`.
 pub fn short_response(
@@ -96,21 +150,10 @@ pub fn short_response(
     let title = status.canonical_reason().unwrap_or("Error");
     let (ctype, body) = match format {
         ReplyFormat::Grpc => ("application/grpc", String::new()),
-        ReplyFormat::ProblemJson => {
-            let mut v = serde_json::json!({
-                "type": "about:blank",
-                "title": title,
-                "status": status.as_u16(),
-                "detail": detail,
-            });
-            if let Some(p) = policy {
-                v["policy"] = p.into();
-            }
-            if let Some(r) = retry_after {
-                v["retry_after"] = r.into();
-            }
-            ("application/problem+json", v.to_string())
-        }
+        ReplyFormat::ProblemJson => (
+            "application/problem+json",
+            problem_json(status, title, detail, retry_after, policy),
+        ),
         ReplyFormat::Text => {
             let mut body = String::with_capacity(8 + title.len() + detail.len());
             body.push_str(status.as_str());
@@ -151,6 +194,46 @@ pub fn short_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn problem_json_is_what_serde_json_writes() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let alphabet: Vec<char> = (0u32..0x80)
+            .filter_map(char::from_u32)
+            .chain(['\u{e9}', '\u{2028}', '\u{1f600}', '\u{7f}'])
+            .collect();
+        for n in 0..500 {
+            let text = |rng: &mut fastrand::Rng| -> String {
+                let len = rng.usize(0..12);
+                (0..len)
+                    .map(|_| alphabet[rng.usize(..alphabet.len())])
+                    .collect()
+            };
+            let detail = text(&mut rng);
+            let policy = (n % 2 == 0).then(|| text(&mut rng));
+            let retry_after = (n % 3 == 0).then(|| rng.u64(..));
+            let status = [429u16, 400, 503][n % 3];
+            let status = StatusCode::from_u16(status).unwrap();
+            let title = status.canonical_reason().unwrap();
+            let mut v = serde_json::json!({
+                "type": "about:blank",
+                "title": title,
+                "status": status.as_u16(),
+                "detail": detail,
+            });
+            if let Some(p) = &policy {
+                v["policy"] = p.as_str().into();
+            }
+            if let Some(r) = retry_after {
+                v["retry_after"] = r.into();
+            }
+            assert_eq!(
+                problem_json(status, title, &detail, retry_after, policy.as_deref()),
+                v.to_string(),
+                "{detail:?} {policy:?}"
+            );
+        }
+    }
 
     #[test]
     fn accept_negotiation() {

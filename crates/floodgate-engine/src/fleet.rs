@@ -20,6 +20,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use floodgate_dist::Rendezvous;
+pub use floodgate_dist::local_share;
 
 /// How the nodes of a fleet share a limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

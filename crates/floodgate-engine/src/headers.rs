@@ -155,7 +155,7 @@ impl RateHeaders {
     }
 }
 
-/// The RateLimit and legacy headers for `items` (what [`write`] inserts).
+/// The RateLimit and legacy headers for `items` (what [`write()`] inserts).
 pub fn render(items: &[(&PolicyInfo, Decision)], opts: &HeaderOptions) -> RateHeaders {
     let mut headers = RateHeaders::default();
     if items.is_empty() {

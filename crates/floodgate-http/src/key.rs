@@ -323,7 +323,7 @@ pub fn ip_text(ip: IpAddr) -> String {
 }
 
 /// Append `ip` as text (as [`ip_text`] writes it) to `out`, without a `String` for IPv4.
-pub(crate) fn push_ip_text(out: &mut Vec<u8>, ip: IpAddr) {
+pub fn push_ip_text(out: &mut Vec<u8>, ip: IpAddr) {
     match ip {
         IpAddr::V4(v4) => out.extend_from_slice(V4Text::new(v4).as_bytes()),
         IpAddr::V6(_) => out.extend_from_slice(ip.to_string().as_bytes()),
@@ -411,6 +411,18 @@ fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
     s.strip_prefix('[')
         .and_then(|r| r.split(']').next())
         .and_then(|r| r.parse().ok())
+}
+
+/// What to do with a request whose key cannot be extracted (no peer address, missing
+/// API-key header, a key over the length limit, a malformed forwarding header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MissingKey {
+    /// Reject with [`RateLimiterBuilder::missing_key_status`](crate::RateLimiterBuilder::missing_key_status) (400 by default).
+    Deny,
+    /// Let the request through, unlimited by the policies that need the key.
+    Allow,
+    /// Count it under this key instead (all keyless clients share one bucket).
+    Fallback(Vec<u8>),
 }
 
 #[cfg(test)]

@@ -139,3 +139,10 @@ where
         })
     }
 }
+
+impl RateLimiter {
+    /// The tower layer applying this limiter.
+    pub fn layer(&self) -> RateLimitLayer {
+        RateLimitLayer::new(self.clone())
+    }
+}

@@ -1,5 +1,6 @@
 //! [`RateLimiter`]: policies, routes, keys, allowlist and a [`DecisionStore`], shared by
-//! every clone of the layer. It turns a request into a [`Verdict`].
+//! every clone of the layer. It turns a request into a [`Verdict`]. Built by
+//! [`RateLimiter::builder`] ([`crate::builder`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -9,387 +10,54 @@ use std::time::Duration;
 use bytes::Bytes;
 use floodgate_core::multi::MultiDecision;
 use floodgate_core::ratelimit_fields::retry_after_secs;
-use floodgate_core::{ConfigError, Decision, Denial};
+use floodgate_core::{Decision, Denial};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use ipnet::IpNet;
 
 use crate::deny::{ReplyFormat, short_response};
-use crate::fleet::{Fleet, FleetError, Strategy};
+use crate::fault::StoreFailure;
+use crate::fleet::{Fleet, Strategy};
 use crate::headers::{self, HeaderOptions, RateHeaders, X_RATELIMIT_DELAY_MS, ceil_millis};
 use crate::key::{
-    ClientIpConfig, KeyError, PeerFn, RequestInfo, in_nets, peer_from_extension, resolve_client_ip,
+    ClientIpConfig, KeyError, MissingKey, PeerFn, RequestInfo, in_nets, resolve_client_ip,
 };
 use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
-use crate::policy::{CompiledRoute, Policy, PolicyInfo, Route};
+use crate::policy::{CompiledRoute, Policy, PolicyInfo};
 use crate::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
-pub use floodgate_engine::fault::StoreFailure;
 use smallvec::SmallVec;
 
-/// What to do with a request whose key cannot be extracted (no peer address, missing
-/// API-key header, a key over the length limit, a malformed forwarding header).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MissingKey {
-    /// Reject with [`RateLimiterBuilder::missing_key_status`] (400 by default).
-    Deny,
-    /// Let the request through, unlimited by the policies that need the key.
-    Allow,
-    /// Count it under this key instead (all keyless clients share one bucket).
-    Fallback(Vec<u8>),
-}
-
-/// Why a limiter could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// A policy's parameters are invalid.
-    #[error("policy {name:?}: {source}")]
-    Policy {
-        /// The policy.
-        name: String,
-        /// What is wrong.
-        source: ConfigError,
-    },
-    /// Two policies share a name.
-    #[error("policy {0:?} is defined twice")]
-    DuplicatePolicy(String),
-    /// A route names a policy that does not exist.
-    #[error("route {route:?} names unknown policy {policy:?}; defined: {defined}")]
-    UnknownPolicy {
-        /// The route's prefix.
-        route: String,
-        /// The unknown name.
-        policy: String,
-        /// The defined names.
-        defined: String,
-    },
-    /// Another invalid setting.
-    #[error("{0}")]
-    Invalid(String),
-    /// The fleet does not fit the store (shared/hybrid without a shared store, say).
-    #[error("fleet: {0}")]
-    Fleet(#[from] crate::fleet::FleetError),
-}
-
-/// Builds a [`RateLimiter`].
-pub struct RateLimiterBuilder {
-    policies: Vec<Policy>,
-    routes: Vec<Route>,
-    client_ip: ClientIpConfig,
-    peer: PeerFn,
-    allow_nets: Vec<IpNet>,
-    allow_keys: HashSet<Vec<u8>>,
-    missing_key: MissingKey,
-    missing_key_status: StatusCode,
-    store_failure: StoreFailure,
-    deny_status: StatusCode,
-    jitter: Duration,
-    headers: HeaderOptions,
-    max_waiting: usize,
-    max_keys: usize,
-    max_key_len: usize,
-    store: Option<Arc<dyn DecisionStore>>,
-    store_name: &'static str,
-    fleet: Option<Fleet>,
-}
-
-impl Default for RateLimiterBuilder {
-    fn default() -> Self {
-        RateLimiterBuilder {
-            policies: Vec::new(),
-            routes: Vec::new(),
-            client_ip: ClientIpConfig::default(),
-            peer: Arc::new(peer_from_extension),
-            allow_nets: Vec::new(),
-            allow_keys: HashSet::new(),
-            missing_key: MissingKey::Deny,
-            missing_key_status: StatusCode::BAD_REQUEST,
-            store_failure: StoreFailure::Allow,
-            deny_status: StatusCode::TOO_MANY_REQUESTS,
-            jitter: Duration::from_secs(1),
-            headers: HeaderOptions::default(),
-            max_waiting: 10_000,
-            max_keys: 1_000_000,
-            max_key_len: 256,
-            store: None,
-            store_name: "memory",
-            fleet: None,
-        }
-    }
-}
-
-impl RateLimiterBuilder {
-    /// Add a policy.
-    pub fn policy(mut self, p: Policy) -> Self {
-        self.policies.push(p);
-        self
-    }
-    /// Add a route. Without any route, every request is checked against every policy at
-    /// cost 1.
-    pub fn route(mut self, r: Route) -> Self {
-        self.routes.push(r);
-        self
-    }
-    /// How the client IP is found (trusted proxies, prefixes).
-    pub fn client_ip(mut self, c: ClientIpConfig) -> Self {
-        self.client_ip = c;
-        self
-    }
-    /// Where the peer address comes from (default: the [`crate::PeerAddr`] extension).
-    /// For axum: `|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())`.
-    pub fn peer(
-        mut self,
-        f: impl Fn(&http::Extensions) -> Option<std::net::IpAddr> + Send + Sync + 'static,
-    ) -> Self {
-        self.peer = Arc::new(f);
-        self
-    }
-    /// Client IPs in `net` bypass every policy (counted as `allowlisted`).
-    pub fn allow_net(mut self, net: IpNet) -> Self {
-        self.allow_nets.push(net);
-        self
-    }
-    /// Requests whose header-derived key (an API key) equals `key` bypass every policy.
-    pub fn allow_key(mut self, key: impl Into<Vec<u8>>) -> Self {
-        self.allow_keys.insert(key.into());
-        self
-    }
-    /// Outcome for requests whose key cannot be extracted (default: deny with 400).
-    pub fn missing_key(mut self, m: MissingKey) -> Self {
-        self.missing_key = m;
-        self
-    }
-    /// Status for [`MissingKey::Deny`] (a 4xx; default 400).
-    pub fn missing_key_status(mut self, s: StatusCode) -> Self {
-        self.missing_key_status = s;
-        self
-    }
-    /// Outcome when the store fails (default: allow).
-    pub fn store_failure(mut self, s: StoreFailure) -> Self {
-        self.store_failure = s;
-        self
-    }
-    /// Status of a rate-limit denial (default 429; nginx uses 503).
-    pub fn deny_status(mut self, s: StatusCode) -> Self {
-        self.deny_status = s;
-        self
-    }
-    /// Extra `Retry-After` span: a uniform extra in `[0, jitter]` is added to the true
-    /// retry time before rounding up (default 1 s; zero disables jitter).
-    pub fn retry_after_jitter(mut self, j: Duration) -> Self {
-        self.jitter = j;
-        self
-    }
-    /// Which headers to write.
-    pub fn headers(mut self, h: HeaderOptions) -> Self {
-        self.headers = h;
-        self
-    }
-    /// The most requests held by leaky queues at once; beyond it, a request that should
-    /// wait is rejected (default 10 000).
-    pub fn max_waiting(mut self, n: usize) -> Self {
-        self.max_waiting = n;
-        self
-    }
-    /// The most keys each policy keeps in the in-process store (default 1 000 000).
-    pub fn max_keys(mut self, n: usize) -> Self {
-        self.max_keys = n;
-        self
-    }
-    /// The longest key in bytes (default 256); longer keys count as missing.
-    pub fn max_key_len(mut self, n: usize) -> Self {
-        self.max_key_len = n;
-        self
-    }
-    /// Use another decision store (default: [`LocalStore`]). Its policy indices are those
-    /// of the policies in the order they were added.
-    pub fn store(mut self, store: Arc<dyn DecisionStore>, name: &'static str) -> Self {
-        self.store = Some(store);
-        self.store_name = name;
-        self
-    }
-
-    /// This node is one of a fleet sharing the limits with `fleet`'s strategy (see
-    /// [`crate::fleet`]): `local` enforces [`floodgate_dist::local_share`] of every policy,
-    /// `sticky` lets [`RateLimiter::owner_of`] say which node owns a request's key, and
-    /// `shared` / `hybrid` require a shared [`store`](Self::store) (checked by `build`).
-    pub fn fleet(mut self, fleet: Fleet) -> Self {
-        self.fleet = Some(fleet);
-        self
-    }
-
-    /// The policies as a store sees them (to build a custom store before `build`). Under
-    /// the `local` fleet strategy, each spec is already this node's share.
-    pub fn policy_infos(&self) -> Result<Vec<PolicyInfo>, BuildError> {
-        let mut infos = Vec::with_capacity(self.policies.len());
-        for (index, p) in self.policies.iter().enumerate() {
-            let policy_err = |source| BuildError::Policy {
-                name: p.name.clone(),
-                source,
-            };
-            let mut algorithm = p.validate().map_err(policy_err)?;
-            if self.policies[..index].iter().any(|q| q.name == p.name) {
-                return Err(BuildError::DuplicatePolicy(p.name.clone()));
-            }
-            let mut spec = p.spec.clone();
-            if let Some(f) = self
-                .fleet
-                .as_ref()
-                .filter(|f| f.strategy() == Strategy::Local)
-            {
-                spec = floodgate_dist::local_share(&spec, f.nodes().len()).map_err(policy_err)?;
-                algorithm = spec.build().map_err(policy_err)?;
-            }
-            infos.push(PolicyInfo::new(index, p.name.clone(), spec, algorithm));
-        }
-        Ok(infos)
-    }
-
-    /// Validate everything and build.
-    pub fn build(self) -> Result<RateLimiter, BuildError> {
-        let infos = self.policy_infos()?;
-        if infos.is_empty() {
-            return Err(BuildError::Invalid(
-                "at least one policy is required".into(),
-            ));
-        }
-        if !self.deny_status.is_client_error() && !self.deny_status.is_server_error() {
-            return Err(BuildError::Invalid(format!(
-                "deny status {} must be a 4xx or 5xx",
-                self.deny_status.as_u16()
-            )));
-        }
-        if !self.missing_key_status.is_client_error() {
-            return Err(BuildError::Invalid(format!(
-                "missing-key status {} must be a 4xx",
-                self.missing_key_status.as_u16()
-            )));
-        }
-        if self.client_ip.ipv4_prefix > 32 || self.client_ip.ipv6_prefix > 128 {
-            return Err(BuildError::Invalid(format!(
-                "ipv4_prefix must be 0..=32 and ipv6_prefix 0..=128, got {} and {}",
-                self.client_ip.ipv4_prefix, self.client_ip.ipv6_prefix
-            )));
-        }
-        if self.max_key_len == 0 {
-            return Err(BuildError::Invalid("max_key_len must be at least 1".into()));
-        }
-        let routes = if self.routes.is_empty() {
-            vec![Route {
-                prefix: "/".into(),
-                methods: Vec::new(),
-                policies: infos.iter().map(|p| (p.name.clone(), 1)).collect(),
-            }]
-        } else {
-            self.routes
-        };
-        let defined = infos
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let mut compiled = Vec::with_capacity(routes.len());
-        for route in routes {
-            let mut checks = Vec::new();
-            for (name, cost) in &route.policies {
-                let idx = infos.iter().position(|p| &p.name == name).ok_or_else(|| {
-                    BuildError::UnknownPolicy {
-                        route: route.prefix.clone(),
-                        policy: name.clone(),
-                        defined: defined.clone(),
-                    }
-                })?;
-                if checks.iter().any(|&(i, _)| i == idx) {
-                    return Err(BuildError::Invalid(format!(
-                        "route {:?} names policy {name:?} twice; name it once, with its cost",
-                        route.prefix
-                    )));
-                }
-                checks.push((idx, *cost));
-            }
-            compiled.push(CompiledRoute { route, checks });
-        }
-        // longest prefix first; stable, so among equal prefixes the first listed wins
-        compiled.sort_by_key(|r| std::cmp::Reverse(r.route.prefix.len()));
-        if let Some(f) = &self.fleet {
-            let shared = self.store.as_ref().is_some_and(|s| s.shared());
-            if f.strategy().needs_shared_store() && !shared {
-                return Err(FleetError::NeedsSharedStore(f.strategy()).into());
-            }
-            if !f.strategy().needs_shared_store() && shared {
-                return Err(FleetError::NeedsLocalStore(f.strategy()).into());
-            }
-        }
-        let (store, local): (Arc<dyn DecisionStore>, _) = match self.store {
-            Some(s) => (s, None),
-            None => {
-                let local = Arc::new(LocalStore::new(&infos, self.max_keys).map_err(|source| {
-                    BuildError::Policy {
-                        name: "max_keys".into(),
-                        source,
-                    }
-                })?);
-                (local.clone(), Some(local))
-            }
-        };
-        let names: Vec<String> = infos.iter().map(|p| p.name.clone()).collect();
-        Ok(RateLimiter {
-            inner: Arc::new(Inner {
-                metrics: Arc::new(Metrics::new(&names)),
-                policies: self.policies,
-                infos,
-                routes: compiled,
-                store,
-                local,
-                store_name: self.store_name,
-                client_ip: self.client_ip,
-                peer: self.peer,
-                allow_nets: self.allow_nets,
-                allow_keys: self.allow_keys,
-                missing_key: self.missing_key,
-                missing_key_status: self.missing_key_status,
-                store_failure: self.store_failure,
-                deny_status: self.deny_status,
-                jitter: self.jitter,
-                headers: self.headers,
-                max_waiting: self.max_waiting,
-                waiting: AtomicUsize::new(0),
-                max_key_len: self.max_key_len,
-                fleet: self.fleet,
-            }),
-        })
-    }
-}
-
-struct Inner {
-    policies: Vec<Policy>,
-    infos: Vec<PolicyInfo>,
-    routes: Vec<CompiledRoute>,
-    store: Arc<dyn DecisionStore>,
+/// What a built limiter holds (every clone of it shares one); [`crate::builder`] makes it.
+pub(crate) struct Inner {
+    pub(crate) policies: Vec<Policy>,
+    pub(crate) infos: Vec<PolicyInfo>,
+    pub(crate) routes: Vec<CompiledRoute>,
+    pub(crate) store: Arc<dyn DecisionStore>,
     /// The same store when it is the built-in [`LocalStore`]: decided without a future.
-    local: Option<Arc<LocalStore>>,
-    store_name: &'static str,
-    client_ip: ClientIpConfig,
-    peer: PeerFn,
-    allow_nets: Vec<IpNet>,
-    allow_keys: HashSet<Vec<u8>>,
-    missing_key: MissingKey,
-    missing_key_status: StatusCode,
-    store_failure: StoreFailure,
-    deny_status: StatusCode,
-    jitter: Duration,
-    headers: HeaderOptions,
-    max_waiting: usize,
-    waiting: AtomicUsize,
-    max_key_len: usize,
-    metrics: Arc<Metrics>,
-    fleet: Option<Fleet>,
+    pub(crate) local: Option<Arc<LocalStore>>,
+    pub(crate) store_name: &'static str,
+    pub(crate) client_ip: ClientIpConfig,
+    pub(crate) peer: PeerFn,
+    pub(crate) allow_nets: Vec<IpNet>,
+    pub(crate) allow_keys: HashSet<Vec<u8>>,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) missing_key_status: StatusCode,
+    pub(crate) store_failure: StoreFailure,
+    pub(crate) deny_status: StatusCode,
+    pub(crate) jitter: Duration,
+    pub(crate) headers: HeaderOptions,
+    pub(crate) max_waiting: usize,
+    pub(crate) waiting: AtomicUsize,
+    pub(crate) max_key_len: usize,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) fleet: Option<Fleet>,
 }
 
 /// The shared rate-limiting engine. Cloning is cheap and every clone shares the same
 /// policies, store and metrics.
 #[derive(Clone)]
 pub struct RateLimiter {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -467,16 +135,6 @@ pub enum Verdict {
 }
 
 impl RateLimiter {
-    /// A builder.
-    pub fn builder() -> RateLimiterBuilder {
-        RateLimiterBuilder::default()
-    }
-
-    /// The tower layer applying this limiter.
-    pub fn layer(&self) -> crate::RateLimitLayer {
-        crate::RateLimitLayer::new(self.clone())
-    }
-
     /// The metrics (shared by every clone).
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
@@ -947,48 +605,5 @@ mod push_quoted_tests {
             super::push_quoted(&mut out, s);
             assert_eq!(out, format!("{s:?}"));
         }
-    }
-}
-
-#[cfg(test)]
-mod build_tests {
-    use super::*;
-    use floodgate_core::{Kind, Spec};
-
-    #[test]
-    fn a_route_naming_a_policy_twice_is_refused() {
-        let spec = Spec::new(Kind::Gcra, "10/s".parse().unwrap());
-        let e = RateLimiter::builder()
-            .policy(Policy::new("p", spec))
-            .route(Route::prefix("/").policy("p", 1).policy("p", 2))
-            .build()
-            .unwrap_err();
-        assert!(e.to_string().contains("names policy \"p\" twice"), "{e}");
-    }
-
-    #[test]
-    fn the_builder_checks_the_store_against_the_strategy() {
-        use crate::fleet::{Fleet, Strategy};
-        let nodes = ["127.0.0.1:1", "127.0.0.1:2"];
-        let builder = |s: Strategy| {
-            RateLimiter::builder()
-                .policy(Policy::new(
-                    "p",
-                    Spec::new(Kind::Gcra, "10/s".parse().unwrap()),
-                ))
-                .fleet(Fleet::new(s, nodes, "127.0.0.1:1").unwrap())
-        };
-        for s in [Strategy::Shared, Strategy::Hybrid] {
-            let e = builder(s).build().unwrap_err().to_string();
-            assert!(
-                e.starts_with(&format!("fleet: strategy \"{s}\" needs a shared store")),
-                "{e}"
-            );
-        }
-        let l = builder(Strategy::Local).build().unwrap();
-        assert_eq!(l.policies()[0].spec.capacity, Some(5));
-        assert_eq!(l.fleet().unwrap().strategy(), Strategy::Local);
-        let l = builder(Strategy::Sticky).build().unwrap();
-        assert_eq!(l.policies()[0].spec.capacity, None);
     }
 }

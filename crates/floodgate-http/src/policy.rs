@@ -50,7 +50,7 @@ impl Policy {
     }
 
     /// Check the name and build the algorithm.
-    pub(crate) fn validate(&self) -> Result<AnyAlgorithm, ConfigError> {
+    pub fn validate(&self) -> Result<AnyAlgorithm, ConfigError> {
         if self.name.is_empty()
             || self.name.len() > 64
             || !self

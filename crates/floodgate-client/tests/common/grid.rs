@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate_client::{Polite, PoliteConfig, PoliteLayer, TokioClock};
+use floodgate_client::{Polite, PoliteConfig, PoliteLayer, TokioElapsedClock};
 use floodgate_core::{Kind, Rate, Spec, WallClock};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -325,7 +325,7 @@ pub async fn polite(url: String, run: Duration, workers: usize) -> (Outcome, u64
             seed: Some(7),
             ..PoliteConfig::default()
         },
-        Arc::new(TokioClock::new()),
+        Arc::new(TokioElapsedClock::new()),
         Arc::new(WallClock),
     )
     .expect("engine");

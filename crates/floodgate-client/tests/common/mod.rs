@@ -217,7 +217,7 @@ fn set_retry_after(h: &mut http::HeaderMap, ra: RetryAfter) {
     h.insert("retry-after", v.parse().expect("header"));
 }
 
-/// The floodgate proxy (crate floodgate-http) on loopback in front of a backend that always
+/// The floodgate proxy (crate floodgate-proxy) on loopback in front of a backend that always
 /// answers 200, limiting all clients together with one policy named "default".
 pub struct FloodgateProxy {
     pub addr: SocketAddr,
@@ -226,8 +226,8 @@ pub struct FloodgateProxy {
 
 impl FloodgateProxy {
     pub async fn start(spec: floodgate_core::Spec) -> FloodgateProxy {
-        use floodgate_http::proxy::{Proxy, ProxySettings};
         use floodgate_http::{KeySource, Policy, RateLimiter};
+        use floodgate_proxy::proxy::{Proxy, ProxySettings};
         let backend = TestServer::start(Behavior::Always(StatusCode::OK, None)).await;
         let limiter = RateLimiter::builder()
             .policy(Policy::new("default", spec).key(KeySource::global()))

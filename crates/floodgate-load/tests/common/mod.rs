@@ -176,13 +176,13 @@ pub fn gcra(per_second: u64, capacity: u64) -> Gcra {
     Gcra::new(Rate::per_second(per_second).unwrap(), capacity).unwrap()
 }
 
-/// The floodgate reverse proxy (floodgate-http's `Proxy`) on a free loopback port, with
+/// The floodgate reverse proxy (floodgate-proxy's `Proxy`) on a free loopback port, with
 /// one global policy `spec`, in front of a backend answering 200 to everything. Its
 /// responses carry `RateLimit-Policy` and `RateLimit`, its denials (429) `Retry-After`.
 /// Returns the proxy's address and the backend's arrivals (the requests it let through).
 pub async fn floodgate_proxy(spec: floodgate_core::Spec) -> (SocketAddr, Arc<Arrivals>) {
-    use floodgate_http::proxy::{Proxy, ProxySettings};
     use floodgate_http::{KeySource, Policy, RateLimiter};
+    use floodgate_proxy::proxy::{Proxy, ProxySettings};
     let (backend, arrivals) = ok_server().await;
     let limiter = RateLimiter::builder()
         .policy(Policy::new("default", spec).key(KeySource::global()))

@@ -1,5 +1,6 @@
 //! The layer in-process, on tokio's paused clock: exact nginx timings, headers, jitter,
-//! allowlist, dry-run, multi-policy, keys and bad input.
+//! allowlist, dry-run, multi-policy, keys and bad input. The limiters come from the
+//! proxy's TOML configuration (`floodgate_proxy::config`), hence this crate.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -8,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use floodgate_http::config::Config;
 use floodgate_http::metrics::RequestOutcome;
 use floodgate_http::{KeyError, KeySource, PeerAddr, Policy, RateLimiter, RequestInfo};
+use floodgate_proxy::config::Config;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;

@@ -99,10 +99,12 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
+use crate::builder::{BuildError, RateLimiterBuilder};
+use crate::fault::StoreFailure;
 use crate::fleet::{Fleet, FleetError, Strategy};
 use crate::headers::{HeaderOptions, ResetFormat};
+use crate::key::MissingKey;
 use crate::key::{ClientIpConfig, ForwardedHeader, KeyPart, KeySource};
-use crate::limiter::{MissingKey, RateLimiterBuilder, StoreFailure};
 use crate::policy::{Policy, Route};
 
 /// A config error located in its file.
@@ -606,7 +608,7 @@ pub enum RedisTime {
 pub enum BuildConfigError {
     /// Invalid policies or settings.
     #[error(transparent)]
-    Build(#[from] crate::limiter::BuildError),
+    Build(#[from] BuildError),
     /// The Redis store could not be reached or set up.
     #[error("store {url}: {message}")]
     Store {
@@ -1221,7 +1223,7 @@ mod tests {
         for i in 0..60 {
             let req = http::Request::builder()
                 .header("x-api-key", format!("key-{i}"))
-                .extension(crate::PeerAddr(([127, 0, 0, 1], 5000).into()))
+                .extension(crate::key::PeerAddr(([127, 0, 0, 1], 5000).into()))
                 .body(())
                 .unwrap();
             let owner = l.owner_of(&req).unwrap().to_string();
@@ -1233,7 +1235,7 @@ mod tests {
         assert_eq!(owners.len(), 3, "{owners:?}");
         // no key: decided where it arrives
         let req = http::Request::builder()
-            .extension(crate::PeerAddr(([127, 0, 0, 1], 5000).into()))
+            .extension(crate::key::PeerAddr(([127, 0, 0, 1], 5000).into()))
             .body(())
             .unwrap();
         assert!(l.owner_of(&req).is_none());

@@ -390,7 +390,7 @@ async fn redis_store_all_or_nothing_and_fault_outcome() {
         .local_addr()
         .unwrap();
     let cfg_dead = cfg.replace("redis://127.0.0.1:6379/", &format!("redis://{dead}/"));
-    let err = floodgate_http::config::Config::parse(&cfg_dead, std::path::Path::new("x.toml"))
+    let err = floodgate_proxy::config::Config::parse(&cfg_dead, std::path::Path::new("x.toml"))
         .unwrap()
         .build()
         .await

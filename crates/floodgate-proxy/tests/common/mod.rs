@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use floodgate_http::config::Config;
-use floodgate_http::proxy::{Proxy, ProxySettings};
+use floodgate_proxy::config::Config;
+use floodgate_proxy::proxy::{Proxy, ProxySettings};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
