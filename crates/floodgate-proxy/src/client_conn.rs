@@ -43,9 +43,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower_service::Service;
 
+use crate::body::RequestBody;
 use crate::head_timeout::LazyTimer;
+use crate::hyper_conn::{Served, serve_hyper, stopped};
 use crate::key::PeerAddr;
-use crate::proxy::{RequestBody, Served};
 use crate::upstream::direct::{encode_field, parsed_value};
 
 /// Most fields a head read here may have; more: hyper's (which allows 100).
@@ -129,22 +130,13 @@ pub(crate) async fn serve(
     }
 }
 
-/// Resolves once shutdown has started, or the proxy's sender is gone.
-pub(crate) async fn stopped(mut shutdown: watch::Receiver<bool>) {
-    while !*shutdown.borrow_and_update() {
-        if shutdown.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
 /// Hand the connection, with what has been read of it, to hyper.
 async fn hand_over(conn: Conn, peer: SocketAddr, served: &Served) {
     let io = Rewind {
         prefix: conn.buf.freeze(),
         io: conn.stream,
     };
-    crate::proxy::serve_hyper(served, io, peer, conn.shutdown).await;
+    serve_hyper(served, io, peer, conn.shutdown).await;
 }
 
 struct Conn {

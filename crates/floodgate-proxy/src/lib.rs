@@ -1,10 +1,14 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod body;
 mod client_conn;
 pub mod config;
+pub mod forward;
 mod head_timeout;
+mod hyper_conn;
 pub mod proxy;
+mod settings;
 pub mod sticky;
 pub mod upstream;
 
@@ -14,4 +18,5 @@ use floodgate_http::{
     limiter, metrics, policy, store,
 };
 
-pub use proxy::{Forward, Proxy, ProxyError, ProxySettings};
+pub use forward::Forward;
+pub use proxy::{Proxy, ProxyError, ProxySettings};

@@ -33,11 +33,13 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower_service::Service;
 
+use crate::body::{ClientBody, RequestBody};
 use crate::deny::{ReplyFormat, short_response};
+use crate::forward::{Forward, ForwardBody, strip_hop_by_hop};
 use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
-use crate::proxy::{ClientBody, Forward, ForwardBody, ProxyError, RequestBody, strip_hop_by_hop};
+use crate::settings::ProxyError;
 use crate::upstream::UpstreamBody;
 
 /// The header marking a request forwarded by a fleet node.

@@ -38,7 +38,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
-use crate::proxy::ClientBody;
+use crate::body::ClientBody;
 
 /// Why a request got no response from the upstream.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,445 @@
+//! [`Forward`]: the proxy's client to one upstream, over pooled connections (its own
+//! HTTP/1.1 pool, or hyper-util's client for h2c), with the request rewritten for the
+//! upstream: `X-Forwarded-For` appended, hop-by-hop headers dropped both ways.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, HOST, HeaderName};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use http_body_util::{Either, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tower_service::Service;
+
+use crate::body::{ClientBody, RequestBody};
+use crate::deny::{ReplyFormat, is_grpc, short_response};
+use crate::key::PeerAddr;
+use crate::metrics::Metrics;
+use crate::settings::{ProxyError, ProxySettings};
+use crate::upstream::{Http1Pool, UpstreamBody, UpstreamError, direct};
+
+/// The body of a proxied response: the upstream's, or a short error body.
+pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
+
+/// How requests reach the upstream.
+#[derive(Clone)]
+enum Upstream {
+    /// HTTP/1.1 over this forwarder's own connection pool.
+    Http1(Arc<Http1Pool>),
+    /// HTTP/2 (h2c prior knowledge), multiplexed by hyper-util's client.
+    Http2(Box<Client<HttpConnector, ClientBody>>),
+}
+
+/// Forwards requests to one upstream over pooled connections. Cloning shares it.
+#[derive(Clone)]
+pub struct Forward {
+    inner: Arc<ForwardInner>,
+}
+
+struct ForwardInner {
+    upstream: Upstream,
+    scheme: Scheme,
+    authority: Authority,
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forward")
+            .field("authority", &self.inner.authority)
+            .finish_non_exhaustive()
+    }
+}
+
+static HOP_BY_HOP: [HeaderName; 8] = [
+    HeaderName::from_static("connection"),
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("proxy-authenticate"),
+    HeaderName::from_static("te"),
+    HeaderName::from_static("trailer"),
+    HeaderName::from_static("transfer-encoding"),
+    HeaderName::from_static("upgrade"),
+];
+
+/// Whether `name` (lowercase, as `HeaderName` holds it) is one of [`HOP_BY_HOP`].
+fn is_hop_by_hop(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
+pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // one pass over the names first: most messages carry none, and eight removals
+    // (each hashing its name) cost more than the scan
+    if !h.keys().any(|k| is_hop_by_hop(k.as_str())) {
+        return;
+    }
+    // headers named in Connection are hop-by-hop too
+    let named: Vec<HeaderName> = h
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
+        .collect();
+    for n in HOP_BY_HOP.iter().chain(&named) {
+        h.remove(n);
+    }
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// How one request goes upstream.
+enum Route {
+    /// No body, HTTP/1.1: the encoded head, sent the direct way.
+    Direct(Arc<Http1Pool>, Vec<u8>, http::Method),
+    /// Through hyper's client (a body to stream, or an HTTP/2 upstream).
+    Hyper(Box<Request<ClientBody>>),
+}
+
+/// The request fields sent upstream, in order, to `emit`: the client's, less the
+/// hop-by-hop ones (and those its `Connection` names) and `X-Forwarded-For`; then
+/// `Host: host` when given and the client sent none; then `X-Forwarded-For` with the
+/// client's values joined by ", " and `peer` appended. Every value emitted is a valid
+/// field value (no CR, LF or NUL).
+fn upstream_fields(
+    headers: &HeaderMap,
+    host: Option<&str>,
+    peer: Option<std::net::IpAddr>,
+    mut emit: impl FnMut(&HeaderName, &[u8]),
+) {
+    // headers named in Connection are hop-by-hop too (rare: only then is this built)
+    let named: Vec<HeaderName> = match headers.get(http::header::CONNECTION) {
+        None => Vec::new(),
+        Some(_) => headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
+            .collect(),
+    };
+    let mut forwarded: Vec<u8> = Vec::new();
+    let mut has_host = false;
+    for (name, value) in headers {
+        let n = name.as_str();
+        has_host |= name == HOST;
+        if is_hop_by_hop(n) || named.contains(name) {
+            continue;
+        }
+        if name == X_FORWARDED_FOR {
+            if !forwarded.is_empty() {
+                forwarded.extend_from_slice(b", ");
+            }
+            forwarded.extend_from_slice(value.as_bytes());
+            continue;
+        }
+        emit(name, value.as_bytes());
+    }
+    if let Some(h) = host.filter(|_| !has_host) {
+        emit(&HOST, h.as_bytes());
+    }
+    if let Some(ip) = peer {
+        if !forwarded.is_empty() {
+            forwarded.extend_from_slice(b", ");
+        }
+        crate::key::push_ip_text(&mut forwarded, ip);
+    }
+    if !forwarded.is_empty() {
+        emit(&X_FORWARDED_FOR, &forwarded);
+    }
+}
+
+/// How long an upstream connection may sit unused before it is closed.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Most idle upstream connections kept (per worker).
+const POOL_MAX_IDLE: usize = 1024;
+
+impl Forward {
+    /// A forwarder to `settings.upstream`.
+    pub fn new(settings: &ProxySettings, metrics: Arc<Metrics>) -> Result<Forward, ProxyError> {
+        let parts = settings.upstream.clone().into_parts();
+        let scheme = parts.scheme.unwrap_or(Scheme::HTTP);
+        let authority = parts
+            .authority
+            .ok_or_else(|| ProxyError::Upstream(format!("{} has no host", settings.upstream)))?;
+        let upstream = if settings.upstream_http2 {
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(settings.connect_timeout));
+            connector.set_nodelay(true);
+            Upstream::Http2(Box::new(
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                    .pool_timer(TokioTimer::new())
+                    .timer(TokioTimer::new())
+                    .http2_only(true)
+                    .build(connector),
+            ))
+        } else {
+            if scheme != Scheme::HTTP {
+                return Err(ProxyError::Upstream(format!(
+                    "{}: only http:// upstreams are supported",
+                    settings.upstream
+                )));
+            }
+            let addr = format!(
+                "{}:{}",
+                authority.host(),
+                authority.port_u16().unwrap_or(80)
+            );
+            Upstream::Http1(Arc::new(Http1Pool::new(
+                addr,
+                settings.connect_timeout,
+                POOL_IDLE_TIMEOUT,
+                POOL_MAX_IDLE,
+            )))
+        };
+        Ok(Forward {
+            inner: Arc::new(ForwardInner {
+                upstream,
+                scheme,
+                authority,
+                timeout: settings.upstream_timeout,
+                metrics,
+            }),
+        })
+    }
+
+    fn error(
+        &self,
+        status: StatusCode,
+        detail: &str,
+        format: ReplyFormat,
+    ) -> Response<ForwardBody> {
+        short_response(status, detail, None, None, format).map(Either::Right)
+    }
+}
+
+impl Service<Request<RequestBody>> for Forward {
+    type Response = Response<ForwardBody>;
+    type Error = Infallible;
+    type Future = crate::store::BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
+        // a gRPC call (it has a body) gets its failures as a gRPC status, anything else
+        // as text
+        let format = match req.body() {
+            RequestBody::Incoming(_) if is_grpc(req.headers()) => ReplyFormat::Grpc,
+            _ => ReplyFormat::Text,
+        };
+        // the head is prepared here, so that the future holds only what it waits with
+        let Some((route, body_failed)) = self.route(req) else {
+            let resp = self.error(StatusCode::BAD_REQUEST, "unusable request target", format);
+            return Box::pin(std::future::ready(Ok(resp)));
+        };
+        let this = self.clone();
+        Box::pin(async move {
+            // Ok(response), Ok(error), or Err(()) when no response head came within the
+            // upstream timeout (the direct way times itself, on its connection's timer)
+            let timeout = this.inner.timeout;
+            // an error comes with its kind for the metric: "connect" or "response"
+            type Sent = Result<Response<UpstreamBody>, (BoxError, &'static str)>;
+            let failed = |e: UpstreamError| {
+                let kind = e.kind();
+                (BoxError::from(e), kind)
+            };
+            let sent: Result<Sent, ()> = match route {
+                Route::Direct(pool, head, method) => {
+                    match pool.send_head(&head, &method, timeout).await {
+                        Err(UpstreamError::Direct(direct::ExchangeError::TimedOut)) => Err(()),
+                        r => Ok(r.map_err(failed)),
+                    }
+                }
+                Route::Hyper(req) => {
+                    let send = async {
+                        match &this.inner.upstream {
+                            Upstream::Http1(pool) => pool.send(*req).await.map_err(failed),
+                            Upstream::Http2(client) => client
+                                .request(*req)
+                                .await
+                                .map(|r| r.map(UpstreamBody::unpooled))
+                                .map_err(|e| {
+                                    let kind = if e.is_connect() {
+                                        "connect"
+                                    } else {
+                                        "response"
+                                    };
+                                    (BoxError::from(e), kind)
+                                }),
+                        }
+                    };
+                    // boxed: the direct way's state, not this one's, sizes this future
+                    Box::pin(tokio::time::timeout(timeout, send))
+                        .await
+                        .map_err(|_| ())
+                }
+            };
+            match sent {
+                Ok(Ok(resp)) => {
+                    let (mut parts, body) = resp.into_parts();
+                    strip_hop_by_hop(&mut parts.headers);
+                    Ok(Response::from_parts(parts, Either::Left(body)))
+                }
+                Ok(Err((e, _)))
+                    if body_failed
+                        .as_ref()
+                        .is_some_and(|f| f.load(Ordering::Relaxed)) =>
+                {
+                    tracing::debug!(error = %e, "the client's request body failed");
+                    Ok(this.error(
+                        StatusCode::BAD_REQUEST,
+                        "the request body is malformed or ended early",
+                        format,
+                    ))
+                }
+                Ok(Err((e, kind))) => {
+                    this.inner.metrics.upstream_error(kind);
+                    tracing::warn!(error = %e, upstream = %this.inner.authority, "upstream failed");
+                    Ok(this.error(StatusCode::BAD_GATEWAY, "upstream unavailable", format))
+                }
+                Err(_) => {
+                    this.inner.metrics.upstream_error("timeout");
+                    tracing::warn!(upstream = %this.inner.authority, timeout = ?this.inner.timeout, "upstream timed out");
+                    Ok(this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out", format))
+                }
+            }
+        })
+    }
+}
+
+impl Forward {
+    /// How `req` goes upstream, and the flag its body sets when it fails (hyper's way
+    /// only: the direct way has no body to fail); `None` when its target cannot be sent
+    /// to an HTTP/2 upstream.
+    fn route(&self, req: Request<RequestBody>) -> Option<(Route, Option<Arc<AtomicBool>>)> {
+        let (parts, body) = req.into_parts();
+        let peer = parts
+            .extensions
+            .get::<PeerAddr>()
+            .map(|p| p.0.ip().to_canonical());
+        let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        // the client's Host (or HTTP/2 :authority) is kept
+        let host = Some(
+            parts
+                .uri
+                .authority()
+                .unwrap_or(&self.inner.authority)
+                .as_str(),
+        );
+        // set when the client's request body fails (hyper's way only: the direct way
+        // has no body to fail)
+        let mut body_failed: Option<Arc<AtomicBool>> = None;
+        let route = match &self.inner.upstream {
+            // no body: the head is encoded straight from the client's
+            Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) => {
+                let mut head = Vec::with_capacity(256);
+                direct::encode_request_line(&mut head, &parts.method, target);
+                // the body is known to be empty: a Content-Length the client sent
+                // goes out as 0, once, so the upstream can never wait for bytes that
+                // would be the next request on this connection
+                let mut length_sent = false;
+                upstream_fields(&parts.headers, host, peer, |name, value| {
+                    if name == CONTENT_LENGTH {
+                        if !length_sent {
+                            direct::encode_field(&mut head, b"content-length", b"0");
+                            length_sent = true;
+                        }
+                    } else {
+                        direct::encode_field(&mut head, name.as_str().as_bytes(), value)
+                    }
+                });
+                head.extend_from_slice(b"\r\n");
+                Route::Direct(pool.clone(), head, parts.method)
+            }
+            upstream => {
+                let h2 = matches!(upstream, Upstream::Http2(_));
+                let mut headers = HeaderMap::with_capacity(parts.headers.len() + 2);
+                upstream_fields(&parts.headers, host.filter(|_| !h2), peer, |name, value| {
+                    if let Ok(v) = HeaderValue::from_bytes(value) {
+                        headers.append(name.clone(), v);
+                    }
+                });
+                let pq = PathAndQuery::try_from(target)
+                    .unwrap_or_else(|_| PathAndQuery::from_static("/"));
+                let (uri, version) = if h2 {
+                    // absolute form: hyper sends it as :scheme and :authority
+                    let mut uri = http::uri::Parts::default();
+                    uri.scheme = Some(self.inner.scheme.clone());
+                    uri.authority = Some(self.inner.authority.clone());
+                    uri.path_and_query = Some(pq);
+                    match Uri::from_parts(uri) {
+                        Ok(u) => (u, Version::HTTP_2),
+                        Err(_) => return None,
+                    }
+                } else {
+                    (Uri::from(pq), Version::HTTP_11)
+                };
+                let (body, failed) = ClientBody::watch(body);
+                body_failed = Some(failed);
+                let mut req = Request::new(body);
+                *req.method_mut() = parts.method;
+                *req.uri_mut() = uri;
+                *req.version_mut() = version;
+                *req.headers_mut() = headers;
+                Route::Hyper(Box::new(req))
+            }
+        };
+        Some((route, body_failed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_named_in_connection_are_stripped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("x-secret, Keep-Alive"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("x-kept", HeaderValue::from_static("yes"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h["x-kept"], "yes");
+        // without any hop-by-hop header, nothing is touched (not even a header that a
+        // Connection header would have named)
+        let mut h = HeaderMap::new();
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("x-kept", HeaderValue::from_static("yes"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 2);
+        // the fast name test and the list agree
+        for n in &HOP_BY_HOP {
+            assert!(is_hop_by_hop(n.as_str()), "{n}");
+        }
+        for n in ["x-kept", "host", "content-length", "tes", "connections"] {
+            assert!(!is_hop_by_hop(n), "{n}");
+        }
+    }
+}

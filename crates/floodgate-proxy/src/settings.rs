@@ -1,0 +1,77 @@
+//! What a proxy is told ([`ProxySettings`]) and why it could not start ([`ProxyError`]).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Uri;
+
+/// Proxy settings (the non-limiter part of the config).
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// The backend, `http://host:port`.
+    pub upstream: Uri,
+    /// Admin listener for `/metrics` and `/healthz`.
+    pub admin: Option<SocketAddr>,
+    /// Time allowed for the upstream's response head (504 after).
+    pub upstream_timeout: Duration,
+    /// Time allowed to connect to the upstream (502 after).
+    pub connect_timeout: Duration,
+    /// Longest drain at shutdown.
+    pub shutdown_grace: Duration,
+    /// h2c prior knowledge to the upstream.
+    pub upstream_http2: bool,
+    /// Worker threads, each with its own single-threaded runtime and its own upstream
+    /// connection pool; accepted connections are dealt to them in turn, and each stays
+    /// on its worker (no work stealing, no cross-thread wakeups per request). 0: serve
+    /// on the runtime that calls [`Proxy::run`](crate::proxy::Proxy::run).
+    pub workers: usize,
+    /// How long a client connection may wait for a request head with no request in
+    /// flight (idle between requests, or a head arriving too slowly) before it is
+    /// closed.
+    pub head_timeout: Duration,
+}
+
+impl ProxySettings {
+    /// Defaults around an upstream: listen 127.0.0.1:8080, 30 s upstream timeout, 5 s
+    /// connect timeout, 30 s grace, HTTP/1.1 upstream, no admin listener.
+    pub fn new(upstream: Uri) -> Self {
+        ProxySettings {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            upstream,
+            admin: None,
+            upstream_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(30),
+            upstream_http2: false,
+            workers: 0,
+            head_timeout: DEFAULT_HEAD_TIMEOUT,
+        }
+    }
+}
+
+/// The default [`ProxySettings::head_timeout`] (hyper's header-read timeout before).
+pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The upstream URI is unusable.
+    #[error("upstream {0}")]
+    Upstream(String),
+    /// The fleet's nodes are unusable (a name that does not resolve, say).
+    #[error("fleet: {0}")]
+    Fleet(String),
+    /// A worker thread or its runtime could not be started.
+    #[error("cannot start worker thread: {0}")]
+    Worker(std::io::Error),
+}
