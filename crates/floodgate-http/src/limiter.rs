@@ -405,7 +405,7 @@ impl RateLimiter {
             (Ok(e), Ok(s)) => (e, s),
             (Err(e), _) | (_, Err(e)) => {
                 m.store_errors.inc();
-                tracing::warn!(error = %e, store = inner.store_name, "decision store failed");
+                tracing::warn!(error = %e, kind = e.label(), store = inner.store_name, "decision store failed");
                 return match inner.store_failure {
                     StoreFailure::Allow => {
                         m.request(RequestOutcome::StoreErrorAllowed);
