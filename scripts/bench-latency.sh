@@ -25,10 +25,10 @@ for p in 28200 28280 28281; do
   if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
 done
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
-cargo build --release -q --bin floodgate
-cargo build --release -q -p floodgate-proxy --example bench_backend
-cargo build --release -q -p floodgate-load --example latency_probe
-BIN=$CARGO_TARGET_DIR/release
+cargo build --profile dist -q --bin floodgate
+cargo build --profile dist -q -p floodgate-proxy --example bench_backend
+cargo build --profile dist -q -p floodgate-load --example latency_probe
+BIN=$CARGO_TARGET_DIR/dist
 PIN=()
 [ "$CPUS" != all ] && PIN=(taskset -c "$CPUS")
 TMP=$(mktemp -d /tmp/fg-latency.XXXXXX)

@@ -33,10 +33,10 @@ OHA=$TOOLS/bin/oha
 if [ ! -x "$OHA" ]; then
     cargo install --locked oha --root "$TOOLS"
 fi
-cargo build --release --bin floodgate
-cargo build --release -p floodgate-load --example target_server
-FLOODGATE=target/release/floodgate
-SERVER=target/release/examples/target_server
+cargo build --profile dist --bin floodgate
+cargo build --profile dist -p floodgate-load --example target_server
+FLOODGATE=target/dist/floodgate
+SERVER=target/dist/examples/target_server
 
 server_args=("$PORT")
 [ -n "$SERVER_THREADS" ] && server_args+=(--threads "$SERVER_THREADS")

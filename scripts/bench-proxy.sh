@@ -33,9 +33,9 @@ command -v nginx >/dev/null && command -v wrk >/dev/null || {
 for p in 28000 28080 28081; do
   if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
 done
-cargo build --release -q --bin floodgate
-cargo build --release -q -p floodgate-proxy --example bench_backend
-BIN=$CARGO_TARGET_DIR/release
+cargo build --profile dist -q --bin floodgate
+cargo build --profile dist -q -p floodgate-proxy --example bench_backend
+BIN=$CARGO_TARGET_DIR/dist
 TMP=$(mktemp -d /tmp/fg-bench.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }

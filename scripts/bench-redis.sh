@@ -12,5 +12,5 @@ cd "$(dirname "$0")/.."
 SO=$(bash scripts/lib/redis-cell.sh)
 echo "redis-cell module: $SO"
 echo "load before: $(uptime)"
-cargo run -q --release -j 2 -p floodgate-redis --example bench -- --cell-module "$SO" "$@"
+cargo run -q --profile dist -j 2 -p floodgate-redis --example bench -- --cell-module "$SO" "$@"
 echo "load after: $(uptime)"

@@ -33,10 +33,10 @@ cleanup() {
 trap cleanup EXIT
 
 # Private copies: other builds sharing the target directory may replace the binaries.
-cargo build --release -q --bin floodgate
-cp "$CARGO_TARGET_DIR/release/floodgate" "$TMP/floodgate"
-cargo build --release -q -p floodgate-server --example rls_load
-cp "$CARGO_TARGET_DIR/release/examples/rls_load" "$TMP/rls_load"
+cargo build --profile dist -q --bin floodgate
+cp "$CARGO_TARGET_DIR/dist/floodgate" "$TMP/floodgate"
+cargo build --profile dist -q -p floodgate-server --example rls_load
+cp "$CARGO_TARGET_DIR/dist/examples/rls_load" "$TMP/rls_load"
 
 config() { # $1 = store block
   cat > "$TMP/bench.yaml" <<EOF
