@@ -15,7 +15,7 @@ use floodgate_proxy::proxy::{Proxy, ProxySettings, shutdown_signal};
 /// Flags of `floodgate proxy`.
 #[derive(Args, Debug)]
 pub struct ProxyArgs {
-    /// TOML config file (see the README's "HTTP" section for every field).
+    /// TOML config file (every field: docs/proxy.md, "Configuration").
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// Validate the config (or flags) and exit without starting.

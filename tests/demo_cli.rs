@@ -121,7 +121,7 @@ fn redis_store_same_result() {
 
 #[test]
 fn the_table_names_every_algorithm_and_its_bound() {
-    // the text output is what the README shows: one line per algorithm, held or not
+    // the text output is what docs/demo.md shows: one line per algorithm, held or not
     let out = floodgate(&["demo", "--rate", "8/500ms", "--capacity", "2"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -14,7 +14,7 @@
 //! * [`Polite`]: the engine that ties them together, used by [`PoliteLayer`] (tower, for
 //!   hyper clients) and [`PoliteMiddleware`] (reqwest-middleware).
 //!
-//! A hyper client with pacing, retries and an adaptive concurrency limit (the README's
+//! A hyper client with pacing, retries and an adaptive concurrency limit (docs/client.md's
 //! example):
 //!
 //! ```no_run

@@ -28,7 +28,7 @@
 //! The work is amortised: one pass over a shard per `shard_cap / 16` insertions.
 //!
 //! Memory is `O(max_keys)`: about 36 bytes per key at 1M `u64` keys with GCRA (see the
-//! README's benchmark), plus whatever the key type owns on the heap.
+//! docs/bench-core.md), plus whatever the key type owns on the heap.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};

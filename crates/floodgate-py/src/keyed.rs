@@ -34,7 +34,7 @@ impl PyKeyedLimiter {
     /// One decision, the key's bytes borrowed from the `str`/`bytes` object (no copy).
     ///
     /// The GIL is *held*: a decision is a hash probe and a few arithmetic operations under
-    /// one shard lock, far shorter than a GIL hand-off. Measured (README, "Python"):
+    /// one shard lock, far shorter than a GIL hand-off. Measured (docs/python.md):
     /// releasing it around the core call cost ~510 more instructions per call (callgrind:
     /// 1,789 vs 1,278 per `allow(key, now)`) and halved the throughput of 4 threads on
     /// one key. The core store is thread-safe on its own; whole-store walks (`sweep`,

@@ -5,8 +5,8 @@
 //! seconds, `allow`/`check`/`peek` on an explicit time or a monotonic clock, a capped
 //! thread-safe keyed limiter, and redis-cell's `CL.THROTTLE` over Redis.
 //!
-//! Build and install: `pip install ./crates/floodgate-py` (see the README section
-//! "Python"). Tests are in `tests/` (pytest), run by `scripts/test.sh`.
+//! Build and install: `pip install ./crates/floodgate-py` (see docs/python.md).
+//! Tests are in `tests/` (pytest), run by `scripts/test.sh`.
 //!
 //! Units: seconds (`float`) at the Python boundary, [`floodgate_core::Nanos`] inside.
 

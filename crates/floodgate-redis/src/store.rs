@@ -23,7 +23,7 @@ pub enum FaultPolicy {
     FailClosed,
 }
 
-/// Where the scripts read `now` (see the README's Redis section).
+/// Where the scripts read `now` (see docs/redis.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TimeSource {
     /// Redis `TIME`, read inside the script: one clock for every client, immune to client
