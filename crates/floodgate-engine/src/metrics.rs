@@ -4,7 +4,7 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `floodgate_decisions_total` | counter | `policy`, `outcome` = passed, delayed, rejected, delayed_dry_run, rejected_dry_run |
-//! | `floodgate_requests_total` | counter | `outcome` = passed, delayed, rejected, allowlisted, unlimited, missing_key_denied, missing_key_allowed, queue_full, store_error_allowed, store_error_denied |
+//! | `floodgate_requests_total` | counter | `outcome` = passed, delayed, rejected, allowlisted, unlimited, missing_key_denied, missing_key_allowed, queue_full, store_error_allowed, store_error_denied, invalid (refused by the proxy before the limiter) |
 //! | `floodgate_delay_seconds` | histogram | time requests were held (leaky queue) |
 //! | `floodgate_waiting_requests` | gauge | requests being held now |
 //! | `floodgate_decision_duration_seconds` | histogram | time to decide (key extraction + store) |
@@ -14,6 +14,9 @@
 //! | `floodgate_proxy_request_duration_seconds` | histogram | proxy: whole request, first byte in to response head out |
 //! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect (unreachable), response (closed, reset or malformed response), timeout (no response head in time) |
 //! | `floodgate_store_events_total` | counter | `event`: the store's own counters (hybrid: `lease_admit` = checks admitted from a local lease, `round_trip` = calls to the shared counter) |
+//! | `floodgate_invalid_requests_total` | counter | proxy: `reason` a request was refused before the limiter looked (see [`INVALID_REASONS`]) |
+//! | `floodgate_client_timeouts_total` | counter | proxy: `kind` = send (the client did not read the response), body (the client's request body stalled) |
+//! | `floodgate_client_connections_total` | counter | proxy: `outcome` = accepted, refused_total (the connection cap), refused_per_client (the per-address cap) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 
 pub mod striped;
@@ -48,6 +51,11 @@ struct PolicyLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabels {
     event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -92,9 +100,12 @@ pub enum RequestOutcome {
     QueueFull,
     StoreErrorAllowed,
     StoreErrorDenied,
+    /// Refused by the proxy before the limiter looked (a malformed or ambiguous target,
+    /// method, `Host` or key header); the reason is in `floodgate_invalid_requests_total`.
+    Invalid,
 }
 
-const REQUEST_OUTCOMES: [&str; 10] = [
+const REQUEST_OUTCOMES: [&str; 11] = [
     "passed",
     "delayed",
     "rejected",
@@ -105,7 +116,35 @@ const REQUEST_OUTCOMES: [&str; 10] = [
     "queue_full",
     "store_error_allowed",
     "store_error_denied",
+    "invalid",
 ];
+
+/// The `reason` label values of `floodgate_invalid_requests_total`, each counted from 0.
+pub const INVALID_REASONS: [&str; 7] = [
+    // a head hyper's parser refused (400, or 431 when too large): malformed framing,
+    // bare CR, obs-fold, NUL, conflicting lengths...
+    "head",
+    // not origin-form, absolute http(s) or `OPTIONS *` (or unusable after normalizing)
+    "target",
+    // a path the proxy will not forward (encoded `/`, `\` or NUL, a bad escape, a
+    // dot or empty segment with `;` parameters)
+    "path",
+    // not an upper-case token
+    "method",
+    // CONNECT and TRACE (405)
+    "method_not_allowed",
+    // missing (HTTP/1.1, HTTP/2), repeated, empty or malformed `Host`
+    "host",
+    // a header a policy keys on, repeated
+    "key_header",
+];
+
+/// The `kind` label values of `floodgate_client_timeouts_total`.
+pub const CLIENT_TIMEOUT_KINDS: [&str; 2] = ["send", "body"];
+
+/// The `outcome` label values of `floodgate_client_connections_total`.
+pub const CLIENT_CONNECTION_OUTCOMES: [&str; 3] =
+    ["accepted", "refused_total", "refused_per_client"];
 
 /// All metrics of one limiter (and its proxy). Counters are pre-created per policy and
 /// outcome so the request path touches no label map.
@@ -127,6 +166,9 @@ pub struct Metrics {
     /// Proxy: request latency, seconds.
     pub proxy_seconds: StripedHistogram,
     upstream_errors: Family<KindLabels, Counter>,
+    invalid: Family<ReasonLabels, Counter>,
+    client_timeouts: Family<KindLabels, Counter>,
+    client_connections: Family<OutcomeLabels, Counter>,
     fleet: Family<EventLabels, Counter>,
     store_events: Family<EventLabels, Counter>,
 }
@@ -215,6 +257,33 @@ impl Metrics {
             "Proxy: upstream failures (connect = 502, timeout = 504)",
             upstream_errors.clone(),
         );
+        let invalid = Family::<ReasonLabels, Counter>::default();
+        for reason in INVALID_REASONS {
+            let _ = invalid.get_or_create(&ReasonLabels { reason });
+        }
+        registry.register(
+            "floodgate_invalid_requests",
+            "Proxy: requests refused before the limiter looked, by reason",
+            invalid.clone(),
+        );
+        let client_timeouts = Family::<KindLabels, Counter>::default();
+        for kind in CLIENT_TIMEOUT_KINDS {
+            let _ = client_timeouts.get_or_create(&KindLabels { kind });
+        }
+        registry.register(
+            "floodgate_client_timeouts",
+            "Proxy: client connections cut because the client stalled (send: not reading the response; body: request body idle, answered 408)",
+            client_timeouts.clone(),
+        );
+        let client_connections = Family::<OutcomeLabels, Counter>::default();
+        for outcome in CLIENT_CONNECTION_OUTCOMES {
+            let _ = client_connections.get_or_create(&OutcomeLabels { outcome });
+        }
+        registry.register(
+            "floodgate_client_connections",
+            "Proxy: client connections accepted, or refused by the total or per-address cap",
+            client_connections.clone(),
+        );
         let fleet = Family::<EventLabels, Counter>::default();
         registry.register(
             "floodgate_fleet_requests",
@@ -242,6 +311,9 @@ impl Metrics {
             policy_names: policy_names.to_vec(),
             proxy_seconds,
             upstream_errors,
+            invalid,
+            client_timeouts,
+            client_connections,
         }
     }
 
@@ -267,6 +339,48 @@ impl Metrics {
         self.upstream_errors
             .get_or_create(&KindLabels { kind })
             .inc();
+    }
+
+    /// Count a request the proxy refused before the limiter looked: `reason` (one of
+    /// [`INVALID_REASONS`]) in `floodgate_invalid_requests_total`, and the outcome
+    /// `invalid` in `floodgate_requests_total`.
+    pub fn invalid(&self, reason: &'static str) {
+        self.request(RequestOutcome::Invalid);
+        self.invalid.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// The count of refused requests with `reason`.
+    pub fn invalid_count(&self, reason: &'static str) -> u64 {
+        self.invalid.get_or_create(&ReasonLabels { reason }).get()
+    }
+
+    /// Count a client timeout: `"send"` or `"body"` ([`CLIENT_TIMEOUT_KINDS`]).
+    pub fn client_timeout(&self, kind: &'static str) {
+        self.client_timeouts
+            .get_or_create(&KindLabels { kind })
+            .inc();
+    }
+
+    /// The count of client timeouts of `kind`.
+    pub fn client_timeout_count(&self, kind: &'static str) -> u64 {
+        self.client_timeouts
+            .get_or_create(&KindLabels { kind })
+            .get()
+    }
+
+    /// Count a client connection: `"accepted"`, `"refused_total"` or
+    /// `"refused_per_client"` ([`CLIENT_CONNECTION_OUTCOMES`]).
+    pub fn client_connection(&self, outcome: &'static str) {
+        self.client_connections
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// The count of client connections with `outcome`.
+    pub fn client_connection_count(&self, outcome: &'static str) -> u64 {
+        self.client_connections
+            .get_or_create(&OutcomeLabels { outcome })
+            .get()
     }
 
     /// Count a sticky-fleet event: `"forwarded"`, `"received"`, `"fallback"`, `"failed"`.

@@ -154,6 +154,25 @@ impl RateLimiter {
         &self.inner.infos
     }
 
+    /// The request headers some policy's key reads ([`KeyPart::Header`]), each once.
+    /// A proxy refuses a request that repeats one of them (the limiter reads the first
+    /// value, a backend may read the last) and never lets `Connection` remove one.
+    ///
+    /// [`KeyPart::Header`]: crate::key::KeyPart::Header
+    pub fn key_headers(&self) -> Vec<http::HeaderName> {
+        let mut out: Vec<http::HeaderName> = Vec::new();
+        for p in &self.inner.policies {
+            for part in &p.key.0 {
+                if let crate::key::KeyPart::Header(h) = part
+                    && !out.contains(h)
+                {
+                    out.push(h.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// The fleet this node belongs to, if any.
     pub fn fleet(&self) -> Option<&Fleet> {
         self.inner.fleet.as_ref()

@@ -100,8 +100,21 @@ impl Route {
         self
     }
 
+    /// Whether a request with `method` and `path` is this route's. `GET` in
+    /// [`methods`](Self::methods) covers `HEAD` (a HEAD is a GET without the body, RFC
+    /// 9110 §9.3.2). The asterisk-form target `*` (`OPTIONS *`, the server as a whole)
+    /// and an empty path (a target with no path: the proxy refuses those, a layer may
+    /// see them) match as `/`, so a `/` route covers them.
     pub(crate) fn matches(&self, method: &Method, path: &str) -> bool {
-        path.starts_with(&self.prefix) && (self.methods.is_empty() || self.methods.contains(method))
+        let path = if path.is_empty() || path == "*" {
+            "/"
+        } else {
+            path
+        };
+        path.starts_with(&self.prefix)
+            && (self.methods.is_empty()
+                || self.methods.contains(method)
+                || (method == Method::HEAD && self.methods.contains(&Method::GET)))
     }
 }
 
@@ -111,4 +124,23 @@ pub(crate) struct CompiledRoute {
     pub route: Route,
     /// `(policy index, cost)`.
     pub checks: Vec<(usize, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn get_covers_head_and_the_whole_server_matches_slash() {
+        let search = Route::prefix("/search").methods([Method::GET]);
+        assert!(search.matches(&Method::GET, "/search"));
+        assert!(search.matches(&Method::HEAD, "/search?q=1"));
+        assert!(!search.matches(&Method::POST, "/search"));
+        let head_only = Route::prefix("/h").methods([Method::HEAD]);
+        assert!(!head_only.matches(&Method::GET, "/h"));
+        let root = Route::prefix("/");
+        assert!(root.matches(&Method::OPTIONS, "*"));
+        assert!(root.matches(&Method::GET, ""));
+        assert!(!Route::prefix("/a").matches(&Method::OPTIONS, "*"));
+    }
 }

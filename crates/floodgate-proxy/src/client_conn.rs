@@ -102,13 +102,20 @@ pub(crate) async fn serve(
                 return hand_over(conn, peer, &served).await;
             }
         };
-        let Some((req, meta)) = head.take_request(&mut conn.buf, peer) else {
+        let Some((mut req, mut meta)) = head.take_request(&mut conn.buf, peer) else {
             return hand_over(conn, peer, &served).await;
         };
         let start = std::time::Instant::now();
-        let resp = match svc.call(req).await {
-            Ok(r) => r,
-            Err(never) => match never {},
+        let resp = match served.admission.admit(&mut req) {
+            Err(refused) => {
+                // the connection ends with a refusal
+                meta.keep_alive = false;
+                refused.response()
+            }
+            Ok(()) => match svc.call(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            },
         };
         // one clock reading for the metric, the Date field and the idle clock
         let answered = std::time::Instant::now();

@@ -73,7 +73,7 @@ static HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// Whether `name` (lowercase, as `HeaderName` holds it) is one of [`HOP_BY_HOP`].
-fn is_hop_by_hop(name: &str) -> bool {
+pub(crate) fn is_hop_by_hop(name: &str) -> bool {
     matches!(
         name,
         "connection"

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::Request;
+use http::header::CONNECTION;
+use http::{HeaderValue, Request, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -15,8 +16,11 @@ use tower_service::Service;
 use crate::body::RequestBody;
 use crate::head_timeout::{self, HeadWait, Watched};
 use crate::key::PeerAddr;
+use crate::limiter::RateLimiter;
 use crate::metrics::Metrics;
+use crate::settings::ProxySettings;
 use crate::sticky::FleetService;
+use crate::target::Admission;
 
 /// The HTTP/1.1 + HTTP/2 (h2c) server settings of the proxy's listener. No header-read
 /// timeout here: [`head_timeout`] closes connections that wait too long for a head.
@@ -31,10 +35,12 @@ pub(crate) fn server_builder() -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// What a runtime's client connections share: the service, the metrics, the head
-/// timeout, and hyper's server settings for the connections handed to hyper.
+/// What a runtime's client connections share: the service, the admission check, the
+/// metrics, the head timeout, and hyper's server settings for the connections handed to
+/// hyper.
 pub(crate) struct Served {
     pub(crate) svc: FleetService,
+    pub(crate) admission: Arc<Admission>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) head_timeout: Duration,
     builder: auto::Builder<TokioExecutor>,
@@ -43,13 +49,14 @@ pub(crate) struct Served {
 impl Served {
     pub(crate) fn new(
         svc: FleetService,
-        metrics: Arc<Metrics>,
-        head_timeout: Duration,
+        limiter: &RateLimiter,
+        settings: &ProxySettings,
     ) -> Arc<Served> {
         Arc::new(Served {
             svc,
-            metrics,
-            head_timeout,
+            admission: Arc::new(Admission::new(limiter)),
+            metrics: limiter.metrics().clone(),
+            head_timeout: settings.head_timeout,
             builder: server_builder(),
         })
     }
@@ -79,15 +86,28 @@ pub(crate) async fn serve_hyper<I>(
     let watch = wait.clone();
     let svc = served.svc.clone();
     let metrics = served.metrics.clone();
+    let admission = served.admission.clone();
     let hsvc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let in_flight = watch.start();
         let mut req = req.map(RequestBody::Incoming);
         req.extensions_mut().insert(PeerAddr(peer));
+        let refused = admission.admit(&mut req).err().map(|r| {
+            let mut resp = r.response();
+            // an HTTP/1 connection ends with a refusal (its body is not read)
+            if req.version() < Version::HTTP_2 {
+                resp.headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            resp
+        });
         let mut svc = svc.clone();
         let metrics = metrics.clone();
         let start = Instant::now();
         async move {
-            let r = svc.call(req).await;
+            let r = match refused {
+                Some(resp) => Ok(resp),
+                None => svc.call(req).await,
+            };
             metrics.proxy_seconds.observe(start.elapsed());
             r.map(|resp| resp.map(|body| Watched::new(body, in_flight)))
         }
@@ -126,6 +146,12 @@ pub(crate) async fn serve_hyper<I>(
         }
     };
     if let Err(e) = ended {
+        // a head hyper's parser refused (it has answered 400 or 431) is counted
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(|h| h.is_parse() || h.is_parse_too_large())
+        {
+            served.metrics.invalid("head");
+        }
         tracing::debug!(error = %e, %peer, "connection ended with an error");
     }
 }

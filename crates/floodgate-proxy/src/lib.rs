@@ -10,6 +10,7 @@ mod hyper_conn;
 pub mod proxy;
 mod settings;
 pub mod sticky;
+pub mod target;
 pub mod upstream;
 
 // the layer's modules, under the paths the proxy's modules name them by

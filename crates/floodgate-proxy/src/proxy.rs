@@ -43,7 +43,6 @@ pub use crate::forward::{Forward, ForwardBody};
 use crate::hyper_conn::{Served, server_builder};
 use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
-use crate::metrics::Metrics;
 pub use crate::settings::{DEFAULT_HEAD_TIMEOUT, ProxyError, ProxySettings};
 use crate::sticky::{FleetService, Sticky};
 
@@ -102,21 +101,11 @@ impl Proxy {
             None => None,
         };
         let serving = if settings.workers == 0 {
-            Serving::Here(Served::new(
-                service()?,
-                limiter.metrics().clone(),
-                settings.head_timeout,
-            ))
+            Serving::Here(Served::new(service()?, &limiter, settings))
         } else {
             let mut workers = Vec::with_capacity(settings.workers);
             for i in 0..settings.workers {
-                let w = Worker::spawn(
-                    i,
-                    service()?,
-                    limiter.metrics().clone(),
-                    settings.shutdown_grace,
-                    settings.head_timeout,
-                );
+                let w = Worker::spawn(i, service()?, limiter.clone(), settings.clone());
                 workers.push(w.map_err(ProxyError::Worker)?);
             }
             Serving::Workers(workers)
@@ -295,9 +284,8 @@ impl Worker {
     fn spawn(
         index: usize,
         svc: FleetService,
-        metrics: Arc<Metrics>,
-        grace: Duration,
-        head_timeout: Duration,
+        limiter: RateLimiter,
+        settings: ProxySettings,
     ) -> std::io::Result<Worker> {
         let (conns, mut rx) =
             tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
@@ -309,7 +297,7 @@ impl Worker {
             .name(format!("floodgate-worker-{index}"))
             .spawn(move || {
                 rt.block_on(async move {
-                    let served = Served::new(svc, metrics, head_timeout);
+                    let served = Served::new(svc, &limiter, &settings);
                     let draining = Draining::new();
                     while let Some((stream, peer)) = rx.recv().await {
                         match tokio::net::TcpStream::from_std(stream) {
@@ -317,7 +305,7 @@ impl Worker {
                             Err(e) => tracing::warn!(error = %e, %peer, "worker cannot take the connection"),
                         }
                     }
-                    draining.drain(grace).await;
+                    draining.drain(settings.shutdown_grace).await;
                 });
                 let _ = done_tx.send(());
             })?;
