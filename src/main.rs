@@ -56,6 +56,8 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo_cmd::run(args),
+        // --nodes prices the fleet strategies; otherwise the algorithms
+        Command::Simulate(args) if args.nodes.is_some() => simulate_dist::run(&args),
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Throttle(args) => throttle_cmd::run(args),
         Command::Proxy(args) => proxy_cmd::run(args),

@@ -133,10 +133,8 @@ pub(crate) struct Run {
     outcomes: Vec<Outcome>,
 }
 
+/// The algorithms on one simulated traffic (`--nodes` is [`crate::simulate_dist`]'s).
 pub fn run(args: SimulateArgs) -> Result<()> {
-    if args.nodes.is_some() {
-        return crate::simulate_dist::run(&args);
-    }
     let runs = plan(&args)?
         .into_iter()
         .map(|(scenario, rate, capacity)| execute(&args, scenario, rate, capacity))

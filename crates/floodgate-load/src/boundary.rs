@@ -24,7 +24,7 @@
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::stats::{Percentiles, new_histogram};
+use crate::histogram::{Percentiles, new_histogram};
 
 /// Where boundaries are: `k x window_ns + offset_ns`, and how close counts as near.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,7 +43,6 @@ use std::time::{Duration, Instant};
 use floodgate_client::Polite;
 use floodgate_client::polite::{Attempt, Verdict};
 use floodgate_core::{Clock, WallClock};
-use hdrhistogram::Histogram;
 use tokio::sync::{mpsc, watch};
 
 use crate::boundary::Windows;
@@ -51,7 +50,8 @@ use crate::client::{Connection, RequestTemplate};
 use crate::config::{Bound, LoadConfig, Mode};
 use crate::error::{LoadError, caps};
 use crate::report::Report;
-use crate::stats::{Advertised, Live, Outcome, Record, Stats, new_histogram};
+use crate::stats::{Live, Outcome, Record, Stats};
+use crate::summary::WorkerSummary;
 use crate::target::{self, Target};
 
 /// Records per batch sent from a worker to the aggregator.
@@ -89,49 +89,6 @@ impl Stop {
 
     async fn stopped(mut rx: watch::Receiver<bool>) {
         let _ = rx.wait_for(|s| *s).await;
-    }
-}
-
-/// What each worker hands back at the end.
-#[derive(Default)]
-pub(crate) struct WorkerSummary {
-    pub advertised: Advertised,
-    pub examples: [Option<String>; 3],
-    /// Polite only.
-    pub waits: Waits,
-}
-
-/// What a polite worker waited for.
-pub(crate) struct Waits {
-    /// Slept before attempts because of pacing or a host blocked by `Retry-After`, ns.
-    pub paced_ns: u64,
-    /// Slept between an attempt and its retry (`Retry-After` plus jitter, or backoff), ns.
-    pub retry_ns: u64,
-    /// Each retry wait, µs.
-    pub retry_wait: Histogram<u64>,
-    /// Requests stopped (deadline or Ctrl-C) while waiting.
-    pub abandoned: u64,
-}
-
-impl Default for Waits {
-    fn default() -> Self {
-        Waits {
-            paced_ns: 0,
-            retry_ns: 0,
-            retry_wait: new_histogram(3),
-            abandoned: 0,
-        }
-    }
-}
-
-impl Waits {
-    pub(crate) fn merge(&mut self, other: &Waits) {
-        self.paced_ns += other.paced_ns;
-        self.retry_ns += other.retry_ns;
-        self.abandoned += other.abandoned;
-        self.retry_wait
-            .add(&other.retry_wait)
-            .expect("histograms of the same bounds");
     }
 }
 

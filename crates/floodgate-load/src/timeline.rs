@@ -8,7 +8,7 @@
 
 use hdrhistogram::Histogram;
 
-use crate::stats::new_histogram;
+use crate::histogram::new_histogram;
 
 /// The most buckets kept; beyond, the width doubles.
 pub const MAX_BUCKETS: usize = 4096;
