@@ -1,19 +1,4 @@
-//! # floodgate-demo
-//!
-//! The engine of `floodgate demo`: one recording backend on loopback, one
-//! [`floodgate proxy`](floodgate_proxy::proxy::Proxy) in front of it per algorithm (same
-//! limit everywhere, in-process store or Redis), the same scheduled traffic through each
-//! (a steady phase, then a burst of `L` just before a window boundary and another just
-//! after, see [`plan`]), sent by [`floodgate_load`] (open loop, HDR latency), and a table
-//! of what each algorithm let through **as the backend saw it**: the most arrivals in any
-//! window-length span and in any 1 s span, computed from the backend's own timestamps.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), floodgate_demo::DemoError> {
-//! let report = floodgate_demo::run(&floodgate_demo::DemoConfig::default()).await?;
-//! print!("{}", report.render_text());
-//! # Ok(()) }
-//! ```
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
 pub mod backend;

@@ -1,15 +1,4 @@
-//! # floodgate-py
-//!
-//! The Python module `floodgate` (native part: `floodgate._floodgate`), built with PyO3 and
-//! maturin from [`floodgate_core`]: every algorithm as a class taking keyword arguments in
-//! seconds, `allow`/`check`/`peek` on an explicit time or a monotonic clock, a capped
-//! thread-safe keyed limiter, and redis-cell's `CL.THROTTLE` over Redis.
-//!
-//! Build and install: `pip install ./crates/floodgate-py` (see docs/python.md).
-//! Tests are in `tests/` (pytest), run by `scripts/test.sh`.
-//!
-//! Units: seconds (`float`) at the Python boundary, [`floodgate_core::Nanos`] inside.
-
+#![doc = include_str!("../README.md")]
 mod args;
 mod decision;
 mod keyed;

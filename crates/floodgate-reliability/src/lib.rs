@@ -1,31 +1,4 @@
-//! # floodgate-reliability
-//!
-//! "It should be robust", turned into figures. Each area of the suite returns [`Row`]s for
-//! one table: cases tried, faults injected, requests sent, decisions lost or duplicated,
-//! panics, and resident memory at start and end.
-//!
-//! * [`rotation`]: millions of distinct keys through the in-process store with a key cap:
-//!   memory stays bounded, the cap holds, evictions are counted, steady keys keep their
-//!   exact limits.
-//! * [`clock`]: wall-clock jumps backwards and forwards: rates on the monotonic clock are
-//!   unaffected; fixed windows agree across nodes with skewed clocks when Redis `TIME` is
-//!   the source.
-//! * [`exactness`]: many threads on one key, every decision audited against the guarantee.
-//! * [`fuzz`]: the libFuzzer targets (rate/duration, CL.THROTTLE arguments, algorithms),
-//!   each for a bounded time from a seed corpus in the repository.
-//! * [`faults`]: the fault matrix against the real `floodgate proxy` process with its
-//!   Redis store on our own `redis-server`: Redis killed, paused, restarted empty,
-//!   out of memory, scripts flushed, behind a slow network; the upstream killed, slow,
-//!   answering garbage; clients hanging up mid-body. Fail-open and fail-closed checked
-//!   side by side.
-//! * [`soak`]: the proxy under steady mixed load, its memory and descriptors sampled.
-//!
-//! The proxy-level areas need the `floodgate` binary ([`procs::find_floodgate_bin`]) and
-//! the multi-threaded tokio runtime.
-//!
-//! `cargo run --release -p floodgate-reliability` runs the fast part and prints the table;
-//! `--long` runs the full sizes (10M keys). The fast part also runs in the test suite.
-
+#![doc = include_str!("../README.md")]
 pub mod clock;
 pub mod exactness;
 pub mod faults;
