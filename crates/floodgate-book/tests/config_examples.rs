@@ -66,3 +66,81 @@ fn the_proxy_reference_example_is_complete() {
     let rc = cfg.redis.store_config();
     assert_eq!(rc.breaker_open_for, std::time::Duration::from_millis(250));
 }
+
+/// The fields serde lists in an "unknown field" error: `expected one of `a`, `b``.
+fn expected_fields(message: &str) -> Vec<String> {
+    let Some((_, list)) = message.split_once("expected one of ") else {
+        // a single expected field reads "expected `a`"
+        return message
+            .split_once("expected `")
+            .and_then(|(_, rest)| rest.split_once('`'))
+            .map(|(f, _)| vec![f.to_string()])
+            .unwrap_or_default();
+    };
+    list.split(", ")
+        .filter_map(|f| f.trim().strip_prefix('`')?.split_once('`'))
+        .map(|(f, _)| f.to_string())
+        .collect()
+}
+
+/// Whether the example sets (or shows, commented out) `field` somewhere.
+fn shows_field(example: &str, field: &str) -> bool {
+    example.lines().any(|line| {
+        let line = line.trim_start().trim_start_matches('#').trim_start();
+        line.starts_with(&format!("[{field}]"))
+            || line.starts_with(&format!("[[{field}]]"))
+            || line
+                .strip_prefix(field)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+            || line.contains(&format!("{{ {field} ="))
+            || line.contains(&format!(", {field} ="))
+    })
+}
+
+/// The proxy page's example is the configuration reference: it shows every field the
+/// config types accept, at the top level and in every section, so the reference cannot
+/// fall behind the types (serde names the accepted fields when it refuses an unknown one).
+#[test]
+fn the_proxy_reference_shows_every_field_the_types_accept() {
+    let block = config_blocks()
+        .into_iter()
+        .find(|b| b.page == "proxy.md" && b.has("proxy-config"))
+        .expect("proxy.md has its configuration example");
+    let refuse = |src: &str| -> String {
+        match floodgate_proxy::config::Config::parse(src, Path::new("probe.toml")) {
+            Ok(_) => panic!("an unknown field was accepted in:\n{src}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let top = expected_fields(&refuse("zz_unknown = 1\n"));
+    assert!(top.len() > 10, "{top:?}");
+    let mut missing = Vec::new();
+    for field in &top {
+        if !shows_field(&block.body, field) {
+            missing.push(field.clone());
+        }
+    }
+    for section in [
+        "redis",
+        "headers",
+        "deny",
+        "delay",
+        "allowlist",
+        "client_ip",
+        "fleet",
+    ] {
+        if !top.iter().any(|f| f == section) {
+            continue;
+        }
+        for field in expected_fields(&refuse(&format!("[{section}]\nzz_unknown = 1\n"))) {
+            if !shows_field(&block.body, &field) {
+                missing.push(format!("{section}.{field}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{}: the reference does not show {missing:?}",
+        block.place()
+    );
+}
