@@ -167,7 +167,7 @@ fn curl_and_redis_cli_against_the_process() {
     let health = curl(&[&format!("http://{}/healthz", p.http)]);
     assert!(health.contains("\"serving\""), "{health}");
     let metrics = curl(&[&format!("http://{}/metrics", p.http)]);
-    assert!(metrics.contains("floodgate_decisions_total{domain=\"edge\",descriptor=\"user\",outcome=\"over_limit\"} 1"), "{metrics}");
+    assert!(metrics.contains("floodgate_descriptor_decisions_total{domain=\"edge\",descriptor=\"user\",outcome=\"rejected\"} 1"), "{metrics}");
 }
 
 fn generation(p: &Proc) -> String {

@@ -218,7 +218,7 @@ def test_http_api_with_curl(server):
     out = curl("-i", "-X", "POST", url, "-d", '{"domain": ')
     assert out.startswith("HTTP/1.1 400") and "invalid JSON" in out
     metrics = curl("http://%s/metrics" % server.http)
-    assert 'floodgate_decisions_total{domain="edge",descriptor="remote_address",outcome="over_limit"} 1' in metrics
+    assert 'floodgate_descriptor_decisions_total{domain="edge",descriptor="remote_address",outcome="rejected"} 1' in metrics
 
 
 def test_reload_on_file_change_keeps_counters(server):

@@ -405,7 +405,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<DemoReport, DemoError> {
     }
     let store_errors = proxies
         .iter()
-        .map(|p| p.limiter.metrics().store_errors.get())
+        .map(|p| p.limiter.metrics().store_error_count())
         .sum();
     let _ = stop_tx.send(true);
     for p in &proxies {

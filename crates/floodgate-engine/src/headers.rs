@@ -110,14 +110,21 @@ pub fn ratelimit(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue> {
     HeaderValue::from_maybe_shared(bytes::Bytes::from(buf)).ok()
 }
 
-/// The most restrictive decision: the binding denial if any, else the least remaining.
-pub fn most_restrictive<'a>(items: &'a [(&PolicyInfo, Decision)]) -> Option<&'a Decision> {
+/// The binding decision of a set: the denied one with the longest retry (a denial that
+/// can never succeed, `retry_after: None`, binds over any retry), else the admitted one
+/// with the fewest remaining. Later items win ties among denials, earlier ones among
+/// admissions.
+pub fn binding<T>(items: &[(T, Decision)]) -> Option<&(T, Decision)> {
     items
         .iter()
-        .map(|(_, d)| d)
-        .filter(|d| !d.allowed)
-        .max_by_key(|d| d.retry_after.map_or(u128::MAX, |r| r.as_nanos()))
-        .or_else(|| items.iter().map(|(_, d)| d).min_by_key(|d| d.remaining))
+        .filter(|(_, d)| !d.allowed)
+        .max_by_key(|(_, d)| d.retry_after.map_or(u128::MAX, |r| r.as_nanos()))
+        .or_else(|| items.iter().min_by_key(|(_, d)| d.remaining))
+}
+
+/// The most restrictive decision ([`binding`]'s).
+pub fn most_restrictive<'a>(items: &'a [(&PolicyInfo, Decision)]) -> Option<&'a Decision> {
+    binding(items).map(|(_, d)| d)
 }
 
 /// Write the RateLimit and legacy headers for `items` into `headers`.

@@ -70,6 +70,27 @@ impl HybridStore {
         fleet: &Fleet,
         max_keys: usize,
     ) -> Result<HybridStore, StoreError> {
+        HybridStore::with_lease(
+            store,
+            policies,
+            fleet.nodes().len(),
+            fleet.lease(),
+            fleet.lease_ttl(),
+            max_keys,
+        )
+    }
+
+    /// As [`new`](Self::new) for a fleet known by its size alone (the server's
+    /// `fleet.nodes: N`): leases of at most `lease` units living `lease_ttl`, shared
+    /// decisions once fewer than `nodes x lease` units remain.
+    pub fn with_lease(
+        store: Arc<RedisStore>,
+        policies: &[PolicyInfo],
+        nodes: usize,
+        lease: u64,
+        lease_ttl: Duration,
+        max_keys: usize,
+    ) -> Result<HybridStore, StoreError> {
         let limiters = policies
             .iter()
             .map(|p| {
@@ -83,15 +104,11 @@ impl HybridStore {
                     .map_err(|e| refused(format!("policy {:?}: {e}", p.name)))
             })
             .collect::<Result<_, _>>()?;
-        let ttl = u64::try_from(fleet.lease_ttl().as_nanos()).unwrap_or(u64::MAX);
+        let ttl = u64::try_from(lease_ttl.as_nanos()).unwrap_or(u64::MAX);
+        let bound = (nodes as u64).saturating_mul(lease);
         Ok(HybridStore {
             limiters,
-            node: Mutex::new(HybridNode::new(
-                fleet.lease(),
-                fleet.hybrid_bound(),
-                ttl,
-                max_keys,
-            )),
+            node: Mutex::new(HybridNode::new(lease, bound, ttl, max_keys)),
             clock: TokioWallClock::new(),
             lease_admits: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),

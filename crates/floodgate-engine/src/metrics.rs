@@ -1,14 +1,17 @@
-//! Prometheus metrics of the layer and the proxy (text exposition via
-//! `prometheus-client`).
+//! Prometheus metrics (text exposition via `prometheus-client`): the one vocabulary of
+//! the layer, the proxy and the server. The names ([`names`]), label sets (the `*Labels`
+//! types) and outcome words ([`DecisionOutcome::label`], [`RequestOutcome::label`],
+//! [`StoreErrorKind::label`](crate::StoreErrorKind::label)) are defined here and nowhere
+//! else; `docs/metrics.md` lists every metric of every surface.
 //!
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `floodgate_decisions_total` | counter | `policy`, `outcome` = passed, delayed, rejected, delayed_dry_run, rejected_dry_run |
-//! | `floodgate_requests_total` | counter | `outcome` = passed, delayed, rejected, allowlisted, unlimited, missing_key_denied, missing_key_allowed, queue_full, store_error_allowed, store_error_denied, invalid (refused by the proxy before the limiter) |
+//! | `floodgate_requests_total` | counter | `outcome` = passed, delayed, rejected, allowlisted, unlimited, missing_key_denied, missing_key_allowed, queue_full, store_error_allowed, store_error_denied, invalid (refused before the limiter: the proxy's request checks, the server's malformed requests); the server also unknown_domain, error |
 //! | `floodgate_delay_seconds` | histogram | time requests were held (leaky queue) |
 //! | `floodgate_waiting_requests` | gauge | requests being held now |
 //! | `floodgate_decision_duration_seconds` | histogram | time to decide (key extraction + store) |
-//! | `floodgate_store_errors_total` | counter | decision-store faults |
+//! | `floodgate_store_errors_total` | counter | `kind` = timeout, circuit_open, unavailable, refused: decision-store faults |
 //! | `floodgate_store_keys` | gauge | `policy`: keys held (in-process store) |
 //! | `floodgate_store_evicted_total` | counter | `policy`: live keys evicted to respect the key cap |
 //! | `floodgate_proxy_request_duration_seconds` | histogram | proxy: whole request, first byte in to response head out |
@@ -32,36 +35,71 @@ pub use striped::{StripedCounter, StripedHistogram};
 
 use crate::store::PolicyStats;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DecisionLabels {
-    policy: String,
-    outcome: &'static str,
+use crate::fault::StoreError;
+
+/// The metric names every surface shares, as registered (a counter's exposition adds
+/// `_total`).
+pub mod names {
+    /// Counter `{policy, outcome}`: one per policy checked per request.
+    pub const DECISIONS: &str = "floodgate_decisions";
+    /// Counter `{outcome}`: one per request.
+    pub const REQUESTS: &str = "floodgate_requests";
+    /// Counter `{kind}`: decision-store faults.
+    pub const STORE_ERRORS: &str = "floodgate_store_errors";
+    /// Counter `{event}`: the store's own events (hybrid: `lease_admit`, `round_trip`).
+    pub const STORE_EVENTS: &str = "floodgate_store_events";
+    /// Gauge `{policy}`: keys held in process.
+    pub const STORE_KEYS: &str = "floodgate_store_keys";
+    /// Counter `{policy}`: live keys evicted to respect the key cap.
+    pub const STORE_EVICTED: &str = "floodgate_store_evicted";
 }
 
+/// Labels of [`names::DECISIONS`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    outcome: &'static str,
+pub struct DecisionLabels {
+    /// The policy's name, as in `RateLimit-Policy`.
+    pub policy: String,
+    /// A [`DecisionOutcome::label`].
+    pub outcome: &'static str,
 }
 
+/// Labels of [`names::REQUESTS`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PolicyLabels {
-    policy: String,
+pub struct OutcomeLabels {
+    /// A [`RequestOutcome::label`].
+    pub outcome: &'static str,
 }
 
+/// Labels of the per-policy store metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EventLabels {
-    event: &'static str,
+pub struct PolicyLabels {
+    /// The policy's name.
+    pub policy: String,
 }
 
+/// Labels of [`names::STORE_EVENTS`] and the fleet's events.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// The event.
+    pub event: &'static str,
+}
+
+/// Labels of `floodgate_invalid_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
 
+/// Labels with a `kind`: [`names::STORE_ERRORS`] (a
+/// [`StoreErrorKind::label`](crate::StoreErrorKind::label)), upstream errors.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabels {
-    kind: &'static str,
+pub struct KindLabels {
+    /// The kind.
+    pub kind: &'static str,
 }
+
+/// Every store fault kind, as labelled.
+pub const STORE_ERROR_KINDS: [&str; 4] = ["timeout", "circuit_open", "unavailable", "refused"];
 
 /// A policy decision outcome, as nginx's `$limit_req_status` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +124,13 @@ const DECISION_OUTCOMES: [&str; 5] = [
     "rejected_dry_run",
 ];
 
+impl DecisionOutcome {
+    /// The `outcome` label.
+    pub fn label(self) -> &'static str {
+        DECISION_OUTCOMES[self as usize]
+    }
+}
+
 /// What happened to a request as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(missing_docs)]
@@ -100,12 +145,27 @@ pub enum RequestOutcome {
     QueueFull,
     StoreErrorAllowed,
     StoreErrorDenied,
-    /// Refused by the proxy before the limiter looked (a malformed or ambiguous target,
-    /// method, `Host` or key header); the reason is in `floodgate_invalid_requests_total`.
+    /// Refused before the limiter looked: by the proxy (a malformed or ambiguous target,
+    /// method, `Host` or key header; the reason is in `floodgate_invalid_requests_total`),
+    /// or by the server (malformed, above a cap).
     Invalid,
+    /// Server: no rule names the request's domain (or policy).
+    UnknownDomain,
+    /// Server: the store refused the check (not a fault the fault policy covers).
+    Error,
 }
 
-const REQUEST_OUTCOMES: [&str; 11] = [
+/// The outcomes only the server has (not pre-created by the layer and the proxy).
+const SERVER_ONLY: usize = 2;
+
+impl RequestOutcome {
+    /// The `outcome` label.
+    pub fn label(self) -> &'static str {
+        REQUEST_OUTCOMES[self as usize]
+    }
+}
+
+const REQUEST_OUTCOMES: [&str; 13] = [
     "passed",
     "delayed",
     "rejected",
@@ -117,6 +177,8 @@ const REQUEST_OUTCOMES: [&str; 11] = [
     "store_error_allowed",
     "store_error_denied",
     "invalid",
+    "unknown_domain",
+    "error",
 ];
 
 /// The `reason` label values of `floodgate_invalid_requests_total`, each counted from 0.
@@ -158,8 +220,7 @@ pub struct Metrics {
     pub waiting: Gauge,
     /// Decision latency, seconds.
     pub decision_seconds: StripedHistogram,
-    /// Store faults.
-    pub store_errors: Counter,
+    store_errors: [Counter; 4],
     keys: Family<PolicyLabels, Gauge>,
     evicted: Family<PolicyLabels, Counter>,
     policy_names: Vec<String>,
@@ -196,17 +257,25 @@ impl Metrics {
             })
             .collect();
         registry.register(
-            "floodgate_decisions",
+            names::DECISIONS,
             "Policy decisions by policy and outcome",
             decisions_family,
         );
         let requests_family = Family::<OutcomeLabels, StripedCounter>::default();
+        let own = REQUEST_OUTCOMES.len() - SERVER_ONLY;
         let requests = REQUEST_OUTCOMES
             .iter()
-            .map(|o| requests_family.get_or_create_owned(&OutcomeLabels { outcome: o }))
+            .enumerate()
+            .map(|(i, o)| {
+                if i < own {
+                    requests_family.get_or_create_owned(&OutcomeLabels { outcome: o })
+                } else {
+                    StripedCounter::default()
+                }
+            })
             .collect();
         registry.register(
-            "floodgate_requests",
+            names::REQUESTS,
             "Requests by what the limiter did with them",
             requests_family,
         );
@@ -228,17 +297,19 @@ impl Metrics {
             "Time to decide on a request (key extraction and store)",
             decision_seconds.clone(),
         );
-        let store_errors = Counter::default();
+        let store_errors_family = Family::<KindLabels, Counter>::default();
+        let store_errors = STORE_ERROR_KINDS
+            .map(|kind| store_errors_family.get_or_create_owned(&KindLabels { kind }));
         registry.register(
-            "floodgate_store_errors",
-            "Decision store faults",
-            store_errors.clone(),
+            names::STORE_ERRORS,
+            "Decision store faults by kind",
+            store_errors_family,
         );
         let keys = Family::<PolicyLabels, Gauge>::default();
-        registry.register("floodgate_store_keys", "Keys held per policy", keys.clone());
+        registry.register(names::STORE_KEYS, "Keys held per policy", keys.clone());
         let evicted = Family::<PolicyLabels, Counter>::default();
         registry.register(
-            "floodgate_store_evicted",
+            names::STORE_EVICTED,
             "Live keys evicted to respect the key cap",
             evicted.clone(),
         );
@@ -292,7 +363,7 @@ impl Metrics {
         );
         let store_events = Family::<EventLabels, Counter>::default();
         registry.register(
-            "floodgate_store_events",
+            names::STORE_EVENTS,
             "Decision store events (hybrid: lease_admit, round_trip)",
             store_events.clone(),
         );
@@ -332,6 +403,20 @@ impl Metrics {
     /// The count of a request outcome (for tests and logs).
     pub fn request_count(&self, outcome: RequestOutcome) -> u64 {
         self.requests[outcome as usize].get()
+    }
+
+    /// Count a store fault under its kind.
+    pub fn store_error(&self, e: &StoreError) {
+        let i = STORE_ERROR_KINDS
+            .iter()
+            .position(|k| *k == e.label())
+            .unwrap_or(0);
+        self.store_errors[i].inc();
+    }
+
+    /// Store faults counted, all kinds.
+    pub fn store_error_count(&self) -> u64 {
+        self.store_errors.iter().map(Counter::get).sum()
     }
 
     /// Count an upstream failure: `"connect"`, `"response"` or `"timeout"`.

@@ -51,6 +51,19 @@ impl PolicyInfo {
     /// The policy at `index` named `name`, with its spec and algorithm.
     pub fn new(index: usize, name: String, spec: Spec, algorithm: AnyAlgorithm) -> PolicyInfo {
         let fields = Advertised::of(&spec);
+        PolicyInfo::with_fields(index, name, spec, algorithm, fields)
+    }
+
+    /// As [`new`](Self::new), advertising `fields` instead of what `spec` implies (the
+    /// server's blocking limits, `requests_per_unit: 0`, advertise `q=0`; they are never
+    /// checked against a store).
+    pub fn with_fields(
+        index: usize,
+        name: String,
+        spec: Spec,
+        algorithm: AnyAlgorithm,
+        fields: Advertised,
+    ) -> PolicyInfo {
         let sf_name = sf_string(&name);
         let policy_member = fields.policy_member(&sf_name);
         let policy_value = http::HeaderValue::try_from(policy_member.as_str()).ok();
@@ -177,7 +190,7 @@ impl Clock for TokioWallClock {
 
 /// The in-process store: one [`KeyedLimiter`] per policy, each capped at `max_keys`.
 pub struct LocalStore {
-    limiters: Vec<KeyedLimiter<Vec<u8>, AnyAlgorithm>>,
+    limiters: Vec<Arc<KeyedLimiter<Vec<u8>, AnyAlgorithm>>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -204,9 +217,23 @@ impl LocalStore {
     ) -> Result<LocalStore, ConfigError> {
         let limiters = policies
             .iter()
-            .map(|p| KeyedLimiter::new(p.algorithm.clone(), max_keys))
+            .map(|p| KeyedLimiter::new(p.algorithm.clone(), max_keys).map(Arc::new))
             .collect::<Result<_, _>>()?;
         Ok(LocalStore { limiters, clock })
+    }
+
+    /// A store over limiters that already exist, one per policy in index order (a
+    /// reloaded configuration keeps the state of its unchanged policies this way).
+    pub fn from_limiters(
+        limiters: Vec<Arc<KeyedLimiter<Vec<u8>, AnyAlgorithm>>>,
+        clock: Arc<dyn Clock>,
+    ) -> LocalStore {
+        LocalStore { limiters, clock }
+    }
+
+    /// The limiter of the policy at `index`, if any.
+    pub fn limiter_at(&self, index: usize) -> Option<&Arc<KeyedLimiter<Vec<u8>, AnyAlgorithm>>> {
+        self.limiters.get(index)
     }
 
     /// Decide synchronously (the in-process store never waits).
@@ -215,7 +242,7 @@ impl LocalStore {
         let now = self.clock.now();
         if let [c] = checks {
             let check = Check {
-                limiter: self.limiter(c.policy)?,
+                limiter: &**self.limiter(c.policy)?,
                 key: c.key,
                 cost: c.cost,
             };
@@ -225,7 +252,7 @@ impl LocalStore {
             .iter()
             .map(|c| {
                 Ok(Check {
-                    limiter: self.limiter(c.policy)?,
+                    limiter: &**self.limiter(c.policy)?,
                     key: c.key,
                     cost: c.cost,
                 })
@@ -237,7 +264,7 @@ impl LocalStore {
     fn limiter(
         &self,
         policy: &PolicyInfo,
-    ) -> Result<&KeyedLimiter<Vec<u8>, AnyAlgorithm>, StoreError> {
+    ) -> Result<&Arc<KeyedLimiter<Vec<u8>, AnyAlgorithm>>, StoreError> {
         self.limiters.get(policy.index).ok_or_else(|| {
             StoreError::refused(
                 "memory",

@@ -423,7 +423,7 @@ impl RateLimiter {
         let (enforced, shadow) = match (enforced, shadow) {
             (Ok(e), Ok(s)) => (e, s),
             (Err(e), _) | (_, Err(e)) => {
-                m.store_errors.inc();
+                m.store_error(&e);
                 tracing::warn!(error = %e, kind = e.label(), store = inner.store_name, "decision store failed");
                 return match inner.store_failure {
                     StoreFailure::Allow => {

@@ -12,6 +12,8 @@ use std::time::Duration;
 use floodgate_core::rate::parse_duration;
 use floodgate_core::ratelimit_fields::Advertised;
 use floodgate_core::{Kind, Rate, Spec};
+use floodgate_engine::StoreFailure;
+use floodgate_engine::fleet::{DEFAULT_LEASE, DEFAULT_LEASE_TTL, Strategy};
 use floodgate_redis::{FaultPolicy, StoreConfig};
 use thiserror::Error;
 
@@ -78,30 +80,35 @@ pub struct Settings {
     pub fleet: FleetSettings,
 }
 
-/// How several floodgate servers (behind one balancer) share each limit (the strategies
-/// of `floodgate-dist`, priced by `floodgate simulate --nodes N`).
+/// How several floodgate servers (behind one balancer) share each limit: the engine's
+/// fleet strategies (`floodgate_engine::fleet`, priced by `floodgate simulate --nodes N`)
+/// for a fleet known by its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FleetSettings {
-    /// One server, or servers that each enforce the whole limit on their own. Default.
-    Single,
-    /// Each of `nodes` servers enforces `1/nodes` of every limit in process: no round
-    /// trip; a client whose calls land on one server gets `1/nodes` of its quota.
-    Local {
-        /// Servers in the fleet.
-        nodes: usize,
-    },
-    /// Every decision on the shared Redis counter (`store: redis`): exact, one round trip.
-    Shared,
-    /// Leases of at most `lease` units taken from the Redis counter and spent locally;
-    /// every decision shared once fewer than `nodes x lease` units remain.
-    Hybrid {
-        /// Servers in the fleet.
-        nodes: usize,
-        /// Most units per lease.
-        lease: u64,
-        /// A lease's lifetime.
-        lease_ttl: Duration,
-    },
+pub struct FleetSettings {
+    /// `None`: one server, or servers that each enforce the whole limit on their own
+    /// (`strategy: single`, the default). [`Strategy::Local`]: each of `nodes` servers
+    /// enforces `1/nodes` of every limit in process. [`Strategy::Shared`]: every decision
+    /// on the shared Redis counter. [`Strategy::Hybrid`]: leases of at most `lease` units
+    /// taken from the Redis counter and spent locally, every decision shared once fewer
+    /// than `nodes x lease` units remain. Never [`Strategy::Sticky`] (the proxy's).
+    pub strategy: Option<Strategy>,
+    /// Servers in the fleet (1 unless `local` or `hybrid`).
+    pub nodes: usize,
+    /// Hybrid: most units per lease.
+    pub lease: u64,
+    /// Hybrid: a lease's lifetime.
+    pub lease_ttl: Duration,
+}
+
+impl Default for FleetSettings {
+    fn default() -> Self {
+        FleetSettings {
+            strategy: None,
+            nodes: 1,
+            lease: DEFAULT_LEASE,
+            lease_ttl: DEFAULT_LEASE_TTL,
+        }
+    }
 }
 
 /// Where limiter state lives.
@@ -118,8 +125,11 @@ pub enum StoreSettings {
     Redis {
         /// The URL.
         url: String,
-        /// Timeouts, fault policy, breaker, prefix.
+        /// Timeouts, breaker, prefix, deny cache.
         config: StoreConfig,
+        /// What a request gets when Redis cannot decide (`fault_policy`: `fail-open`, the
+        /// default, admits; `fail-closed` denies).
+        on_fault: StoreFailure,
     },
 }
 
@@ -137,9 +147,17 @@ impl PartialEq for StoreSettings {
                 },
             ) => a == c && b == d,
             (
-                StoreSettings::Redis { url: a, config: x },
-                StoreSettings::Redis { url: b, config: y },
-            ) => a == b && format!("{x:?}") == format!("{y:?}"),
+                StoreSettings::Redis {
+                    url: a,
+                    config: x,
+                    on_fault: f,
+                },
+                StoreSettings::Redis {
+                    url: b,
+                    config: y,
+                    on_fault: g,
+                },
+            ) => a == b && f == g && format!("{x:?}") == format!("{y:?}"),
             _ => false,
         }
     }
@@ -448,10 +466,10 @@ fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
             let r = &s.redis;
             let at = "store.redis";
             let d = StoreConfig::default();
-            let policy = match r.fault_policy.as_deref().map(str::to_ascii_lowercase) {
-                None => d.policy,
-                Some(p) if p == "fail-open" || p == "fail_open" => FaultPolicy::FailOpen,
-                Some(p) if p == "fail-closed" || p == "fail_closed" => FaultPolicy::FailClosed,
+            let on_fault = match r.fault_policy.as_deref().map(str::to_ascii_lowercase) {
+                None => StoreFailure::Allow,
+                Some(p) if p == "fail-open" || p == "fail_open" => StoreFailure::Allow,
+                Some(p) if p == "fail-closed" || p == "fail_closed" => StoreFailure::Deny,
                 Some(p) => {
                     return Err(invalid(
                         at,
@@ -472,7 +490,10 @@ fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
                     &r.connect_timeout,
                     d.connect_timeout,
                 )?,
-                policy,
+                policy: match on_fault {
+                    StoreFailure::Allow => FaultPolicy::FailOpen,
+                    StoreFailure::Deny => FaultPolicy::FailClosed,
+                },
                 breaker_open_for: duration(
                     at,
                     "breaker_open_for",
@@ -498,6 +519,7 @@ fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
                     .clone()
                     .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
                 config,
+                on_fault,
             }
         }
         other => {
@@ -524,46 +546,50 @@ fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
         })?;
         positive(at, "nodes", Some(n), 1)
     };
-    let fleet = match strategy.as_str() {
-        "single" => FleetSettings::Single,
-        "local" if redis => {
-            return Err(invalid(
-                at,
-                "strategy local counts in process: it takes store type memory",
-            ));
-        }
-        "local" => FleetSettings::Local { nodes: nodes()? },
-        "shared" | "hybrid" if !redis => {
-            return Err(invalid(
-                at,
-                format!("strategy {strategy} needs the shared counter: set store type redis"),
-            ));
-        }
-        "shared" => FleetSettings::Shared,
-        "hybrid" => FleetSettings::Hybrid {
-            nodes: nodes()?,
-            lease: positive(at, "lease", f.lease, 10)? as u64,
-            lease_ttl: {
-                let ttl = duration(at, "lease_ttl", &f.lease_ttl, Duration::from_secs(1))?;
-                if ttl.is_zero() {
-                    return Err(invalid(at, "lease_ttl must be above 0"));
-                }
-                ttl
-            },
-        },
+    let strategy = match strategy.as_str() {
+        "single" => None,
         "sticky" => {
             return Err(invalid(
                 at,
                 "strategy sticky forwards requests to the key's owner, which floodgate proxy does over HTTP; the server offers local, shared or hybrid",
             ));
         }
-        other => {
-            return Err(invalid(
+        other => Some(other.parse::<Strategy>().map_err(|_| {
+            invalid(
                 at,
                 format!("strategy {other:?}: expected single, local, shared or hybrid"),
+            )
+        })?),
+    };
+    let mut fleet = FleetSettings {
+        strategy,
+        ..FleetSettings::default()
+    };
+    match strategy {
+        None | Some(Strategy::Sticky) => {}
+        Some(Strategy::Local) if redis => {
+            return Err(invalid(
+                at,
+                "strategy local counts in process: it takes store type memory",
             ));
         }
-    };
+        Some(s) if s.needs_shared_store() && !redis => {
+            return Err(invalid(
+                at,
+                format!("strategy {s} needs the shared counter: set store type redis"),
+            ));
+        }
+        Some(Strategy::Local) => fleet.nodes = nodes()?,
+        Some(Strategy::Shared) => {}
+        Some(Strategy::Hybrid) => {
+            fleet.nodes = nodes()?;
+            fleet.lease = positive(at, "lease", f.lease, DEFAULT_LEASE)? as u64;
+            fleet.lease_ttl = duration(at, "lease_ttl", &f.lease_ttl, DEFAULT_LEASE_TTL)?;
+            if fleet.lease_ttl.is_zero() {
+                return Err(invalid(at, "lease_ttl must be above 0"));
+            }
+        }
+    }
     Ok(Settings {
         grpc,
         http,
@@ -978,11 +1004,15 @@ mod tests {
     #[test]
     fn fleet_strategies_are_checked_against_the_store() {
         let c = yaml("fleet: {strategy: local, nodes: 3}\n").unwrap();
-        assert_eq!(c.settings.fleet, FleetSettings::Local { nodes: 3 });
+        assert_eq!(
+            (c.settings.fleet.strategy, c.settings.fleet.nodes),
+            (Some(Strategy::Local), 3)
+        );
         let c = yaml("store: {type: redis}\nfleet: {strategy: hybrid, nodes: 2, lease: 5, lease_ttl: 500ms}\n").unwrap();
         assert_eq!(
             c.settings.fleet,
-            FleetSettings::Hybrid {
+            FleetSettings {
+                strategy: Some(Strategy::Hybrid),
                 nodes: 2,
                 lease: 5,
                 lease_ttl: Duration::from_millis(500)

@@ -23,6 +23,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use floodgate_engine::metrics::RequestOutcome;
 use tonic::{Request, Response, Status as GrpcStatus};
 
 use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Matched, Outcome};
@@ -130,13 +131,13 @@ impl RateLimitService for RlsService {
         let mut descriptors = Vec::with_capacity(req.descriptors.len());
         for (i, d) in req.descriptors.iter().enumerate() {
             if d.is_negative_hits {
-                metrics.request("grpc", "invalid", start.elapsed());
+                metrics.request("grpc", RequestOutcome::Invalid, start.elapsed());
                 return Err(GrpcStatus::invalid_argument(format!(
                     "descriptor {i}: is_negative_hits (refunds) is not supported"
                 )));
             }
             if d.limit.is_some() {
-                metrics.request("grpc", "invalid", start.elapsed());
+                metrics.request("grpc", RequestOutcome::Invalid, start.elapsed());
                 return Err(GrpcStatus::invalid_argument(format!(
                     "descriptor {i}: a limit override in the request is not supported; configure the limit in the server"
                 )));
@@ -155,22 +156,12 @@ impl RateLimitService for RlsService {
         }
         match self.engine.check(&req.domain, &descriptors).await {
             Ok(outcome) => {
-                let result = if outcome.over_limit {
-                    "over_limit"
-                } else {
-                    "ok"
-                };
                 let resp = response(&outcome);
-                metrics.request("grpc", result, start.elapsed());
+                metrics.request("grpc", outcome.request_outcome(), start.elapsed());
                 Ok(Response::new(resp))
             }
             Err(e) => {
-                let result = match &e {
-                    CheckError::UnknownDomain { .. } => "unknown_domain",
-                    e if e.is_internal() => "error",
-                    _ => "invalid",
-                };
-                metrics.request("grpc", result, start.elapsed());
+                metrics.request("grpc", e.request_outcome(), start.elapsed());
                 Err(error_status(&e))
             }
         }

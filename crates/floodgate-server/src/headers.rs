@@ -1,8 +1,8 @@
 //! The response headers a proxy should add, rendered from the decisions of one request.
 //!
-//! The same rendering as `floodgate proxy`: both call
-//! [`floodgate_core::ratelimit_fields`] (the README's "Headers" section and
-//! `docs/ratelimit-fields.md` say what the numbers mean and why).
+//! The same rendering as `floodgate proxy` and the layer: floodgate-engine's
+//! ([`floodgate_engine::headers`], on [`floodgate_core::ratelimit_fields`]; the README's
+//! "Headers" section and `docs/ratelimit-fields.md` say what the numbers mean and why).
 //!
 //! * `RateLimit-Policy: "name";q=100;w=60, ...`: every limit that applied, with its
 //!   sustained rate (`q` units per `w` seconds; `requests_per_unit` and the unit for the
@@ -19,9 +19,11 @@
 
 use floodgate_core::Decision;
 use floodgate_core::decision::ceil_secs;
-use floodgate_core::ratelimit_fields::{render as render_fields, retry_after_secs, sf_string};
+use floodgate_core::ratelimit_fields::retry_after_secs;
+use floodgate_engine::PolicyInfo;
+use floodgate_engine::headers::{binding, ratelimit, ratelimit_policy};
 
-use crate::config::{HeaderSettings, LimitDef};
+use crate::config::HeaderSettings;
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: &str = "RateLimit-Policy";
@@ -30,21 +32,13 @@ pub const RATELIMIT: &str = "RateLimit";
 /// `Retry-After`.
 pub const RETRY_AFTER: &str = "Retry-After";
 
-/// The binding decision of a set: the denied one with the longest retry ("never" binds
-/// over any retry), else the admitted one with the fewest remaining.
-pub fn binding<T>(items: &[(T, Decision)]) -> Option<&(T, Decision)> {
-    let denied = items
-        .iter()
-        .filter(|(_, d)| !d.allowed)
-        .max_by_key(|(_, d)| d.retry_after.map_or((1, 0), |r| (0, r.as_nanos())));
-    denied.or_else(|| items.iter().min_by_key(|(_, d)| d.remaining))
-}
-
 /// Render the headers for `applied` limits (enforced ones only, in request order) with
-/// their decisions; `over_limit` says whether the request as a whole is denied.
+/// their decisions; `over_limit` says whether the request as a whole is denied. The
+/// field values are floodgate-engine's rendering (`floodgate_engine::headers`), the one
+/// the layer and the proxy write; a name that several limits share is listed once.
 pub fn render(
     settings: &HeaderSettings,
-    applied: &[(&LimitDef, Decision)],
+    applied: &[(&PolicyInfo, Decision)],
     over_limit: bool,
 ) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
@@ -61,18 +55,18 @@ pub fn render(
         None
     };
     if settings.ratelimit {
-        let mut seen: Vec<&str> = Vec::with_capacity(applied.len());
-        let mut members = Vec::with_capacity(applied.len());
-        for (def, d) in applied {
-            if seen.contains(&def.name.as_str()) {
-                continue;
+        let mut members: Vec<(&PolicyInfo, Decision)> = Vec::with_capacity(applied.len());
+        for (p, d) in applied {
+            if members.iter().all(|(m, _)| m.name != p.name) {
+                members.push((p, *d));
             }
-            seen.push(&def.name);
-            members.push((sf_string(&def.name), &def.fields, d));
         }
-        let (policy, state) = render_fields(members.iter().map(|(n, a, d)| (n.as_str(), *a, *d)));
-        out.push((RATELIMIT_POLICY, policy));
-        out.push((RATELIMIT, state));
+        let text = |v: Option<axum::http::HeaderValue>| {
+            v.and_then(|v| v.to_str().ok().map(str::to_string))
+                .unwrap_or_default()
+        };
+        out.push((RATELIMIT_POLICY, text(ratelimit_policy(&members))));
+        out.push((RATELIMIT, text(ratelimit(&members))));
     }
     if let Some(r) = retry {
         out.push((RETRY_AFTER, r.to_string()));
@@ -90,27 +84,20 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Unit;
     use floodgate_core::ratelimit_fields::Advertised;
     use floodgate_core::{Kind, Rate, Spec};
     use std::time::Duration;
 
     /// A limit of `count` per `w` seconds by `kind` (0 blocks everything).
-    fn def(name: &str, kind: Kind, count: u64, w: u64) -> LimitDef {
+    fn def(name: &str, kind: Kind, count: u64, w: u64) -> PolicyInfo {
         let window = Duration::from_secs(w);
-        let spec = (count > 0).then(|| Spec::new(kind, Rate::new(count, window).unwrap()));
-        LimitDef {
-            name: name.into(),
-            explicit_name: None,
-            replaces: vec![],
-            fields: spec
-                .as_ref()
-                .map_or(Advertised::blocked(window), Advertised::of),
-            spec,
-            requests_per_unit: count,
-            unit: Unit::Unknown,
-            window,
-        }
+        let spec = Spec::new(kind, Rate::new(count.max(1), window).unwrap());
+        let fields = if count > 0 {
+            Advertised::of(&spec)
+        } else {
+            Advertised::blocked(window)
+        };
+        PolicyInfo::with_fields(0, name.into(), spec.clone(), spec.build().unwrap(), fields)
     }
 
     fn settings(jitter_ms: u64) -> HeaderSettings {

@@ -23,6 +23,7 @@ use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use floodgate_engine::metrics::RequestOutcome;
 use serde_json::{Value, json};
 
 use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Matched, Outcome};
@@ -291,7 +292,7 @@ pub fn outcome_json(o: &Outcome) -> Value {
         .iter()
         .flat_map(|s| s.limits.iter().filter(move |_| !s.shadow).cloned())
         .collect();
-    let binding = crate::headers::binding(&all).map(|(_, d)| *d);
+    let binding = floodgate_engine::headers::binding(&all).map(|(_, d)| *d);
     let descriptors: Vec<Value> = o
         .statuses
         .iter()
@@ -344,7 +345,9 @@ async fn check(State(s): State<Arc<HttpState>>, body: Body) -> Response {
     let bytes = match axum::body::to_bytes(body, max).await {
         Ok(b) => b,
         Err(_) => {
-            engine.metrics().request("http", "invalid", start.elapsed());
+            engine
+                .metrics()
+                .request("http", RequestOutcome::Invalid, start.elapsed());
             return error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("the body is larger than {max} bytes (limits.max_request_bytes)"),
@@ -366,21 +369,18 @@ async fn check(State(s): State<Arc<HttpState>>, body: Body) -> Response {
                     resp.headers_mut().insert(k, v);
                 }
             }
-            let result = if outcome.over_limit {
-                "over_limit"
-            } else {
-                "ok"
-            };
-            engine.metrics().request("http", result, start.elapsed());
+            engine
+                .metrics()
+                .request("http", outcome.request_outcome(), start.elapsed());
             resp
         }
         Err((status, msg)) => {
-            let result = match status {
-                StatusCode::NOT_FOUND => "unknown_domain",
-                StatusCode::INTERNAL_SERVER_ERROR => "error",
-                _ => "invalid",
+            let outcome = match status {
+                StatusCode::NOT_FOUND => RequestOutcome::UnknownDomain,
+                StatusCode::INTERNAL_SERVER_ERROR => RequestOutcome::Error,
+                _ => RequestOutcome::Invalid,
             };
-            engine.metrics().request("http", result, start.elapsed());
+            engine.metrics().request("http", outcome, start.elapsed());
             error(status, msg)
         }
     }

@@ -1,14 +1,18 @@
-//! Prometheus metrics (OpenMetrics text at `GET /metrics`).
+//! Prometheus metrics (OpenMetrics text at `GET /metrics`), in floodgate-engine's one
+//! vocabulary ([`floodgate_engine::metrics`]: the layer, the proxy and the server export
+//! the same names, labels and outcome words for the same events; `docs/metrics.md` lists
+//! them all).
 //!
 //! | metric | labels | meaning |
 //! |---|---|---|
-//! | `floodgate_decisions_total` | domain, descriptor, outcome | one per descriptor per request: `ok`, `over_limit`, `shadow_over_limit`, `unlimited`, `no_rule` |
-//! | `floodgate_near_limit_total` | domain, descriptor | admitted with at least 80% of the limit used (Envoy's near-limit ratio) |
-//! | `floodgate_requests_total` | front, result | one per request: `ok`, `over_limit`, `invalid`, `unknown_domain`, `error` |
-//! | `floodgate_request_duration_seconds` | front | latency inside the server (decode to reply) |
-//! | `floodgate_store_faults_total` | kind | Redis `timeout`, `error`, `circuit_open`: decisions made by the fault policy |
+//! | `floodgate_decisions_total` | policy, outcome | one per limit checked per request (as the layer's policies): `passed`, `delayed`, `rejected`, `delayed_dry_run`, `rejected_dry_run` (shadow mode) |
+//! | `floodgate_requests_total` | outcome | one per request: `passed`, `delayed`, `rejected`, `store_error_allowed`, `store_error_denied`, and the server's `invalid`, `unknown_domain`, `error` |
+//! | `floodgate_store_errors_total` | kind | store faults: `timeout`, `circuit_open`, `unavailable`, `refused` |
+//! | `floodgate_store_events_total` | event | hybrid fleet: `lease_admit` (no round trip), `round_trip` |
+//! | `floodgate_descriptor_decisions_total` | domain, descriptor, outcome | server: one per descriptor per request (Envoy's per-rule stats): `passed`, `rejected`, `rejected_dry_run`, `unlimited`, `no_rule`, `unknown_domain` |
+//! | `floodgate_near_limit_total` | domain, descriptor | server: admitted with at least 80% of the limit used (Envoy's near-limit ratio) |
+//! | `floodgate_request_duration_seconds` | front | server: latency inside the server (decode to reply), by door |
 //! | `floodgate_redis_*` | | the Redis store's counters (calls, timeouts, deny-cache hits, ...) |
-//! | `floodgate_fleet_events_total` | event | hybrid fleet: `lease_admit` (no round trip), `round_trip` |
 //! | `floodgate_config_reloads_total` | result | `ok` or `error` |
 //! | `floodgate_config_last_reload_success` | | 1 when the last reload attempt succeeded |
 //! | `floodgate_config_generation` | | generation of the config being served (1 at startup) |
@@ -17,9 +21,14 @@
 //! never a request value, unless the rule asks for `detailed_metric` or `value_to_metric`.
 //! Unknown domains are counted under `domain="(unknown)"` so clients cannot add labels.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use floodgate_engine::metrics::{
+    DecisionLabels, DecisionOutcome, EventLabels, KindLabels, OutcomeLabels, RequestOutcome,
+    STORE_ERROR_KINDS, names,
+};
+use floodgate_engine::{DecisionStore, StoreError};
 use floodgate_redis::RedisStore;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -30,9 +39,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-/// Labels of `floodgate_decisions_total`.
+/// Labels of `floodgate_descriptor_decisions_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
+pub struct DescriptorLabels {
     /// The domain.
     pub domain: String,
     /// The rule's path.
@@ -50,34 +59,11 @@ pub struct RuleLabels {
     pub descriptor: String,
 }
 
-/// Labels of per-front metrics.
+/// Labels of per-door metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FrontLabels {
     /// `grpc`, `http` or `resp`.
     pub front: &'static str,
-}
-
-/// Labels of `floodgate_requests_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    /// `grpc`, `http` or `resp`.
-    pub front: &'static str,
-    /// `ok`, `over_limit`, `invalid`, `unknown_domain`, `error`.
-    pub result: &'static str,
-}
-
-/// Labels with one `kind` or `result`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    /// The kind.
-    pub kind: &'static str,
-}
-
-/// Labels of `floodgate_fleet_events_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EventLabels {
-    /// `lease_admit` or `round_trip`.
-    pub event: &'static str,
 }
 
 /// Labels of the reload counter.
@@ -99,20 +85,21 @@ fn latency_histogram() -> Histogram {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    /// Decisions by domain, descriptor, outcome.
+    /// Decisions by policy (limit name) and outcome.
     pub decisions: Family<DecisionLabels, Counter>,
+    /// Decisions by domain, descriptor, outcome.
+    pub descriptor_decisions: Family<DescriptorLabels, Counter>,
     /// Near-limit admissions.
     pub near_limit: Family<RuleLabels, Counter>,
-    /// Requests by front and result.
-    pub requests: Family<RequestLabels, Counter>,
-    /// Latency by front.
+    /// Requests by outcome.
+    pub requests: Family<OutcomeLabels, Counter>,
+    /// Latency by door.
     pub latency: Family<FrontLabels, Histogram, fn() -> Histogram>,
-    /// Redis faults by kind.
-    pub store_faults: Family<KindLabels, Counter>,
+    /// Store faults by kind.
+    pub store_errors: Family<KindLabels, Counter>,
     /// Reloads by result.
     pub reloads: Family<ResultLabels, Counter>,
-    /// Fleet events (hybrid: decisions admitted from a lease, round trips).
-    pub fleet_events: Family<EventLabels, Counter>,
+    store_events: Arc<Mutex<StoreEvents>>,
     /// 1 when the last reload attempt succeeded.
     pub last_reload_success: Gauge,
     /// The config generation served.
@@ -122,103 +109,122 @@ pub struct Metrics {
 impl Metrics {
     /// A registry with every metric registered; `redis` adds the store's counters.
     pub fn new(redis: Option<Arc<RedisStore>>) -> Metrics {
-        let mut registry = Registry::with_prefix("floodgate");
+        let mut registry = Registry::default();
         let decisions = Family::<DecisionLabels, Counter>::default();
         registry.register(
-            "decisions",
-            "Decisions per descriptor, by domain, rule and outcome",
+            names::DECISIONS,
+            "Policy decisions by policy and outcome",
             decisions.clone(),
         );
-        let near_limit = Family::<RuleLabels, Counter>::default();
+        let requests = Family::<OutcomeLabels, Counter>::default();
         registry.register(
+            names::REQUESTS,
+            "Requests by what the limiter did with them",
+            requests.clone(),
+        );
+        let store_errors = Family::<KindLabels, Counter>::default();
+        for kind in STORE_ERROR_KINDS {
+            let _ = store_errors.get_or_create(&KindLabels { kind });
+        }
+        registry.register(
+            names::STORE_ERRORS,
+            "Decision store faults by kind",
+            store_errors.clone(),
+        );
+        let store_events = Arc::new(Mutex::new(StoreEvents::default()));
+        registry.register_collector(Box::new(StoreEventsCollector(store_events.clone())));
+        let server = registry.sub_registry_with_prefix("floodgate");
+        let descriptor_decisions = Family::<DescriptorLabels, Counter>::default();
+        server.register(
+            "descriptor_decisions",
+            "Decisions per descriptor, by domain, rule and outcome",
+            descriptor_decisions.clone(),
+        );
+        let near_limit = Family::<RuleLabels, Counter>::default();
+        server.register(
             "near_limit",
             "Admitted decisions with at least 80% of the limit used",
             near_limit.clone(),
         );
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "requests",
-            "Requests by front door and result",
-            requests.clone(),
-        );
         let latency = Family::<FrontLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
         );
-        registry.register(
+        server.register(
             "request_duration_seconds",
             "Time from a decoded request to its reply, by front door",
             latency.clone(),
         );
-        let store_faults = Family::<KindLabels, Counter>::default();
-        registry.register(
-            "store_faults",
-            "Decisions made by the Redis fault policy, by fault",
-            store_faults.clone(),
-        );
         let reloads = Family::<ResultLabels, Counter>::default();
-        registry.register(
+        server.register(
             "config_reloads",
             "Config reload attempts by result",
             reloads.clone(),
         );
-        let fleet_events = Family::<EventLabels, Counter>::default();
-        registry.register(
-            "fleet_events",
-            "Fleet hybrid strategy: decisions admitted from a local lease, round trips to Redis",
-            fleet_events.clone(),
-        );
         let last_reload_success = Gauge::default();
         last_reload_success.set(1);
-        registry.register(
+        server.register(
             "config_last_reload_success",
             "1 when the last config reload succeeded (or none was tried)",
             last_reload_success.clone(),
         );
         let generation = Gauge::default();
-        registry.register(
+        server.register(
             "config_generation",
             "Generation of the config being served",
             generation.clone(),
         );
         if let Some(store) = redis {
-            registry.register_collector(Box::new(RedisCollector(store)));
+            server.register_collector(Box::new(RedisCollector(store)));
         }
         Metrics {
             registry,
             decisions,
+            descriptor_decisions,
             near_limit,
             requests,
             latency,
-            store_faults,
+            store_errors,
             reloads,
-            fleet_events,
+            store_events,
             last_reload_success,
             generation,
         }
     }
 
-    /// Count one request of `front` with `result` taking `elapsed`.
-    pub fn request(&self, front: &'static str, result: &'static str, elapsed: Duration) {
+    /// Count one request of door `front` with `outcome` taking `elapsed`.
+    pub fn request(&self, front: &'static str, outcome: RequestOutcome, elapsed: Duration) {
         self.requests
-            .get_or_create(&RequestLabels { front, result })
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
             .inc();
         self.latency
             .get_or_create(&FrontLabels { front })
             .observe(elapsed.as_secs_f64());
     }
 
-    /// The counter of one decision outcome (resolve once, increment on the hot path).
-    pub fn decision_counter(
+    /// The counter of one policy decision outcome (resolve once, increment on the hot
+    /// path).
+    pub fn decision_counter(&self, policy: &str, outcome: DecisionOutcome) -> Counter {
+        self.decisions.get_or_create_owned(&DecisionLabels {
+            policy: policy.to_string(),
+            outcome: outcome.label(),
+        })
+    }
+
+    /// The counter of one descriptor decision outcome.
+    pub fn descriptor_counter(
         &self,
         domain: &str,
         descriptor: &str,
         outcome: &'static str,
     ) -> Counter {
-        self.decisions.get_or_create_owned(&DecisionLabels {
-            domain: domain.to_string(),
-            descriptor: descriptor.to_string(),
-            outcome,
-        })
+        self.descriptor_decisions
+            .get_or_create_owned(&DescriptorLabels {
+                domain: domain.to_string(),
+                descriptor: descriptor.to_string(),
+                outcome,
+            })
     }
 
     /// The near-limit counter of a rule.
@@ -229,12 +235,83 @@ impl Metrics {
         })
     }
 
+    /// Count a store fault under its kind.
+    pub fn store_error(&self, e: &StoreError) {
+        self.store_errors
+            .get_or_create(&KindLabels { kind: e.label() })
+            .inc();
+    }
+
+    /// Export `store`'s events from now on (a reload's new store); the totals of the
+    /// store it replaces are carried over, so the counters stay monotonic.
+    pub fn set_store(&self, store: Arc<dyn DecisionStore>) {
+        let mut ev = self.store_events.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = ev.current.take() {
+            for (event, n) in old.events() {
+                match ev.carried.iter_mut().find(|(e, _)| *e == event) {
+                    Some((_, total)) => *total += n,
+                    None => ev.carried.push((event, n)),
+                }
+            }
+        }
+        ev.current = Some(store);
+    }
+
     /// The OpenMetrics text.
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// The store's own event counters: those of stores replaced by reloads, and the current
+/// one's.
+#[derive(Default)]
+struct StoreEvents {
+    carried: Vec<(&'static str, u64)>,
+    current: Option<Arc<dyn DecisionStore>>,
+}
+
+impl std::fmt::Debug for StoreEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreEvents")
+            .field("carried", &self.carried)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Encodes `floodgate_store_events_total{event}` at scrape time.
+#[derive(Debug)]
+struct StoreEventsCollector(Arc<Mutex<StoreEvents>>);
+
+impl Collector for StoreEventsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let totals = {
+            let ev = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut totals = ev.carried.clone();
+            for (event, n) in ev.current.as_ref().map(|s| s.events()).unwrap_or_default() {
+                match totals.iter_mut().find(|(e, _)| *e == event) {
+                    Some((_, total)) => *total += n,
+                    None => totals.push((event, n)),
+                }
+            }
+            totals
+        };
+        if totals.is_empty() {
+            return Ok(());
+        }
+        let mut family = encoder.encode_descriptor(
+            names::STORE_EVENTS,
+            "Decision store events (hybrid: lease_admit, round_trip)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (event, n) in totals {
+            ConstCounter::new(n).encode(family.encode_family(&EventLabels { event })?)?;
+        }
+        Ok(())
     }
 }
 

@@ -15,6 +15,8 @@ use std::time::Instant;
 
 use floodgate_core::algorithms::Gcra;
 use floodgate_core::{Clock, KeyedLimiter, WallClock};
+use floodgate_engine::metrics::{DecisionOutcome, RequestOutcome};
+use floodgate_engine::{StoreError, StoreErrorKind};
 use floodgate_redis::{RedisStore, ThrottleArgs};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -196,6 +198,10 @@ impl ThrottleStore {
         )?))
     }
 }
+
+/// The `policy` label under which `CL.THROTTLE` decisions are counted
+/// (`floodgate_decisions_total{policy="CL.THROTTLE"}`).
+pub const THROTTLE_POLICY: &str = "CL.THROTTLE";
 
 /// The usage error of `CL.THROTTLE`, as redis-cell words it.
 pub const THROTTLE_USAGE: &str =
@@ -388,23 +394,21 @@ impl RespService {
     async fn throttle(&self, args: &[Vec<u8>]) -> Reply {
         let start = Instant::now();
         let reply = self.throttle_inner(args).await;
-        let result = match &reply {
-            Reply::Ints(v) if v[0] == 1 => "over_limit",
-            Reply::Ints(_) => "ok",
-            Reply::Error(e) if e.starts_with("ERR store") => "error",
-            _ => "invalid",
+        let outcome = match &reply {
+            Reply::Ints(v) if v[0] == 1 => RequestOutcome::Rejected,
+            Reply::Ints(_) => RequestOutcome::Passed,
+            Reply::Error(e) if e.starts_with("ERR store") => RequestOutcome::Error,
+            _ => RequestOutcome::Invalid,
         };
-        if matches!(result, "ok" | "over_limit") {
-            self.metrics
-                .decisions
-                .get_or_create(&crate::metrics::DecisionLabels {
-                    domain: "(resp)".into(),
-                    descriptor: "CL.THROTTLE".into(),
-                    outcome: if result == "ok" { "ok" } else { "over_limit" },
-                })
-                .inc();
+        let decision = match outcome {
+            RequestOutcome::Passed => Some(DecisionOutcome::Passed),
+            RequestOutcome::Rejected => Some(DecisionOutcome::Rejected),
+            _ => None,
+        };
+        if let Some(d) = decision {
+            self.metrics.decision_counter(THROTTLE_POLICY, d).inc();
         }
-        self.metrics.request("resp", result, start.elapsed());
+        self.metrics.request("resp", outcome, start.elapsed());
         reply
     }
 
@@ -430,7 +434,12 @@ impl RespService {
             }
             ThrottleStore::Redis(store) => match store.throttle(key, &parsed).await {
                 Ok(r) => Reply::Ints(r.to_vec()),
-                Err(e) if e.is_fault() => Reply::Error(format!("ERR store unavailable: {e}")),
+                Err(e) if e.is_fault() => {
+                    let reply = Reply::Error(format!("ERR store unavailable: {e}"));
+                    self.metrics
+                        .store_error(&StoreError::new("redis", StoreErrorKind::from(e)));
+                    reply
+                }
                 Err(e) => Reply::Error(format!("ERR {e}")),
             },
         }
@@ -467,8 +476,11 @@ impl RespService {
                     Ok(None) => break,
                     Err(e) => {
                         Reply::Error(format!("ERR {e}")).encode(&mut out);
-                        self.metrics
-                            .request("resp", "invalid", std::time::Duration::ZERO);
+                        self.metrics.request(
+                            "resp",
+                            RequestOutcome::Invalid,
+                            std::time::Duration::ZERO,
+                        );
                         close = true;
                         break;
                     }

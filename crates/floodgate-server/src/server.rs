@@ -8,19 +8,24 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use floodgate_engine::TokioWallClock;
+use floodgate_engine::fleet::Strategy;
 use floodgate_redis::RedisStore;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::config::{Config, FleetSettings, Settings, StoreSettings};
-use crate::engine::{Engine, StoreHandle};
+use crate::config::{Config, Settings, StoreSettings};
+use crate::engine::{Engine, FaultPolicy, StoreHandle};
 use crate::grpc::RlsService;
 use crate::http::{HttpState, router};
 use crate::metrics::Metrics;
 use crate::reload::{self, Reloader};
 use crate::resp::{RespLimits, RespService, ThrottleStore};
+
+/// Most leases the `hybrid` strategy holds (one per limiter key in use).
+const HYBRID_MAX_LEASES: usize = 1_000_000;
 
 /// Why the server could not start.
 #[derive(Debug, Error)]
@@ -120,48 +125,58 @@ pub async fn start(
     settings: Settings,
     options: Options,
 ) -> Result<Running, StartError> {
-    let (store, throttle, redis) = match &settings.store {
+    let (store, fault, throttle, redis) = match &settings.store {
         StoreSettings::Memory {
             max_keys,
             resp_max_keys,
         } => (
             StoreHandle::Memory {
                 max_keys: *max_keys,
-                share: match settings.fleet {
-                    FleetSettings::Local { nodes } => nodes,
+                share: match settings.fleet.strategy {
+                    Some(Strategy::Local) => settings.fleet.nodes,
                     _ => 1,
                 },
+                clock: TokioWallClock::new(),
             },
+            FaultPolicy::default(),
             ThrottleStore::memory(*resp_max_keys).map_err(|e| StartError::Rules {
                 path: options.path.clone(),
                 message: format!("store.resp_max_keys: {e}"),
             })?,
             None,
         ),
-        StoreSettings::Redis { url, config } => {
+        StoreSettings::Redis {
+            url,
+            config,
+            on_fault,
+        } => {
             let s = Arc::new(RedisStore::connect(url, config.clone()).await?);
-            (
-                StoreHandle::Redis(s.clone()),
-                ThrottleStore::Redis(s.clone()),
-                Some(s),
-            )
+            let fleet = &settings.fleet;
+            let store = match fleet.strategy {
+                Some(Strategy::Hybrid) => StoreHandle::Hybrid {
+                    redis: s.clone(),
+                    nodes: fleet.nodes,
+                    lease: fleet.lease,
+                    lease_ttl: fleet.lease_ttl,
+                    max_keys: HYBRID_MAX_LEASES,
+                },
+                _ => StoreHandle::Redis(s.clone()),
+            };
+            let fault = FaultPolicy {
+                failure: *on_fault,
+                retry: config.breaker_open_for,
+            };
+            (store, fault, ThrottleStore::Redis(s.clone()), Some(s))
         }
     };
     let metrics = Arc::new(Metrics::new(redis));
     let max_bytes = config.rules.caps.max_request_bytes;
-    let mut engine =
-        Engine::new(config.rules, store, metrics.clone()).map_err(|message| StartError::Rules {
+    let engine = Engine::new(config.rules, store, fault, metrics.clone()).map_err(|message| {
+        StartError::Rules {
             path: options.path.clone(),
             message,
-        })?;
-    if let FleetSettings::Hybrid {
-        nodes,
-        lease,
-        lease_ttl,
-    } = settings.fleet
-    {
-        engine = engine.with_hybrid(nodes, lease, lease_ttl, 1_000_000);
-    }
+        }
+    })?;
     let engine = Arc::new(engine);
     let grpc_l = bind("grpc", settings.grpc).await?;
     let http_l = bind("http", settings.http).await?;

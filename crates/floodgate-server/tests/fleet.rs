@@ -73,7 +73,7 @@ async fn hybrid_fleet_admits_no_unit_not_charged_to_redis_and_saves_round_trips(
     let events = |s: &Srv| {
         let m = s.running.engine.metrics().render();
         let get = |e: &str| -> u64 {
-            let needle = format!("floodgate_fleet_events_total{{event=\"{e}\"}} ");
+            let needle = format!("floodgate_store_events_total{{event=\"{e}\"}} ");
             m.lines()
                 .find_map(|l| l.strip_prefix(&needle))
                 .map_or(0, |v| v.trim().parse().unwrap())

@@ -323,9 +323,9 @@ async fn shadow_unlimited_block_and_replaces() {
     assert_eq!(status(&r, 0), (OK, None, 0), "old-limit replaced");
     assert_eq!(status(&r, 1).1.unwrap().2, "new-limit");
     let m = srv.running.engine.metrics().render();
-    assert!(m.contains("floodgate_decisions_total{domain=\"edge\",descriptor=\"shadow\",outcome=\"shadow_over_limit\"} 2"), "{m}");
+    assert!(m.contains("floodgate_descriptor_decisions_total{domain=\"edge\",descriptor=\"shadow\",outcome=\"rejected_dry_run\"} 2"), "{m}");
     assert!(m.contains(
-        "floodgate_decisions_total{domain=\"edge\",descriptor=\"vip\",outcome=\"unlimited\"} 1"
+        "floodgate_descriptor_decisions_total{domain=\"edge\",descriptor=\"vip\",outcome=\"unlimited\"} 1"
     ));
     srv.stop().await;
 }
@@ -403,11 +403,11 @@ async fn bad_input_gets_clear_errors_and_the_service_stays_up() {
     assert_eq!(r.overall_code, OK);
     let m = srv.running.engine.metrics().render();
     assert!(
-        m.contains("floodgate_requests_total{front=\"grpc\",result=\"invalid\"}"),
+        m.contains("floodgate_requests_total{outcome=\"invalid\"}"),
         "{m}"
     );
     assert!(
-        m.contains("floodgate_requests_total{front=\"grpc\",result=\"unknown_domain\"} 1"),
+        m.contains("floodgate_requests_total{outcome=\"unknown_domain\"} 1"),
         "{m}"
     );
     srv.stop().await;

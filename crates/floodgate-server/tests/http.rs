@@ -199,11 +199,13 @@ async fn metrics_and_health() {
     );
     let m = r.body;
     for line in [
-        "floodgate_decisions_total{domain=\"edge\",descriptor=\"user\",outcome=\"ok\"} 2",
-        "floodgate_decisions_total{domain=\"edge\",descriptor=\"user\",outcome=\"over_limit\"} 1",
+        "floodgate_descriptor_decisions_total{domain=\"edge\",descriptor=\"user\",outcome=\"passed\"} 2",
+        "floodgate_descriptor_decisions_total{domain=\"edge\",descriptor=\"user\",outcome=\"rejected\"} 1",
+        "floodgate_decisions_total{policy=\"user\",outcome=\"passed\"} 2",
+        "floodgate_decisions_total{policy=\"user\",outcome=\"rejected\"} 1",
         "floodgate_near_limit_total{domain=\"edge\",descriptor=\"user\"} 1",
-        "floodgate_requests_total{front=\"http\",result=\"ok\"} 2",
-        "floodgate_requests_total{front=\"http\",result=\"over_limit\"} 1",
+        "floodgate_requests_total{outcome=\"passed\"} 2",
+        "floodgate_requests_total{outcome=\"rejected\"} 1",
         "floodgate_request_duration_seconds_count{front=\"http\"} 3",
         "floodgate_config_generation 1",
         "floodgate_config_last_reload_success 1",

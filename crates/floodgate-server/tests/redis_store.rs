@@ -171,6 +171,13 @@ impl Drop for OwnRedis {
     }
 }
 
+/// The value of the series `series` (name and labels) in `m`; 0 when absent.
+fn metric(m: &str, series: &str) -> u64 {
+    m.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
 async fn fault_run(policy: &str) -> (Vec<i32>, String, Srv) {
     let mut redis = OwnRedis::start();
     let url = format!("redis://127.0.0.1:{}", redis.port);
@@ -201,7 +208,15 @@ async fn fault_run(policy: &str) -> (Vec<i32>, String, Srv) {
 async fn redis_down_fails_open_fast_and_is_counted() {
     let (codes, m, srv) = fault_run("fail-open").await;
     assert!(codes.iter().all(|&c| c == Code::Ok as i32), "{codes:?}");
-    assert!(m.contains("floodgate_store_faults_total{kind="), "{m}");
+    let faults: u64 = ["timeout", "circuit_open", "unavailable"]
+        .iter()
+        .map(|k| metric(&m, &format!("floodgate_store_errors_total{{kind=\"{k}\"}}")))
+        .sum();
+    assert!(faults > 0, "{m}");
+    assert!(
+        m.contains("floodgate_requests_total{outcome=\"store_error_allowed\"} 6"),
+        "{m}"
+    );
     assert!(m.contains("floodgate_redis_degraded_total 6"), "{m}");
     assert!(m.contains("floodgate_redis_calls_total"), "{m}");
     srv.stop().await;
@@ -215,7 +230,7 @@ async fn redis_down_fails_closed_when_configured() {
         "{codes:?}"
     );
     assert!(
-        m.contains("floodgate_store_faults_total{kind=\"circuit_open\"}"),
+        metric(&m, "floodgate_store_errors_total{kind=\"circuit_open\"}") > 0,
         "the breaker opened: {m}"
     );
     srv.stop().await;

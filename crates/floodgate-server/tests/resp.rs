@@ -176,7 +176,7 @@ async fn malformed_frames_get_an_error_and_a_close_and_the_server_stays_up() {
     );
     let m = srv.running.engine.metrics().render();
     assert!(
-        m.contains("floodgate_requests_total{front=\"resp\",result=\"invalid\"} 6"),
+        m.contains("floodgate_requests_total{outcome=\"invalid\"} 6"),
         "{m}"
     );
     srv.stop().await;

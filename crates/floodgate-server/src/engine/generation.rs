@@ -1,0 +1,383 @@
+//! One configuration generation: the matching trees, every limit as an engine policy
+//! ([`PolicyInfo`]), and the engine store ([`DecisionStore`]) that decides them; and how a
+//! generation is built from [`Rules`], taking over the state of the previous one.
+//!
+//! A limit is identified by its domain, rule path and name (or position). A new
+//! generation takes over the limiter of the same identity from the old one (in process):
+//! unchanged limits keep every key's state; a changed limit keeps the state and applies
+//! the new parameters from the next request (a change of algorithm starts its keys fresh).
+//! On Redis the state is the shared counters, kept by key; the hybrid strategy's leases
+//! are this server's and start over (unspent units are lost, never handed out twice).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate_core::{AnyAlgorithm, KeyedLimiter, Kind, Rate, Spec};
+use floodgate_engine::metrics::DecisionOutcome;
+use floodgate_engine::{
+    DecisionStore, HybridStore, LocalStore, PolicyInfo, RedisDecisionStore, TokioWallClock,
+};
+use floodgate_redis::RedisStore;
+use prometheus_client::metrics::counter::Counter;
+
+use crate::config::{DescriptorDef, LimitDef, Rules, ValueMatch};
+use crate::metrics::Metrics;
+
+use super::matching::{DomainTree, Level, Node, RuleCounters};
+
+/// Where state lives, as running (set at startup).
+#[derive(Debug, Clone)]
+pub enum StoreHandle {
+    /// In process ([`LocalStore`]), at most `max_keys` keys per limit.
+    Memory {
+        /// Keys per limit.
+        max_keys: usize,
+        /// Fleet `local` strategy: enforce `1/share` of every limit (1: the whole limit).
+        share: usize,
+        /// The clock every generation's store reads.
+        clock: TokioWallClock,
+    },
+    /// Every decision on Redis ([`RedisDecisionStore`]).
+    Redis(Arc<RedisStore>),
+    /// Fleet `hybrid` strategy ([`HybridStore`]): leases of at most `lease` units from the
+    /// Redis counter, spent here; every decision shared once fewer than `nodes x lease`
+    /// units remain; at most `max_keys` leases held.
+    Hybrid {
+        /// The shared counter.
+        redis: Arc<RedisStore>,
+        /// Servers in the fleet.
+        nodes: usize,
+        /// Most units per lease.
+        lease: u64,
+        /// A lease's lifetime.
+        lease_ttl: Duration,
+        /// Most leases held.
+        max_keys: usize,
+    },
+}
+
+impl StoreHandle {
+    /// Whether limiter keys must carry the limit's identity (one keyspace for all limits).
+    fn shared_keyspace(&self) -> bool {
+        !matches!(self, StoreHandle::Memory { .. })
+    }
+}
+
+/// The per-limit decision counters, `floodgate_decisions_total{policy, outcome}`.
+#[derive(Debug, Clone)]
+pub(super) struct LimitCounters([Counter; 5]);
+
+impl LimitCounters {
+    fn new(m: &Metrics, policy: &str) -> LimitCounters {
+        use DecisionOutcome::*;
+        LimitCounters(
+            [Passed, Delayed, Rejected, DelayedDryRun, RejectedDryRun]
+                .map(|o| m.decision_counter(policy, o)),
+        )
+    }
+
+    /// Count one decision.
+    pub(super) fn count(&self, outcome: DecisionOutcome) {
+        self.0[outcome as usize].inc();
+    }
+}
+
+/// One configured limit with its engine policy.
+#[derive(Debug)]
+pub struct LimitInst {
+    /// The limit as configured.
+    pub def: LimitDef,
+    /// Identity across reloads: `domain|rule path|name or #position`.
+    pub id: String,
+    /// What the store and the header rendering know of this limit. Its index is its
+    /// place in the generation's store; a blocking limit (`requests_per_unit: 0`) has
+    /// none (`usize::MAX`) and is never sent to a store.
+    pub policy: PolicyInfo,
+    pub(super) counters: LimitCounters,
+}
+
+impl LimitInst {
+    /// Whether every request with a cost is denied (`requests_per_unit: 0`).
+    pub fn blocks(&self) -> bool {
+        self.def.spec.is_none()
+    }
+
+    /// The limiter key of `values` under this limit: the values alone in process (one
+    /// limiter per limit), prefixed with the limit's identity on a shared keyspace.
+    pub(super) fn key(&self, shared_keyspace: bool, values: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut key = Vec::new();
+        if shared_keyspace {
+            key.extend_from_slice(self.id.as_bytes());
+            key.push(b'|');
+        }
+        values(&mut key);
+        key
+    }
+}
+
+/// One configuration generation: what a request is checked against.
+pub struct Generation {
+    /// 1 at startup, +1 per successful reload.
+    pub id: u64,
+    /// The rules it was built from.
+    pub rules: Rules,
+    pub(super) domains: HashMap<String, DomainTree>,
+    pub(super) policies: BTreeMap<String, Arc<LimitInst>>,
+    pub(super) policy_counters: HashMap<String, RuleCounters>,
+    limits: HashMap<String, Arc<LimitInst>>,
+    pub(super) unknown_domain: Counter,
+    /// The engine store deciding this generation's limits.
+    pub(super) store: Arc<dyn DecisionStore>,
+    /// The same store when in process (its limiters are taken over on reload).
+    local: Option<Arc<LocalStore>>,
+    pub(super) shared_keyspace: bool,
+}
+
+impl std::fmt::Debug for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generation")
+            .field("id", &self.id)
+            .field("limits", &self.limits.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Generation {
+    /// Every limit, by identity.
+    pub fn limits(&self) -> impl Iterator<Item = &Arc<LimitInst>> {
+        self.limits.values()
+    }
+
+    /// Keys held in process by `limit` (0 on Redis and for blocking limits).
+    pub fn keys(&self, limit: &LimitInst) -> usize {
+        self.local
+            .as_ref()
+            .and_then(|l| l.limiter_at(limit.policy.index))
+            .map_or(0, |l| l.len())
+    }
+}
+
+/// Builds a generation: the limits in tree order, with the store's policy list.
+struct Builder<'a> {
+    store: &'a StoreHandle,
+    prev: Option<&'a Generation>,
+    metrics: &'a Metrics,
+    limits: HashMap<String, Arc<LimitInst>>,
+    policies: Vec<PolicyInfo>,
+    limiters: Vec<Arc<KeyedLimiter<Vec<u8>, AnyAlgorithm>>>,
+}
+
+/// Build a generation; limiters of the same identity in `prev` are taken over.
+pub(super) fn build(
+    rules: Rules,
+    store: &StoreHandle,
+    prev: Option<&Generation>,
+    metrics: &Metrics,
+    id: u64,
+) -> Result<Generation, String> {
+    let mut b = Builder {
+        store,
+        prev,
+        metrics,
+        limits: HashMap::new(),
+        policies: Vec::new(),
+        limiters: Vec::new(),
+    };
+    let mut domains = HashMap::new();
+    for (name, defs) in &rules.domains {
+        let mut tree = DomainTree {
+            name: name.clone(),
+            root: Level::default(),
+            nodes: Vec::new(),
+            no_rule: metrics.descriptor_counter(name, "", "no_rule"),
+            has_replaces: false,
+            dynamic_labels: false,
+        };
+        let mut root = Level::default();
+        b.add_level(&mut tree, &mut root, defs, "")?;
+        tree.root = root;
+        domains.insert(name.clone(), tree);
+    }
+    let mut policies = BTreeMap::new();
+    let mut policy_counters = HashMap::new();
+    for (name, def) in &rules.policies {
+        policy_counters.insert(
+            name.clone(),
+            RuleCounters::new(metrics, "(policy)", name, false, false),
+        );
+        let inst = b.instantiate(def, format!("(policy)|{name}"))?;
+        policies.insert(name.clone(), inst);
+    }
+    let Builder {
+        limits,
+        policies: infos,
+        limiters,
+        ..
+    } = b;
+    let (store_dyn, local): (Arc<dyn DecisionStore>, _) = match store {
+        StoreHandle::Memory { clock, .. } => {
+            let l = Arc::new(LocalStore::from_limiters(limiters, Arc::new(*clock)));
+            (l.clone(), Some(l))
+        }
+        StoreHandle::Redis(redis) => (
+            Arc::new(RedisDecisionStore::new(redis.clone(), &infos).map_err(|e| e.to_string())?),
+            None,
+        ),
+        StoreHandle::Hybrid {
+            redis,
+            nodes,
+            lease,
+            lease_ttl,
+            max_keys,
+        } => (
+            Arc::new(
+                HybridStore::with_lease(
+                    redis.clone(),
+                    &infos,
+                    *nodes,
+                    *lease,
+                    *lease_ttl,
+                    *max_keys,
+                )
+                .map_err(|e| e.to_string())?,
+            ),
+            None,
+        ),
+    };
+    Ok(Generation {
+        id,
+        rules,
+        domains,
+        policies,
+        policy_counters,
+        limits,
+        unknown_domain: metrics.descriptor_counter("(unknown)", "", "unknown_domain"),
+        store: store_dyn,
+        local,
+        shared_keyspace: store.shared_keyspace(),
+    })
+}
+
+impl Builder<'_> {
+    fn add_level(
+        &mut self,
+        tree: &mut DomainTree,
+        level: &mut Level,
+        defs: &[DescriptorDef],
+        parent: &str,
+    ) -> Result<(), String> {
+        let domain = tree.name.clone();
+        for def in defs {
+            let step = match &def.value {
+                ValueMatch::Any => def.key.clone(),
+                ValueMatch::Exact(v) => format!("{}={}", def.key, v),
+                ValueMatch::Prefix(p) => format!("{}={}*", def.key, p),
+            };
+            let label = if parent.is_empty() {
+                step
+            } else {
+                format!("{parent}.{step}")
+            };
+            let mut insts = Vec::with_capacity(def.limits.len());
+            for (i, l) in def.limits.iter().enumerate() {
+                let which = l
+                    .explicit_name
+                    .clone()
+                    .unwrap_or_else(|| format!("#{}", i + 1));
+                insts.push(self.instantiate(l, format!("{domain}|{label}|{which}"))?);
+            }
+            tree.has_replaces |= def.limits.iter().any(|l| !l.replaces.is_empty());
+            tree.dynamic_labels |= def.detailed_metric || def.value_to_metric;
+            let node = Node {
+                value: def.value.clone(),
+                limits: insts,
+                unlimited: def.unlimited,
+                shadow: def.shadow,
+                detailed_metric: def.detailed_metric,
+                value_to_metric: def.value_to_metric,
+                children: Level::default(),
+                counters: RuleCounters::new(
+                    self.metrics,
+                    &domain,
+                    &label,
+                    def.unlimited,
+                    def.shadow,
+                ),
+            };
+            let idx = tree.insert(level, &def.key, node);
+            let mut children = Level::default();
+            self.add_level(tree, &mut children, &def.children, &label)?;
+            tree.nodes[idx].children = children;
+        }
+        Ok(())
+    }
+
+    fn instantiate(&mut self, def: &LimitDef, id: String) -> Result<Arc<LimitInst>, String> {
+        let counters = LimitCounters::new(self.metrics, &def.name);
+        let Some(spec) = &def.spec else {
+            // never sent to a store: the spec only fills the policy's type
+            let spec = Spec::new(
+                Kind::FixedWindow,
+                Rate::new(1, def.window.max(Duration::from_secs(1)))
+                    .map_err(|e| format!("{id}: {e}"))?,
+            );
+            let alg = spec.build().map_err(|e| format!("{id}: {e}"))?;
+            let policy =
+                PolicyInfo::with_fields(usize::MAX, def.name.clone(), spec, alg, def.fields);
+            return Ok(self.add(def, id, policy, counters));
+        };
+        let local;
+        let spec = match self.store {
+            StoreHandle::Memory { share, .. } if *share > 1 => {
+                local = floodgate_engine::fleet::local_share(spec, *share)
+                    .map_err(|e| format!("{id}: {e}"))?;
+                &local
+            }
+            _ => spec,
+        };
+        let alg = spec.build().map_err(|e| format!("{id}: {e}"))?;
+        if let StoreHandle::Memory { max_keys, .. } = self.store {
+            let old = self.prev.and_then(|g| {
+                let o = g.limits.get(&id)?;
+                Some((
+                    g.local.as_ref()?.limiter_at(o.policy.index)?.clone(),
+                    o.def.spec.clone(),
+                ))
+            });
+            let limiter = match old {
+                Some((l, old_spec)) => {
+                    if old_spec != def.spec {
+                        l.set_algorithm(alg.clone());
+                    }
+                    l
+                }
+                None => Arc::new(
+                    KeyedLimiter::new(alg.clone(), *max_keys).map_err(|e| format!("{id}: {e}"))?,
+                ),
+            };
+            self.limiters.push(limiter);
+        }
+        // the RateLimit fields advertise what this server enforces (a local share's rate)
+        let policy = PolicyInfo::new(self.policies.len(), def.name.clone(), spec.clone(), alg);
+        self.policies.push(policy.clone());
+        Ok(self.add(def, id, policy, counters))
+    }
+
+    fn add(
+        &mut self,
+        def: &LimitDef,
+        id: String,
+        policy: PolicyInfo,
+        counters: LimitCounters,
+    ) -> Arc<LimitInst> {
+        let inst = Arc::new(LimitInst {
+            def: def.clone(),
+            id: id.clone(),
+            policy,
+            counters,
+        });
+        self.limits.insert(id, inst.clone());
+        inst
+    }
+}

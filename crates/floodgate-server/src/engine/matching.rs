@@ -1,0 +1,282 @@
+//! Descriptor matching, as Envoy's ratelimit service matches: a domain's rule tree, the
+//! walk of a request descriptor down it, the limiter key of a descriptor, and the
+//! per-rule counters (`floodgate_descriptor_decisions_total`, `floodgate_near_limit_total`).
+//!
+//! A request descriptor is a list of `(key, value)` entries. Its entries walk the domain's
+//! rule tree one level each: at each level the rule with the same key and the same value
+//! wins, then a rule whose value ends in `*` and prefixes the value, then a rule with the
+//! key and no value. The descriptor's limits are those of the rule reached by its *last*
+//! entry; a descriptor longer or shorter than any rule path gets no limit (status OK).
+//! The limiter key is the descriptor's values, so a rule without a value (or with a
+//! wildcard) limits each value on its own.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+
+use crate::config::ValueMatch;
+use crate::metrics::Metrics;
+
+use super::generation::LimitInst;
+
+/// One entry of a request descriptor.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    /// Key.
+    pub key: &'a str,
+    /// Value.
+    pub value: &'a str,
+}
+
+/// One request descriptor: its entries and its cost (Envoy's `hits_addend`).
+#[derive(Debug, Clone)]
+pub struct DescriptorIn<'a> {
+    /// Entries, outermost first.
+    pub entries: Vec<Entry<'a>>,
+    /// Units this request costs under this descriptor's limits (0 peeks).
+    pub cost: u64,
+}
+
+/// Append the values of `entries` to `out`, length-prefixed (unambiguous for any bytes).
+pub(super) fn push_values(out: &mut Vec<u8>, entries: &[Entry<'_>]) {
+    for e in entries {
+        out.extend_from_slice(e.value.len().to_string().as_bytes());
+        out.push(b':');
+        out.extend_from_slice(e.value.as_bytes());
+    }
+}
+
+/// The rules of one level of a domain's tree, by entry key.
+#[derive(Debug, Default)]
+pub(super) struct Level {
+    pub(super) keys: HashMap<String, Branch>,
+}
+
+/// The rules of one key at one level, by how they match the value.
+#[derive(Debug, Default)]
+pub(super) struct Branch {
+    pub(super) exact: HashMap<String, usize>,
+    pub(super) prefixes: Vec<(String, usize)>,
+    pub(super) any: Option<usize>,
+}
+
+impl Branch {
+    /// The node a descriptor value selects, with Envoy's precedence: an exact value, then
+    /// a prefix, then the rule without a value.
+    fn pick(&self, value: &str) -> Option<usize> {
+        self.exact
+            .get(value)
+            .copied()
+            .or_else(|| {
+                self.prefixes
+                    .iter()
+                    .find(|(p, _)| value.starts_with(p.as_str()))
+                    .map(|(_, i)| *i)
+            })
+            .or(self.any)
+    }
+}
+
+/// One rule of a domain's tree.
+#[derive(Debug)]
+pub(super) struct Node {
+    pub(super) value: ValueMatch,
+    pub(super) limits: Vec<Arc<LimitInst>>,
+    pub(super) unlimited: bool,
+    pub(super) shadow: bool,
+    pub(super) detailed_metric: bool,
+    pub(super) value_to_metric: bool,
+    pub(super) children: Level,
+    pub(super) counters: RuleCounters,
+}
+
+/// The per-rule counters: `floodgate_descriptor_decisions_total{domain, descriptor,
+/// outcome}` (one per descriptor per request) and `floodgate_near_limit_total`.
+#[derive(Debug, Clone)]
+pub(super) struct RuleCounters {
+    pub(super) passed: Counter,
+    pub(super) rejected: Counter,
+    pub(super) rejected_dry_run: Counter,
+    pub(super) unlimited: Counter,
+    pub(super) near: Counter,
+}
+
+impl RuleCounters {
+    /// The counters of a rule; only the outcomes the rule can have are registered (the
+    /// others are detached counters), so `/metrics` lists no impossible series.
+    pub(super) fn new(
+        m: &Metrics,
+        domain: &str,
+        label: &str,
+        unlimited: bool,
+        shadow: bool,
+    ) -> RuleCounters {
+        let reg = |on: bool, outcome: &'static str| {
+            if on {
+                m.descriptor_counter(domain, label, outcome)
+            } else {
+                Counter::default()
+            }
+        };
+        RuleCounters {
+            passed: reg(!unlimited, "passed"),
+            rejected: reg(!unlimited && !shadow, "rejected"),
+            rejected_dry_run: reg(!unlimited && shadow, "rejected_dry_run"),
+            unlimited: reg(unlimited, "unlimited"),
+            near: if unlimited {
+                Counter::default()
+            } else {
+                m.near_limit_counter(domain, label)
+            },
+        }
+    }
+}
+
+/// One domain's rules.
+#[derive(Debug)]
+pub(super) struct DomainTree {
+    pub(super) name: String,
+    pub(super) root: Level,
+    pub(super) nodes: Vec<Node>,
+    pub(super) no_rule: Counter,
+    pub(super) has_replaces: bool,
+    pub(super) dynamic_labels: bool,
+}
+
+impl DomainTree {
+    /// The node reached by the last entry, with Envoy's precedence at each level.
+    pub(super) fn find(&self, entries: &[Entry<'_>]) -> Option<usize> {
+        let mut level = &self.root;
+        let mut at = None;
+        for e in entries {
+            let branch = level.keys.get(e.key)?;
+            let idx = branch.pick(e.value)?;
+            at = Some(idx);
+            level = &self.nodes[idx].children;
+        }
+        at
+    }
+
+    /// The metric label of a request that reached `idx`, honouring `detailed_metric` and
+    /// `value_to_metric` (Envoy: the value joins the label).
+    pub(super) fn label(&self, idx: usize, entries: &[Entry<'_>]) -> Option<String> {
+        if !self.dynamic_labels {
+            return None;
+        }
+        let detailed = self.nodes[idx].detailed_metric;
+        let mut level = &self.root;
+        let mut label = String::new();
+        let mut dynamic = detailed;
+        for e in entries {
+            let branch = level.keys.get(e.key)?;
+            let i = branch.pick(e.value)?;
+            let n = &self.nodes[i];
+            if !label.is_empty() {
+                label.push('.');
+            }
+            if detailed || n.value_to_metric || matches!(n.value, ValueMatch::Exact(_)) {
+                dynamic |= n.value_to_metric;
+                let _ = write!(label, "{}={}", e.key, e.value);
+            } else {
+                label.push_str(e.key);
+            }
+            level = &n.children;
+        }
+        dynamic.then_some(label)
+    }
+
+    /// Add `node` under `level` by its key and value match; returns its index.
+    pub(super) fn insert(&mut self, level: &mut Level, key: &str, node: Node) -> usize {
+        let idx = self.nodes.len();
+        let branch = level.keys.entry(key.to_string()).or_default();
+        match &node.value {
+            ValueMatch::Any => branch.any = Some(idx),
+            ValueMatch::Exact(v) => {
+                branch.exact.insert(v.clone(), idx);
+            }
+            ValueMatch::Prefix(p) => branch.prefixes.push((p.clone(), idx)),
+        }
+        self.nodes.push(node);
+        idx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(value: ValueMatch) -> Node {
+        let m = Metrics::new(None);
+        Node {
+            value,
+            limits: Vec::new(),
+            unlimited: false,
+            shadow: false,
+            detailed_metric: false,
+            value_to_metric: false,
+            children: Level::default(),
+            counters: RuleCounters::new(&m, "d", "x", false, false),
+        }
+    }
+
+    #[test]
+    fn exact_then_prefix_then_any() {
+        let m = Metrics::new(None);
+        let mut t = DomainTree {
+            name: "d".into(),
+            root: Level::default(),
+            nodes: Vec::new(),
+            no_rule: m.descriptor_counter("d", "", "no_rule"),
+            has_replaces: false,
+            dynamic_labels: false,
+        };
+        let mut root = Level::default();
+        let any = t.insert(&mut root, "k", node(ValueMatch::Any));
+        let pre = t.insert(&mut root, "k", node(ValueMatch::Prefix("ab".into())));
+        let exact = t.insert(&mut root, "k", node(ValueMatch::Exact("abc".into())));
+        t.root = root;
+        let e = |v| [Entry { key: "k", value: v }];
+        assert_eq!(t.find(&e("abc")), Some(exact));
+        assert_eq!(t.find(&e("abd")), Some(pre));
+        assert_eq!(t.find(&e("x")), Some(any));
+        assert_eq!(
+            t.find(&[Entry {
+                key: "other",
+                value: "x"
+            }]),
+            None
+        );
+        // longer than any rule path: no limit
+        assert_eq!(t.find(&[e("x")[0], e("x")[0]]), None);
+    }
+
+    #[test]
+    fn values_are_length_prefixed() {
+        let mut a = Vec::new();
+        push_values(
+            &mut a,
+            &[Entry {
+                key: "k",
+                value: "a:1",
+            }],
+        );
+        let mut b = Vec::new();
+        push_values(
+            &mut b,
+            &[
+                Entry {
+                    key: "k",
+                    value: "a",
+                },
+                Entry {
+                    key: "k",
+                    value: "1",
+                },
+            ],
+        );
+        assert_eq!(a, b"3:a:1");
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,380 @@
+//! The limiter every front door shares: the served configuration generation, the check
+//! of one request, and the reload that swaps generations without resetting the counters
+//! of unchanged rules.
+//!
+//! The decisions themselves are floodgate-engine's: each limit is an engine policy
+//! decided by an engine store ([`floodgate_engine::LocalStore`] in process,
+//! [`floodgate_engine::RedisDecisionStore`], [`floodgate_engine::HybridStore`] for the
+//! fleet `hybrid` strategy), store faults follow the engine's fault policy, and the
+//! headers are the engine's rendering. This module and its parts add what is the
+//! server's own:
+//!
+//! * [`matching`]: Envoy's descriptor matching (rule trees, precedence, limiter keys);
+//! * [`generation`]: a configuration generation and how a reload takes over its state;
+//! * [`decide`]: the request's limits through the store, all-or-nothing, shadow mode,
+//!   blocking limits, the fault policy;
+//! * rendering to each door: [`crate::headers`] (HTTP fields), [`crate::grpc`],
+//!   [`crate::http`] (JSON); `CL.THROTTLE` ([`crate::resp`]) has its own store.
+
+pub mod decide;
+pub mod error;
+pub mod generation;
+pub mod matching;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use floodgate_core::Decision;
+use floodgate_engine::StoreFailure;
+use floodgate_engine::metrics::{DecisionOutcome, RequestOutcome};
+
+use crate::config::{Rules, UnknownDomain};
+use crate::headers;
+use crate::metrics::Metrics;
+
+pub use decide::FaultPolicy;
+pub use error::CheckError;
+pub use generation::{Generation, LimitInst, StoreHandle};
+pub use matching::{DescriptorIn, Entry};
+
+use decide::{Decided, Item, decide};
+use matching::{RuleCounters, push_values};
+
+/// What matched a descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matched {
+    /// No rule: OK, no limit (Envoy's behaviour).
+    NoRule,
+    /// An `unlimited` rule.
+    Unlimited,
+    /// Limited.
+    Limited,
+}
+
+/// The answer for one descriptor.
+#[derive(Debug, Clone)]
+pub struct Status {
+    /// Denied by an enforced limit.
+    pub over_limit: bool,
+    /// What matched.
+    pub matched: Matched,
+    /// The rule is in shadow mode (its denials are counted, not enforced).
+    pub shadow: bool,
+    /// Every limit checked with its decision, in config order; replaced limits are absent.
+    pub limits: Vec<(Arc<LimitInst>, Decision)>,
+}
+
+impl Status {
+    fn plain(matched: Matched, shadow: bool) -> Status {
+        Status {
+            over_limit: false,
+            matched,
+            shadow,
+            limits: Vec::new(),
+        }
+    }
+
+    /// The limit that binds (the denied one with the longest retry, else the one with the
+    /// fewest remaining).
+    pub fn binding(&self) -> Option<&(Arc<LimitInst>, Decision)> {
+        floodgate_engine::headers::binding(&self.limits)
+    }
+}
+
+/// The answer for one request.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Over limit as a whole (some descriptor's enforced limit denied it).
+    pub over_limit: bool,
+    /// One per descriptor, in request order.
+    pub statuses: Vec<Status>,
+    /// Headers a proxy should add to its response.
+    pub headers: Vec<(&'static str, String)>,
+    /// The largest forwarding delay asked by a delaying leaky queue (zero otherwise).
+    pub delay: Duration,
+    /// The store failed and the fault policy decided.
+    pub fault: Option<StoreFailure>,
+}
+
+impl Outcome {
+    /// What `floodgate_requests_total` counts this request as.
+    pub fn request_outcome(&self) -> RequestOutcome {
+        match (self.fault, self.over_limit) {
+            (Some(StoreFailure::Allow), _) => RequestOutcome::StoreErrorAllowed,
+            (Some(StoreFailure::Deny), _) => RequestOutcome::StoreErrorDenied,
+            (None, true) => RequestOutcome::Rejected,
+            (None, false) if !self.delay.is_zero() => RequestOutcome::Delayed,
+            (None, false) => RequestOutcome::Passed,
+        }
+    }
+}
+
+/// The shared limiter: the served generation and the store.
+#[derive(Debug)]
+pub struct Engine {
+    current: ArcSwap<Generation>,
+    store: StoreHandle,
+    fault: FaultPolicy,
+    metrics: Arc<Metrics>,
+    next_id: AtomicU64,
+    reload_lock: std::sync::Mutex<()>,
+}
+
+/// Count the decisions of one descriptor's limits under their policies, as the layer
+/// does: a denied request's admitted decisions are cost-0 views and not counted.
+fn count_decisions(items: &[Item], admitted: bool) {
+    for it in items {
+        let d = &it.decision;
+        if !admitted && d.allowed {
+            continue;
+        }
+        let outcome = match (it.shadow, d.allowed, d.delay.is_zero()) {
+            (false, false, _) => DecisionOutcome::Rejected,
+            (true, false, _) => DecisionOutcome::RejectedDryRun,
+            (false, true, false) => DecisionOutcome::Delayed,
+            (true, true, false) => DecisionOutcome::DelayedDryRun,
+            (_, true, true) => DecisionOutcome::Passed,
+        };
+        it.limit.counters.count(outcome);
+    }
+}
+
+impl Engine {
+    /// An engine serving `rules` on `store`; a store fault is decided by `fault`.
+    pub fn new(
+        rules: Rules,
+        store: StoreHandle,
+        fault: FaultPolicy,
+        metrics: Arc<Metrics>,
+    ) -> Result<Engine, String> {
+        let first = generation::build(rules, &store, None, &metrics, 1)?;
+        metrics.generation.set(1);
+        metrics.set_store(first.store.clone());
+        Ok(Engine {
+            current: ArcSwap::from_pointee(first),
+            store,
+            fault,
+            metrics,
+            next_id: AtomicU64::new(2),
+            reload_lock: std::sync::Mutex::new(()),
+        })
+    }
+
+    /// The generation being served.
+    pub fn current(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The store.
+    pub fn store(&self) -> &StoreHandle {
+        &self.store
+    }
+
+    /// Build a generation from `rules`, taking over the limiters of the current one, and
+    /// serve it. In-flight requests finish on the generation they started with.
+    pub fn reload(&self, rules: Rules) -> Result<u64, String> {
+        let _one_at_a_time = self.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let prev = self.current.load_full();
+        let next = generation::build(rules, &self.store, Some(&prev), &self.metrics, id)?;
+        self.metrics.set_store(next.store.clone());
+        self.current.store(Arc::new(next));
+        self.metrics.generation.set(id as i64);
+        Ok(id)
+    }
+
+    /// Check one request: `domain` and its descriptors, all-or-nothing.
+    pub async fn check(
+        &self,
+        domain: &str,
+        descriptors: &[DescriptorIn<'_>],
+    ) -> Result<Outcome, CheckError> {
+        let generation = self.current.load_full();
+        let g = &*generation;
+        error::validate(domain, descriptors, &g.rules.caps)?;
+        let Some(tree) = g.domains.get(domain) else {
+            g.unknown_domain.inc();
+            return match g.rules.unknown_domain {
+                UnknownDomain::Allow => Ok(Outcome {
+                    over_limit: false,
+                    statuses: descriptors
+                        .iter()
+                        .map(|_| Status::plain(Matched::NoRule, false))
+                        .collect(),
+                    headers: Vec::new(),
+                    delay: Duration::ZERO,
+                    fault: None,
+                }),
+                UnknownDomain::Error => Err(CheckError::UnknownDomain {
+                    domain: domain.to_string(),
+                    known: g.domains.keys().cloned().collect::<Vec<_>>().join(", "),
+                }),
+            };
+        };
+
+        let found: Vec<Option<usize>> = descriptors.iter().map(|d| tree.find(&d.entries)).collect();
+        let replaced: HashSet<&str> = if tree.has_replaces {
+            found
+                .iter()
+                .flatten()
+                .flat_map(|&i| tree.nodes[i].limits.iter())
+                .flat_map(|l| l.def.replaces.iter().map(String::as_str))
+                .collect()
+        } else {
+            HashSet::new()
+        };
+        let mut items = Vec::new();
+        for (desc, (d, node)) in descriptors.iter().zip(&found).enumerate() {
+            let Some(node) = node.map(|i| &tree.nodes[i]) else {
+                continue;
+            };
+            for l in &node.limits {
+                if l.def
+                    .explicit_name
+                    .as_deref()
+                    .is_some_and(|n| replaced.contains(n))
+                {
+                    continue;
+                }
+                let key = l.key(g.shared_keyspace, |k| push_values(k, &d.entries));
+                items.push(Item::new(desc, l.clone(), key, d.cost, node.shadow));
+            }
+        }
+        let decided = if items.is_empty() {
+            Decided {
+                admitted: true,
+                fault: None,
+            }
+        } else {
+            decide(&*g.store, &self.fault, &self.metrics, &mut items).await?
+        };
+        count_decisions(&items, decided.admitted);
+
+        let mut statuses = Vec::with_capacity(descriptors.len());
+        let mut by_desc: Vec<Vec<(Arc<LimitInst>, Decision)>> =
+            (0..descriptors.len()).map(|_| Vec::new()).collect();
+        for it in items {
+            by_desc[it.desc].push((it.limit, it.decision));
+        }
+        let mut applied: Vec<(&floodgate_engine::PolicyInfo, Decision)> = Vec::new();
+        let mut delay = Duration::ZERO;
+        for (desc, (limits, node)) in by_desc.iter().zip(&found).enumerate() {
+            let Some(idx) = *node else {
+                tree.no_rule.inc();
+                statuses.push(Status::plain(Matched::NoRule, false));
+                continue;
+            };
+            let n = &tree.nodes[idx];
+            let dynamic = tree.label(idx, &descriptors[desc].entries).map(|label| {
+                RuleCounters::new(&self.metrics, &tree.name, &label, n.unlimited, n.shadow)
+            });
+            let counters = dynamic.as_ref().unwrap_or(&n.counters);
+            if n.unlimited {
+                counters.unlimited.inc();
+                statuses.push(Status::plain(Matched::Unlimited, n.shadow));
+                continue;
+            }
+            if limits.is_empty() && n.limits.is_empty() {
+                tree.no_rule.inc();
+                statuses.push(Status::plain(Matched::NoRule, false));
+                continue;
+            }
+            let denied = limits.iter().any(|(_, d)| !d.allowed);
+            let over = denied && !n.shadow;
+            if over {
+                counters.rejected.inc();
+            } else if denied {
+                counters.rejected_dry_run.inc();
+            } else {
+                counters.passed.inc();
+                let near = limits.iter().any(|(_, d)| {
+                    let used = d.limit.saturating_sub(d.remaining) as u128;
+                    d.limit > 0 && used * 5 >= d.limit as u128 * 4
+                });
+                if near {
+                    counters.near.inc();
+                }
+            }
+            if !n.shadow {
+                for (l, d) in limits {
+                    applied.push((&l.policy, *d));
+                    delay = delay.max(d.delay);
+                }
+            }
+            statuses.push(Status {
+                over_limit: over,
+                matched: Matched::Limited,
+                shadow: n.shadow,
+                limits: limits.clone(),
+            });
+        }
+        let over_limit = statuses.iter().any(|s| s.over_limit);
+        let headers = headers::render(&g.rules.headers, &applied, over_limit);
+        Ok(Outcome {
+            over_limit,
+            statuses,
+            headers,
+            delay: if over_limit { Duration::ZERO } else { delay },
+            fault: decided.fault,
+        })
+    }
+
+    /// Check `key` under the named policy (the HTTP API's key form).
+    pub async fn check_policy(
+        &self,
+        policy: &str,
+        key: &str,
+        cost: u64,
+    ) -> Result<Outcome, CheckError> {
+        let generation = self.current.load_full();
+        let g = &*generation;
+        let Some(limit) = g.policies.get(policy) else {
+            return Err(CheckError::UnknownPolicy {
+                policy: policy.to_string(),
+                known: g.policies.keys().cloned().collect::<Vec<_>>().join(", "),
+            });
+        };
+        if key.len() > g.rules.caps.max_value_bytes {
+            return Err(CheckError::TooLong {
+                index: 0,
+                entry: 0,
+                what: "key",
+                len: key.len(),
+                max: g.rules.caps.max_value_bytes,
+            });
+        }
+        let k = limit.key(g.shared_keyspace, |k| k.extend_from_slice(key.as_bytes()));
+        let mut items = vec![Item::new(0, limit.clone(), k, cost, false)];
+        let decided = decide(&*g.store, &self.fault, &self.metrics, &mut items).await?;
+        count_decisions(&items, decided.admitted);
+        let d = items[0].decision;
+        let counters = &g.policy_counters[policy];
+        if d.allowed {
+            counters.passed.inc();
+        } else {
+            counters.rejected.inc();
+        }
+        let over_limit = !d.allowed;
+        let headers = headers::render(&g.rules.headers, &[(&limit.policy, d)], over_limit);
+        Ok(Outcome {
+            over_limit,
+            statuses: vec![Status {
+                over_limit,
+                matched: Matched::Limited,
+                shadow: false,
+                limits: vec![(limit.clone(), d)],
+            }],
+            headers,
+            delay: if over_limit { Duration::ZERO } else { d.delay },
+            fault: decided.fault,
+        })
+    }
+}
