@@ -1,7 +1,8 @@
 //! Every configuration example of the book parses, as the command that reads it would
 //! parse it. A `toml` or `yaml` block names what it configures in its info string:
 //! `proxy-config` (`floodgate proxy --config`), `server-config` (`floodgate server
-//! --config`), or `bad-example` (a file a transcript shows being refused; it must fail).
+//! --config`), `bad-example` (a file a transcript shows being refused; it must fail) or
+//! `peer-config` (another product's file, shown beside floodgate's for comparison).
 
 use std::path::Path;
 
@@ -39,12 +40,14 @@ fn every_config_example_names_what_it_configures_and_parses() {
             parse_proxy(b).unwrap_or_else(|e| panic!("{}: {e}", b.place()));
         } else if b.has("server-config") {
             parse_server(b).unwrap_or_else(|e| panic!("{}: {e}", b.place()));
+        } else if b.has("peer-config") {
+            // a peer's file shown for comparison (Limitador's limits): not floodgate's
         } else if b.has("bad-example") {
             let proxy = parse_proxy(b);
             assert!(proxy.is_err(), "{}: a bad example parses", b.place());
         } else {
             panic!(
-                "{}: a {} block must say what it configures (proxy-config, server-config or bad-example)",
+                "{}: a {} block must say what it configures (proxy-config, server-config, bad-example or peer-config)",
                 b.place(),
                 b.lang()
             );
