@@ -94,11 +94,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
                 settings.listen = l;
             }
             settings.admin = cfg.admin;
-            settings.upstream_timeout = cfg.upstream_timeout.unwrap_or(settings.upstream_timeout);
-            settings.connect_timeout = cfg.connect_timeout.unwrap_or(settings.connect_timeout);
-            settings.head_timeout = cfg.head_timeout.unwrap_or(settings.head_timeout);
-            settings.shutdown_grace = cfg.shutdown_grace.unwrap_or(settings.shutdown_grace);
-            settings.upstream_http2 = cfg.upstream_http2;
+            cfg.apply_to(&mut settings);
             (cfg.limiter_builder(), settings, Some(cfg))
         }
         None => (

@@ -44,6 +44,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use crate::body::RequestBody;
+use crate::client_io::{ClientIo, ConnSlot};
 use crate::head_timeout::LazyTimer;
 use crate::hyper_conn::{Served, serve_hyper, stopped};
 use crate::key::PeerAddr;
@@ -66,9 +67,12 @@ pub(crate) async fn serve(
     peer: SocketAddr,
     served: Arc<Served>,
     shutdown: watch::Receiver<bool>,
+    slot: ConnSlot,
 ) {
+    // the connection's place under the caps, given back when it ends
+    let _slot = slot;
     let mut conn = Conn {
-        stream,
+        stream: ClientIo::new(stream, served.send_timeout, served.metrics.clone()),
         buf: BytesMut::with_capacity(READ_BUF),
         out: Vec::with_capacity(READ_BUF),
         shutdown: shutdown.clone(),
@@ -147,7 +151,7 @@ async fn hand_over(conn: Conn, peer: SocketAddr, served: &Served) {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: ClientIo,
     /// Bytes read and not yet taken by a request.
     buf: BytesMut,
     /// The response being written.
@@ -573,7 +577,7 @@ fn put_date(out: &mut Vec<u8>, now: std::time::Instant) {
 /// A connection with bytes already read from it put back in front.
 struct Rewind {
     prefix: Bytes,
-    io: TcpStream,
+    io: ClientIo,
 }
 
 impl AsyncRead for Rewind {

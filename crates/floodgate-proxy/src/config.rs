@@ -13,6 +13,11 @@
 //! upstream_timeout = "30s"             # response head from upstream, else 504
 //! connect_timeout = "5s"               # else 502
 //! head_timeout = "30s"                 # client: idle or slow request head, then closed
+//! send_timeout = "30s"                 # client: not reading its response, then closed
+//! body_timeout = "30s"                 # client: request body stalled, then 408
+//! max_connections = 16384              # client connections at once; more are closed
+//! max_connections_per_client = 1024    # client connections at once from one address
+//! upstream_max_idle = 1024             # idle upstream connections kept, per worker
 //! shutdown_grace = "30s"               # drain in-flight requests on SIGTERM/Ctrl-C
 //! upstream_http2 = false               # h2c prior knowledge to the upstream
 //!
@@ -193,6 +198,27 @@ macro_rules! de_timeout {
 de_timeout!(de_upstream_timeout, "upstream_timeout");
 de_timeout!(de_connect_timeout, "connect_timeout");
 de_timeout!(de_head_timeout, "head_timeout");
+de_timeout!(de_send_timeout, "send_timeout");
+de_timeout!(de_body_timeout, "body_timeout");
+
+/// `fn $name`: the connection cap `$field`, at least 1 (0 would refuse every client).
+macro_rules! de_cap {
+    ($name:ident, $field:literal) => {
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+            let n = usize::deserialize(d)?;
+            if n == 0 {
+                return Err(serde::de::Error::custom(concat!(
+                    $field,
+                    ": a cap of 0 would refuse every connection; give at least 1"
+                )));
+            }
+            Ok(Some(n))
+        }
+    };
+}
+
+de_cap!(de_max_connections, "max_connections");
+de_cap!(de_max_connections_per_client, "max_connections_per_client");
 de_timeout!(de_redis_timeout, "redis.timeout");
 de_timeout!(de_redis_connect_timeout, "redis.connect_timeout");
 
@@ -355,6 +381,21 @@ pub struct Config {
     /// flight (default 30 s), else it is closed.
     #[serde(default, deserialize_with = "de_head_timeout")]
     pub head_timeout: Option<Duration>,
+    /// How long a write to a client may make no progress (default 30 s), else the
+    /// connection is closed.
+    #[serde(default, deserialize_with = "de_send_timeout")]
+    pub send_timeout: Option<Duration>,
+    /// How long a client's request body may stall (default 30 s), else 408.
+    #[serde(default, deserialize_with = "de_body_timeout")]
+    pub body_timeout: Option<Duration>,
+    /// Most client connections at once (default 16 384).
+    #[serde(default, deserialize_with = "de_max_connections")]
+    pub max_connections: Option<usize>,
+    /// Most client connections at once from one address (default 1 024).
+    #[serde(default, deserialize_with = "de_max_connections_per_client")]
+    pub max_connections_per_client: Option<usize>,
+    /// Most idle upstream connections kept per worker (default 1 024).
+    pub upstream_max_idle: Option<usize>,
     /// How long to drain in-flight requests at shutdown (default 30 s).
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub shutdown_grace: Option<Duration>,
@@ -709,6 +750,24 @@ impl PolicySection {
 }
 
 impl Config {
+    /// Set the timeouts, connection caps and upstream settings this file gives on
+    /// `settings` (what it leaves unset stays as it is).
+    pub fn apply_to(&self, settings: &mut crate::ProxySettings) {
+        let s = settings;
+        s.upstream_timeout = self.upstream_timeout.unwrap_or(s.upstream_timeout);
+        s.connect_timeout = self.connect_timeout.unwrap_or(s.connect_timeout);
+        s.head_timeout = self.head_timeout.unwrap_or(s.head_timeout);
+        s.send_timeout = self.send_timeout.unwrap_or(s.send_timeout);
+        s.body_timeout = self.body_timeout.unwrap_or(s.body_timeout);
+        s.max_connections = self.max_connections.unwrap_or(s.max_connections);
+        s.max_connections_per_client = self
+            .max_connections_per_client
+            .unwrap_or(s.max_connections_per_client);
+        s.upstream_max_idle = self.upstream_max_idle.unwrap_or(s.upstream_max_idle);
+        s.shutdown_grace = self.shutdown_grace.unwrap_or(s.shutdown_grace);
+        s.upstream_http2 = self.upstream_http2;
+    }
+
     /// Parse `src` (read from `path`, for messages).
     pub fn parse(src: &str, path: &Path) -> Result<Config, ConfigFileError> {
         let invalid = |span: Option<Range<usize>>, message: String| {
@@ -1050,12 +1109,39 @@ mod tests {
     }
 
     #[test]
+    fn connection_caps_parse_and_zero_is_refused() {
+        let policy = "[[policy]]\nname = \"a\"\nrate = \"1/s\"\n";
+        let cfg = Config::parse(
+            &format!("max_connections = 10\nmax_connections_per_client = 2\nupstream_max_idle = 0\n{policy}"),
+            Path::new("floodgate.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                cfg.max_connections,
+                cfg.max_connections_per_client,
+                cfg.upstream_max_idle
+            ),
+            (Some(10), Some(2), Some(0))
+        );
+        for field in ["max_connections", "max_connections_per_client"] {
+            let e = err(&format!("{field} = 0\n{policy}"));
+            assert!(
+                e.starts_with("floodgate.toml:1:") && e.contains(field) && e.contains("a cap of 0"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn zero_timeouts_are_refused_with_the_field_and_line() {
         let policy = "[[policy]]\nname = \"a\"\nrate = \"1/s\"\n";
         for (field, line) in [
             ("upstream_timeout", 1),
             ("connect_timeout", 1),
             ("head_timeout", 1),
+            ("send_timeout", 1),
+            ("body_timeout", 1),
         ] {
             let e = err(&format!("{field} = \"0s\"\n{policy}"));
             assert!(

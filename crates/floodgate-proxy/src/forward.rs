@@ -4,7 +4,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
-use crate::body::{ClientBody, RequestBody};
+use crate::body::{BodyState, BodyWatch, ClientBody, RequestBody};
 use crate::deny::{ReplyFormat, is_grpc, short_response};
 use crate::key::PeerAddr;
 use crate::metrics::Metrics;
@@ -48,6 +47,8 @@ struct ForwardInner {
     scheme: Scheme,
     authority: Authority,
     timeout: Duration,
+    /// [`ProxySettings::body_timeout`].
+    body_timeout: Duration,
     metrics: Arc<Metrics>,
 }
 
@@ -103,6 +104,19 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     for n in HOP_BY_HOP.iter().chain(&named) {
         h.remove(n);
     }
+}
+
+/// Whether a response's `Content-Length` is over 2^63-1 (nginx's limit, and more than
+/// any body could be), or unreadable as a number.
+fn length_over_i64(h: &HeaderMap) -> bool {
+    h.get_all(CONTENT_LENGTH).iter().any(|v| {
+        v.as_bytes().split(|&b| b == b',').any(|n| {
+            std::str::from_utf8(n)
+                .ok()
+                .and_then(|n| n.trim().parse::<i64>().ok())
+                .is_none()
+        })
+    })
 }
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -169,8 +183,6 @@ fn upstream_fields(
 
 /// How long an upstream connection may sit unused before it is closed.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// Most idle upstream connections kept (per worker).
-const POOL_MAX_IDLE: usize = 1024;
 
 impl Forward {
     /// A forwarder to `settings.upstream`.
@@ -187,6 +199,7 @@ impl Forward {
             Upstream::Http2(Box::new(
                 Client::builder(TokioExecutor::new())
                     .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                    .pool_max_idle_per_host(settings.upstream_max_idle)
                     .pool_timer(TokioTimer::new())
                     .timer(TokioTimer::new())
                     .http2_only(true)
@@ -208,7 +221,7 @@ impl Forward {
                 addr,
                 settings.connect_timeout,
                 POOL_IDLE_TIMEOUT,
-                POOL_MAX_IDLE,
+                settings.upstream_max_idle,
             )))
         };
         Ok(Forward {
@@ -217,9 +230,24 @@ impl Forward {
                 scheme,
                 authority,
                 timeout: settings.upstream_timeout,
+                body_timeout: settings.body_timeout,
                 metrics,
             }),
         })
+    }
+
+    /// 408 for a request whose body stalled, counted; the connection ends with it.
+    fn body_timed_out(&self, format: ReplyFormat) -> Response<ForwardBody> {
+        self.inner.metrics.client_timeout("body");
+        tracing::debug!(timeout = ?self.inner.body_timeout, "the client's request body stalled: 408");
+        let mut r = self.error(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body stalled",
+            format,
+        );
+        r.headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        r
     }
 
     fn error(
@@ -249,7 +277,7 @@ impl Service<Request<RequestBody>> for Forward {
             _ => ReplyFormat::Text,
         };
         // the head is prepared here, so that the future holds only what it waits with
-        let Some((route, body_failed)) = self.route(req) else {
+        let Some((route, body_watch)) = self.route(req) else {
             let resp = self.error(StatusCode::BAD_REQUEST, "unusable request target", format);
             return Box::pin(std::future::ready(Ok(resp)));
         };
@@ -295,17 +323,34 @@ impl Service<Request<RequestBody>> for Forward {
                         .map_err(|_| ())
                 }
             };
+            let body_state = body_watch.as_ref().map(|w| w.state());
             match sent {
+                Ok(Ok(resp)) if length_over_i64(resp.headers()) => {
+                    this.inner.metrics.upstream_error("response");
+                    tracing::warn!(upstream = %this.inner.authority, "upstream Content-Length over 2^63-1");
+                    Ok(this.error(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream response is malformed",
+                        format,
+                    ))
+                }
                 Ok(Ok(resp)) => {
                     let (mut parts, body) = resp.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
                     Ok(Response::from_parts(parts, Either::Left(body)))
                 }
-                Ok(Err((e, _)))
-                    if body_failed
-                        .as_ref()
-                        .is_some_and(|f| f.load(Ordering::Relaxed)) =>
+                // the client's body stalled (it timed out, or the upstream timed out
+                // waiting for the rest of it): the client's doing, 408
+                Ok(Err(_)) if body_state == Some(BodyState::TimedOut) => {
+                    Ok(this.body_timed_out(format))
+                }
+                Err(_)
+                    if body_state
+                        .is_some_and(|s| s == BodyState::Open || s == BodyState::TimedOut) =>
                 {
+                    Ok(this.body_timed_out(format))
+                }
+                Ok(Err((e, _))) if body_state == Some(BodyState::Failed) => {
                     tracing::debug!(error = %e, "the client's request body failed");
                     Ok(this.error(
                         StatusCode::BAD_REQUEST,
@@ -332,7 +377,7 @@ impl Forward {
     /// How `req` goes upstream, and the flag its body sets when it fails (hyper's way
     /// only: the direct way has no body to fail); `None` when its target cannot be sent
     /// to an HTTP/2 upstream.
-    fn route(&self, req: Request<RequestBody>) -> Option<(Route, Option<Arc<AtomicBool>>)> {
+    fn route(&self, req: Request<RequestBody>) -> Option<(Route, Option<Arc<BodyWatch>>)> {
         let (parts, body) = req.into_parts();
         let peer = parts
             .extensions
@@ -349,7 +394,7 @@ impl Forward {
         );
         // set when the client's request body fails (hyper's way only: the direct way
         // has no body to fail)
-        let mut body_failed: Option<Arc<AtomicBool>> = None;
+        let mut body_watch: Option<Arc<BodyWatch>> = None;
         let route = match &self.inner.upstream {
             // no body: the head is encoded straight from the client's
             Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) => {
@@ -395,8 +440,8 @@ impl Forward {
                 } else {
                     (Uri::from(pq), Version::HTTP_11)
                 };
-                let (body, failed) = ClientBody::watch(body);
-                body_failed = Some(failed);
+                let (body, watch) = ClientBody::watch(body, Some(self.inner.body_timeout));
+                body_watch = Some(watch);
                 let mut req = Request::new(body);
                 *req.method_mut() = parts.method;
                 *req.uri_mut() = uri;
@@ -405,7 +450,7 @@ impl Forward {
                 Route::Hyper(Box::new(req))
             }
         };
-        Some((route, body_failed))
+        Some((route, body_watch))
     }
 }
 

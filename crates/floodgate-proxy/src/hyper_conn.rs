@@ -43,6 +43,8 @@ pub(crate) struct Served {
     pub(crate) admission: Arc<Admission>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) head_timeout: Duration,
+    /// [`ProxySettings::send_timeout`].
+    pub(crate) send_timeout: Duration,
     builder: auto::Builder<TokioExecutor>,
 }
 
@@ -57,6 +59,7 @@ impl Served {
             admission: Arc::new(Admission::new(limiter)),
             metrics: limiter.metrics().clone(),
             head_timeout: settings.head_timeout,
+            send_timeout: settings.send_timeout,
             builder: server_builder(),
         })
     }

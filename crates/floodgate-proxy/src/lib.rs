@@ -3,6 +3,7 @@
 
 mod body;
 mod client_conn;
+mod client_io;
 pub mod config;
 pub mod forward;
 mod head_timeout;

@@ -39,6 +39,7 @@ use tokio::net::TcpListener;
 
 pub use crate::body::{ClientBody, RequestBody};
 use crate::client_conn;
+use crate::client_io::{ConnCaps, ConnSlot};
 pub use crate::forward::{Forward, ForwardBody};
 use crate::hyper_conn::{Served, server_builder};
 use crate::layer::RateLimitService;
@@ -49,6 +50,8 @@ use crate::sticky::{FleetService, Sticky};
 /// A bound proxy, ready to [`run`](Proxy::run).
 pub struct Proxy {
     listener: TcpListener,
+    /// Client connections open, against their caps (all workers share them).
+    caps: Arc<ConnCaps>,
     admin: Option<TcpListener>,
     limiter: RateLimiter,
     serving: Serving,
@@ -112,6 +115,11 @@ impl Proxy {
         };
         Ok(Proxy {
             listener,
+            caps: ConnCaps::new(
+                settings.max_connections,
+                settings.max_connections_per_client,
+                limiter.metrics().clone(),
+            ),
             admin,
             serving,
             limiter,
@@ -159,10 +167,15 @@ impl Proxy {
                             continue;
                         }
                     };
+                    // over a cap: closed at once (counted)
+                    let Some(slot) = self.caps.admit(peer.ip()) else {
+                        drop(stream);
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
                     let workers = match &self.serving {
                         Serving::Here(served) => {
-                            draining.serve(served, stream, peer);
+                            draining.serve(served, stream, peer, slot);
                             continue;
                         }
                         Serving::Workers(w) => w,
@@ -172,7 +185,7 @@ impl Proxy {
                     next = next.wrapping_add(1);
                     match stream.into_std() {
                         Ok(s) => {
-                            if w.conns.send((s, peer)).is_err() {
+                            if w.conns.send((s, peer, slot)).is_err() {
                                 tracing::error!(worker = w.index, "worker thread is gone; connection dropped");
                             }
                         }
@@ -238,12 +251,19 @@ impl Draining {
     }
 
     /// Serve one client connection on the current runtime ([`client_conn`]).
-    fn serve(&self, served: &Arc<Served>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    fn serve(
+        &self,
+        served: &Arc<Served>,
+        stream: tokio::net::TcpStream,
+        peer: SocketAddr,
+        slot: ConnSlot,
+    ) {
         tokio::spawn(client_conn::serve(
             stream,
             peer,
             served.clone(),
             self.tx.subscribe(),
+            slot,
         ));
     }
 
@@ -271,12 +291,15 @@ async fn drain(graceful: GracefulShutdown, grace: Duration) {
     }
 }
 
+/// An accepted connection on its way to a worker, with its place under the caps.
+type Accepted = (std::net::TcpStream, SocketAddr, ConnSlot);
+
 /// A worker thread: a single-threaded runtime serving the connections it is handed, with
 /// its own upstream pool (in its [`FleetService`]). It stops when `conns` is closed,
 /// after draining its connections, and then completes `done`.
 struct Worker {
     index: usize,
-    conns: tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>,
+    conns: tokio::sync::mpsc::UnboundedSender<Accepted>,
     done: tokio::sync::oneshot::Receiver<()>,
 }
 
@@ -287,8 +310,7 @@ impl Worker {
         limiter: RateLimiter,
         settings: ProxySettings,
     ) -> std::io::Result<Worker> {
-        let (conns, mut rx) =
-            tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
+        let (conns, mut rx) = tokio::sync::mpsc::unbounded_channel::<Accepted>();
         let (done_tx, done) = tokio::sync::oneshot::channel();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -299,9 +321,9 @@ impl Worker {
                 rt.block_on(async move {
                     let served = Served::new(svc, &limiter, &settings);
                     let draining = Draining::new();
-                    while let Some((stream, peer)) = rx.recv().await {
+                    while let Some((stream, peer, slot)) = rx.recv().await {
                         match tokio::net::TcpStream::from_std(stream) {
-                            Ok(s) => draining.serve(&served, s, peer),
+                            Ok(s) => draining.serve(&served, s, peer, slot),
                             Err(e) => tracing::warn!(error = %e, %peer, "worker cannot take the connection"),
                         }
                     }

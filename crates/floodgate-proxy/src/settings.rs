@@ -31,11 +31,26 @@ pub struct ProxySettings {
     /// flight (idle between requests, or a head arriving too slowly) before it is
     /// closed.
     pub head_timeout: Duration,
+    /// How long a write towards a client may make no progress (the client not reading
+    /// its response) before the connection is closed, and with it the upstream
+    /// exchange it was reading from.
+    pub send_timeout: Duration,
+    /// How long a client's request body may send nothing before the request is answered
+    /// 408 and the connection closed (the upstream exchange is given up).
+    pub body_timeout: Duration,
+    /// Most client connections open at once; beyond, new ones are closed at accept.
+    pub max_connections: usize,
+    /// Most client connections open at once from one client address.
+    pub max_connections_per_client: usize,
+    /// Most idle upstream connections kept, per worker.
+    pub upstream_max_idle: usize,
 }
 
 impl ProxySettings {
     /// Defaults around an upstream: listen 127.0.0.1:8080, 30 s upstream timeout, 5 s
-    /// connect timeout, 30 s grace, HTTP/1.1 upstream, no admin listener.
+    /// connect timeout, 30 s grace, HTTP/1.1 upstream, no admin listener; 30 s head,
+    /// send and body timeouts; at most 16 384 client connections, 1 024 per client
+    /// address, 1 024 idle upstream connections per worker.
     pub fn new(upstream: Uri) -> Self {
         ProxySettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
@@ -47,12 +62,24 @@ impl ProxySettings {
             upstream_http2: false,
             workers: 0,
             head_timeout: DEFAULT_HEAD_TIMEOUT,
+            send_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+            upstream_max_idle: DEFAULT_UPSTREAM_MAX_IDLE,
         }
     }
 }
 
 /// The default [`ProxySettings::head_timeout`] (hyper's header-read timeout before).
 pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default [`ProxySettings::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
+/// The default [`ProxySettings::max_connections_per_client`].
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 1_024;
+/// The default [`ProxySettings::upstream_max_idle`].
+pub const DEFAULT_UPSTREAM_MAX_IDLE: usize = 1_024;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]

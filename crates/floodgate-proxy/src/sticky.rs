@@ -20,7 +20,6 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, ToSocketAddrs};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -33,7 +32,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower_service::Service;
 
-use crate::body::{ClientBody, RequestBody};
+use crate::body::{BodyState, ClientBody, RequestBody};
 use crate::deny::{ReplyFormat, short_response};
 use crate::forward::{Forward, ForwardBody, strip_hop_by_hop};
 use crate::key::PeerAddr;
@@ -245,7 +244,7 @@ impl Sticky {
         parts
             .headers
             .insert(FORWARDED_BY.clone(), self.self_value.clone());
-        let (body, body_failed) = ClientBody::watch(body);
+        let (body, body_failed) = ClientBody::watch(body, None);
         let req = Request::from_parts(parts, body);
         match tokio::time::timeout(self.timeout, sender.try_send_request(req)).await {
             Ok(Ok(resp)) => {
@@ -267,7 +266,7 @@ impl Sticky {
                         e.into_error().to_string(),
                     )
                 }
-                None if body_failed.load(Ordering::Relaxed) => {
+                None if body_failed.state() == BodyState::Failed => {
                     tracing::debug!(error = %e.into_error(), "the client's request body failed");
                     Sent::Response(error(
                         StatusCode::BAD_REQUEST,

@@ -2,6 +2,8 @@
 //! in-process on free ports, and a small client.
 #![allow(dead_code)]
 
+pub mod recorder;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -159,12 +161,9 @@ impl RunningProxy {
         let mut settings = ProxySettings::new(format!("http://{upstream}").parse().unwrap());
         settings.listen = "127.0.0.1:0".parse().unwrap();
         settings.admin = Some("127.0.0.1:0".parse().unwrap());
-        settings.upstream_timeout = cfg.upstream_timeout.unwrap_or(settings.upstream_timeout);
-        settings.connect_timeout = cfg.connect_timeout.unwrap_or(settings.connect_timeout);
-        settings.head_timeout = cfg.head_timeout.unwrap_or(settings.head_timeout);
+        cfg.apply_to(&mut settings);
         settings.shutdown_grace = Duration::from_secs(5);
         settings.workers = workers;
-        settings.upstream_http2 = cfg.upstream_http2;
         let proxy = Proxy::bind(limiter.clone(), &settings).await.unwrap();
         let addr = proxy.local_addr();
         let admin = proxy.admin_addr().unwrap();
