@@ -224,6 +224,8 @@ descriptors:
         "floodgate_decisions_total",
         "floodgate_requests_total",
         "floodgate_store_errors_total",
+        "floodgate_store_keys",
+        "floodgate_store_evicted_total",
     ] {
         assert!(
             shared.iter().any(|n| *n == name),
@@ -243,6 +245,7 @@ descriptors:
         "floodgate_decisions_total{policy=\"api\",outcome=\"rejected\"}",
         "floodgate_requests_total{outcome=\"passed\"}",
         "floodgate_requests_total{outcome=\"rejected\"}",
+        "floodgate_store_keys{policy=\"api\"}",
     ] {
         assert_eq!(
             p_values.get(series),

@@ -9,6 +9,8 @@
 //! | `floodgate_requests_total` | outcome | one per request: `passed`, `delayed`, `rejected`, `store_error_allowed`, `store_error_denied`, and the server's `invalid`, `unknown_domain`, `error` |
 //! | `floodgate_store_errors_total` | kind | store faults: `timeout`, `circuit_open`, `unavailable`, `refused` |
 //! | `floodgate_store_events_total` | event | hybrid fleet: `lease_admit` (no round trip), `round_trip` |
+//! | `floodgate_store_keys` | policy | in-process store: keys held (summed over the limits of one name) |
+//! | `floodgate_store_evicted_total` | policy | in-process store: live keys evicted to respect `max_keys` |
 //! | `floodgate_descriptor_decisions_total` | domain, descriptor, outcome | server: one per descriptor per request (Envoy's per-rule stats): `passed`, `rejected`, `rejected_dry_run`, `unlimited`, `no_rule`, `unknown_domain` |
 //! | `floodgate_near_limit_total` | domain, descriptor | server: admitted with at least 80% of the limit used (Envoy's near-limit ratio) |
 //! | `floodgate_request_duration_seconds` | front | server: latency inside the server (decode to reply), by door |
@@ -25,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use floodgate_engine::metrics::{
-    DecisionLabels, DecisionOutcome, EventLabels, KindLabels, OutcomeLabels, RequestOutcome,
-    STORE_ERROR_KINDS, names,
+    DecisionLabels, DecisionOutcome, EventLabels, KindLabels, OutcomeLabels, PolicyLabels,
+    RequestOutcome, STORE_ERROR_KINDS, names,
 };
 use floodgate_engine::{DecisionStore, StoreError};
 use floodgate_redis::RedisStore;
@@ -35,6 +37,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -242,10 +245,12 @@ impl Metrics {
             .inc();
     }
 
-    /// Export `store`'s events from now on (a reload's new store); the totals of the
-    /// store it replaces are carried over, so the counters stay monotonic.
-    pub fn set_store(&self, store: Arc<dyn DecisionStore>) {
+    /// Export `store`'s counters from now on (a reload's new store); `policies` names its
+    /// policies in index order. The event totals of the store it replaces are carried
+    /// over, so the event counters stay monotonic.
+    pub fn set_store(&self, store: Arc<dyn DecisionStore>, policies: Vec<String>) {
         let mut ev = self.store_events.lock().unwrap_or_else(|p| p.into_inner());
+        ev.policies = policies;
         if let Some(old) = ev.current.take() {
             for (event, n) in old.events() {
                 match ev.carried.iter_mut().find(|(e, _)| *e == event) {
@@ -272,6 +277,7 @@ impl Metrics {
 struct StoreEvents {
     carried: Vec<(&'static str, u64)>,
     current: Option<Arc<dyn DecisionStore>>,
+    policies: Vec<String>,
 }
 
 impl std::fmt::Debug for StoreEvents {
@@ -282,14 +288,27 @@ impl std::fmt::Debug for StoreEvents {
     }
 }
 
-/// Encodes `floodgate_store_events_total{event}` at scrape time.
+/// Encodes the store's own metrics at scrape time: `floodgate_store_events_total{event}`,
+/// and for the in-process store `floodgate_store_keys{policy}` and
+/// `floodgate_store_evicted_total{policy}` (summed over the limits of one name).
 #[derive(Debug)]
 struct StoreEventsCollector(Arc<Mutex<StoreEvents>>);
 
 impl Collector for StoreEventsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let totals = {
+        let (totals, per_policy) = {
             let ev = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut per_policy: Vec<(String, u64, u64)> = Vec::new();
+            let stats = ev.current.as_ref().map(|s| s.stats()).unwrap_or_default();
+            for (name, st) in ev.policies.iter().zip(stats) {
+                match per_policy.iter_mut().find(|(n, _, _)| n == name) {
+                    Some((_, keys, evicted)) => {
+                        *keys += st.keys;
+                        *evicted += st.evicted;
+                    }
+                    None => per_policy.push((name.clone(), st.keys, st.evicted)),
+                }
+            }
             let mut totals = ev.carried.clone();
             for (event, n) in ev.current.as_ref().map(|s| s.events()).unwrap_or_default() {
                 match totals.iter_mut().find(|(e, _)| *e == event) {
@@ -297,8 +316,32 @@ impl Collector for StoreEventsCollector {
                     None => totals.push((event, n)),
                 }
             }
-            totals
+            (totals, per_policy)
         };
+        if !per_policy.is_empty() {
+            let mut keys = encoder.encode_descriptor(
+                names::STORE_KEYS,
+                "Keys held per policy",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (policy, n, _) in &per_policy {
+                let labels = PolicyLabels {
+                    policy: policy.clone(),
+                };
+                ConstGauge::new(i64::try_from(*n).unwrap_or(i64::MAX))
+                    .encode(keys.encode_family(&labels)?)?;
+            }
+            let mut evicted = encoder.encode_descriptor(
+                names::STORE_EVICTED,
+                "Live keys evicted to respect the key cap",
+                None,
+                MetricType::Counter,
+            )?;
+            for (policy, _, n) in per_policy {
+                ConstCounter::new(n).encode(evicted.encode_family(&PolicyLabels { policy })?)?;
+            }
+        }
         if totals.is_empty() {
             return Ok(());
         }

@@ -14,8 +14,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use floodgate_core::multi::MultiDecision;
 use floodgate_core::{Algorithm, Decision};
-use floodgate_engine::{DecisionStore, StoreCheck, StoreError, StoreFailure};
+use floodgate_engine::{DecisionStore, LocalStore, StoreCheck, StoreError, StoreFailure};
 
 use crate::metrics::Metrics;
 
@@ -118,9 +119,26 @@ fn fault(
     Ok(policy.failure)
 }
 
+/// Where a generation's checks go: its store, and the same store when in process (then
+/// decided at once, without a boxed future).
+#[derive(Clone, Copy)]
+pub(super) struct Stores<'a> {
+    pub(super) store: &'a dyn DecisionStore,
+    pub(super) local: Option<&'a LocalStore>,
+}
+
+impl Stores<'_> {
+    async fn check(&self, checks: &[StoreCheck<'_>]) -> Result<MultiDecision, StoreError> {
+        match self.local {
+            Some(l) => l.check_now(checks),
+            None => self.store.check(checks).await,
+        }
+    }
+}
+
 /// Decide every item (see the module docs).
 pub(super) async fn decide(
-    store: &dyn DecisionStore,
+    store: Stores<'_>,
     policy: &FaultPolicy,
     metrics: &Metrics,
     items: &mut [Item],

@@ -130,8 +130,10 @@ pub struct Generation {
     /// The engine store deciding this generation's limits.
     pub(super) store: Arc<dyn DecisionStore>,
     /// The same store when in process (its limiters are taken over on reload).
-    local: Option<Arc<LocalStore>>,
+    pub(super) local: Option<Arc<LocalStore>>,
     pub(super) shared_keyspace: bool,
+    /// The store's policy names, in index order.
+    pub(super) store_names: Vec<String>,
 }
 
 impl std::fmt::Debug for Generation {
@@ -144,6 +146,14 @@ impl std::fmt::Debug for Generation {
 }
 
 impl Generation {
+    /// Where this generation's checks go.
+    pub(super) fn stores(&self) -> super::decide::Stores<'_> {
+        super::decide::Stores {
+            store: &*self.store,
+            local: self.local.as_deref(),
+        }
+    }
+
     /// Every limit, by identity.
     pub fn limits(&self) -> impl Iterator<Item = &Arc<LimitInst>> {
         self.limits.values()
@@ -256,6 +266,7 @@ pub(super) fn build(
         store: store_dyn,
         local,
         shared_keyspace: store.shared_keyspace(),
+        store_names: infos.into_iter().map(|p| p.name).collect(),
     })
 }
 

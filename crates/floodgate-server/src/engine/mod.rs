@@ -152,7 +152,7 @@ impl Engine {
     ) -> Result<Engine, String> {
         let first = generation::build(rules, &store, None, &metrics, 1)?;
         metrics.generation.set(1);
-        metrics.set_store(first.store.clone());
+        metrics.set_store(first.store.clone(), first.store_names.clone());
         Ok(Engine {
             current: ArcSwap::from_pointee(first),
             store,
@@ -185,7 +185,8 @@ impl Engine {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let prev = self.current.load_full();
         let next = generation::build(rules, &self.store, Some(&prev), &self.metrics, id)?;
-        self.metrics.set_store(next.store.clone());
+        self.metrics
+            .set_store(next.store.clone(), next.store_names.clone());
         self.current.store(Arc::new(next));
         self.metrics.generation.set(id as i64);
         Ok(id)
@@ -254,7 +255,7 @@ impl Engine {
                 fault: None,
             }
         } else {
-            decide(&*g.store, &self.fault, &self.metrics, &mut items).await?
+            decide(g.stores(), &self.fault, &self.metrics, &mut items).await?
         };
         count_decisions(&items, decided.admitted);
 
@@ -353,7 +354,7 @@ impl Engine {
         }
         let k = limit.key(g.shared_keyspace, |k| k.extend_from_slice(key.as_bytes()));
         let mut items = vec![Item::new(0, limit.clone(), k, cost, false)];
-        let decided = decide(&*g.store, &self.fault, &self.metrics, &mut items).await?;
+        let decided = decide(g.stores(), &self.fault, &self.metrics, &mut items).await?;
         count_decisions(&items, decided.admitted);
         let d = items[0].decision;
         let counters = &g.policy_counters[policy];
