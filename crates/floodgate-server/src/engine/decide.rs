@@ -153,7 +153,11 @@ pub(super) async fn decide(
         .filter(|it| it.shadow && !it.limit.blocks())
     {
         match store.check(&[it.check(it.cost)]).await {
-            Ok(m) => it.decision = m.decisions[0],
+            Ok(m) => {
+                if let Some(d) = m.decisions.first() {
+                    it.decision = *d;
+                }
+            }
             Err(e) => {
                 fault(e, policy, metrics)?;
                 it.decision = FaultPolicy {
