@@ -25,6 +25,9 @@ pub enum ConfigError {
     /// `max_attempts` of zero: not even the first try would be sent.
     #[error("max_attempts must be >= 1")]
     ZeroAttempts,
+    /// A timer resolution longer than `max_wait`.
+    #[error("timer_resolution {0:?} must not exceed max_wait")]
+    TimerResolution(Duration),
     /// A concurrency limit setting that is out of range.
     #[error("concurrency limit: {0}")]
     Limit(String),

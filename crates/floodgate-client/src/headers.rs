@@ -74,6 +74,10 @@ pub struct Policy {
     pub window: Option<Duration>,
     /// `qu`: what the quota counts.
     pub unit: QuotaUnit,
+    /// `floodgate-capacity`: what a key at rest admits at once (floodgate's bucket
+    /// algorithms), when given as an Integer >= 1. A capacity of 1 tolerates no send
+    /// earlier than one `w / q` after the last (see `PacerConfig::timer_resolution`).
+    pub capacity: Option<u64>,
 }
 
 /// One member of `RateLimit` (or the legacy `X-RateLimit-*` triple, named
@@ -296,11 +300,17 @@ pub fn parse_ratelimit_policy(value: &[u8], limits: &HeaderLimits) -> Vec<Policy
                 },
                 Some(_) => return None,
             };
+            let capacity = item
+                .params
+                .get("floodgate-capacity")
+                .and_then(non_negative)
+                .filter(|c| *c >= 1);
             Some(Policy {
                 name,
                 quota,
                 window,
                 unit,
+                capacity,
             })
         })
         .collect()
@@ -430,6 +440,13 @@ mod tests {
         let p = parse_ratelimit_policy(br#""a";q=1;qu="bananas", "b";q=1;w=0"#, &l());
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].window, None);
+        // floodgate's capacity parameter: an Integer >= 1, anything else is no capacity
+        let p = parse_ratelimit_policy(
+            br#""a";q=100;w=1;floodgate-capacity=1, "b";q=1;w=1;floodgate-capacity=0, "c";q=1;w=1;floodgate-capacity="5""#,
+            &l(),
+        );
+        let caps: Vec<_> = p.iter().map(|p| p.capacity).collect();
+        assert_eq!(caps, [Some(1), None, None]);
     }
 
     #[test]

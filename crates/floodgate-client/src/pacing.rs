@@ -14,6 +14,19 @@
 //! then go `w / q` apart. Intervals are rounded up to the nanosecond: never early.
 //! `Retry-After` blocks the whole host ([`Pacer::block_host`]).
 //!
+//! Sends are booked on a schedule (each `interval` after the one booked before it, not
+//! after the moment a caller woke up), so a timer firing late does not slow the client
+//! down, and a caller that comes late takes the next free slot: never a catch-up burst. Three margins keep a client pacing at the limit under it on a real clock
+//! (`docs/ratelimit-fields.md`, "Pacing on a real clock", has the arithmetic):
+//!
+//! * [`PacerConfig::headroom`]: every interval a fixed fraction longer;
+//! * [`PacerConfig::timer_resolution`]: a policy that tolerates no early send (capacity 1,
+//!   told by `floodgate-capacity=1`) is spaced at least one timer tick above its interval,
+//!   from the first send;
+//! * adaptive widening ([`Pacer::throttled`]): when 429s to paced sends come to more than
+//!   1 % of sends, each widens the host's intervals by [`PacerConfig::widen_step`], and the
+//!   widening decays by half every [`PacerConfig::widen_half_life`].
+//!
 //! Against floodgate (whose fields `docs/ratelimit-fields.md` explains) this runs at the
 //! sustained rate of every algorithm: `q / w` is that rate, and `r / t` never exceeds it.
 //!
@@ -28,6 +41,10 @@ use floodgate_core::time::duration_to_nanos;
 use rand::Rng;
 
 use crate::headers::{Policy, QuotaUnit, Remaining};
+
+/// A 429 counted within this many sends of the previous one widens the pace
+/// ([`Pacer::throttled`]).
+pub const WIDEN_WITHIN: u64 = 100;
 
 /// Pacer settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,6 +64,21 @@ pub struct PacerConfig {
     /// engine sets its own, see `PoliteConfig::pace_headroom`). Clamped to `[0, 1]`; NaN
     /// reads as 0.
     pub headroom: f64,
+    /// The resolution of the timer the waits are slept on (default 1 ms, tokio's). A
+    /// policy with capacity 1 (`floodgate-capacity=1`: every unit must come at least one
+    /// `w / q` after the last) is spaced at least `w / q + timer_resolution` apart: a timer
+    /// that fires on whole ticks would otherwise put most sends exactly one interval apart,
+    /// and the noise of waking up would make about half of those early. Zero turns this off.
+    pub timer_resolution: Duration,
+    /// A 429 to a paced send, when 429s come to more than 1 % of sends, widens the host's
+    /// intervals by `widen_step` more (default 0.02), up to `widen_max`
+    /// ([`Pacer::throttled`]). Clamped to `[0, 1]`; NaN reads as 0 (no widening).
+    pub widen_step: f64,
+    /// The most the widening reaches, as a fraction (default 0.5). Clamped to `[0, 1]`.
+    pub widen_max: f64,
+    /// The widening halves every `widen_half_life` without a 429 (default 30 s; zero:
+    /// it is gone at once).
+    pub widen_half_life: Duration,
 }
 
 impl Default for PacerConfig {
@@ -57,6 +89,44 @@ impl Default for PacerConfig {
             max_hosts: 10_000,
             max_policies: 16,
             headroom: 0.0,
+            timer_resolution: Duration::from_millis(1),
+            widen_step: 0.02,
+            widen_max: 0.5,
+            widen_half_life: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A fraction in `[0, 1]`; NaN reads as 0.
+fn fraction(f: f64) -> f64 {
+    if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) }
+}
+
+/// `ns` made longer by the fraction `f`, rounded up to the nanosecond.
+fn stretch(ns: u64, f: f64) -> u64 {
+    ns.saturating_add((ns as f64 * f).ceil() as u64)
+}
+
+/// The settings in the units the schedule works in.
+#[derive(Debug, Clone, Copy)]
+struct Tuning {
+    max_wait: u64,
+    headroom: f64,
+    guard: u64,
+    step: f64,
+    widen_max: f64,
+    half_life: u64,
+}
+
+impl Tuning {
+    fn of(cfg: &PacerConfig) -> Tuning {
+        Tuning {
+            max_wait: duration_to_nanos(cfg.max_wait),
+            headroom: fraction(cfg.headroom),
+            guard: duration_to_nanos(cfg.timer_resolution),
+            step: fraction(cfg.widen_step),
+            widen_max: fraction(cfg.widen_max),
+            half_life: duration_to_nanos(cfg.widen_half_life),
         }
     }
 }
@@ -68,22 +138,93 @@ struct Slot {
     next: Nanos,
     /// The latest send booked, if any.
     last: Option<Nanos>,
-    /// Spacing from the `RateLimit` advice (`t / r`), ns; in force until `until`.
+    /// Spacing from the `RateLimit` advice (`t / r`), ns, before any margin; in force until
+    /// `until`.
     spread: u64,
-    /// Spacing from the policy (`w / q`), ns; 0 when unknown. The policy does not go stale.
+    /// Spacing from the policy (`w / q`), ns, before any margin; 0 when unknown. The policy
+    /// does not go stale.
     sustained: u64,
     /// The `RateLimit` advice is stale after this instant (the `t` it covered has passed).
     until: Nanos,
+    /// The policy tolerates no early send (capacity 1): one timer tick of margin.
+    strict: bool,
+    /// The adaptive widening, a fraction of the interval, as set at `widened_at`.
+    widen: f64,
+    widened_at: Nanos,
+    /// The latest send booked when a 429 was last counted: a 429 to a send booked no
+    /// later than this was in flight already and tells nothing new.
+    counted_for: Option<Nanos>,
+    /// Sends booked since the last 429 counted (`u64::MAX`: none yet).
+    since_429: u64,
+    /// Strict policies: when the latest send actually went out ([`Pacer::confirm`]).
+    went: Option<Nanos>,
+    /// Held by an `r = 0` until a reset: the next advice with `r > 0` rebooks.
+    held: bool,
 }
 
 impl Slot {
-    /// The spacing to book after a send at `now`.
-    fn interval(&self, now: Nanos) -> u64 {
-        if self.until > now {
+    fn new(policy: String, now: Nanos, until: Nanos) -> Slot {
+        Slot {
+            policy,
+            next: now,
+            last: Some(now),
+            spread: 0,
+            sustained: 0,
+            until,
+            strict: false,
+            widen: 0.0,
+            widened_at: now,
+            counted_for: None,
+            since_429: u64::MAX,
+            went: None,
+            held: false,
+        }
+    }
+
+    /// Whether this policy spaces sends at all.
+    fn paces(&self) -> bool {
+        self.sustained > 0 || self.spread > 0
+    }
+
+    /// The widening in force at `now` (halved every half-life since it was set).
+    fn widening(&self, now: Nanos, tu: &Tuning) -> f64 {
+        if self.widen <= 0.0 || tu.half_life == 0 {
+            return 0.0;
+        }
+        let lives = now.saturating_since(self.widened_at).as_nanos() as f64 / tu.half_life as f64;
+        self.widen * 0.5f64.powf(lives)
+    }
+
+    /// The spacing to book after a send at `now`: the advice's, the headroom, the timer
+    /// guard of a strict policy, then the widening.
+    fn interval(&self, now: Nanos, tu: &Tuning) -> u64 {
+        let base = if self.until > now {
             self.spread.max(self.sustained)
         } else {
             self.sustained
+        };
+        if base == 0 {
+            return 0;
         }
+        let mut ns = stretch(base, tu.headroom);
+        if self.strict {
+            ns = ns.max(base.saturating_add(tu.guard));
+        }
+        stretch(ns, self.widening(now, tu)).min(tu.max_wait)
+    }
+
+    /// The next send goes one interval after the last booked one (and no earlier than any
+    /// hold already in place when `keep_hold`).
+    fn rebook(&mut self, now: Nanos, tu: &Tuning, keep_hold: bool) {
+        let after_last = match self.last {
+            Some(last) => Nanos(last.0.saturating_add(self.interval(now, tu))),
+            None => now,
+        };
+        self.next = if keep_hold {
+            self.next.max(after_last)
+        } else {
+            after_last
+        };
     }
 }
 
@@ -160,7 +301,8 @@ impl Pacer {
 
     /// [`Pacer::observe`], knowing the `RateLimit-Policy` members too: sends of a policy
     /// are never closer than `w / q` (the rate at which its quota comes back), after an
-    /// `r = 0` reset as at any other time.
+    /// `r = 0` reset as at any other time; a policy with `floodgate-capacity=1` gets the
+    /// timer guard ([`PacerConfig::timer_resolution`]).
     pub fn observe_with_policies<R: Rng + ?Sized>(
         &mut self,
         host: &str,
@@ -170,43 +312,27 @@ impl Pacer {
         rng: &mut R,
     ) {
         let cfg = self.cfg;
-        let jitter = if cfg.reset_jitter.is_nan() {
-            0.0
-        } else {
-            cfg.reset_jitter.clamp(0.0, 1.0)
-        };
-        let max_wait = duration_to_nanos(cfg.max_wait);
-        let headroom = if cfg.headroom.is_nan() {
-            0.0
-        } else {
-            cfg.headroom.clamp(0.0, 1.0)
-        };
-        let stretch = |ns: u64| ns.saturating_add((ns as f64 * headroom).ceil() as u64);
+        let tu = Tuning::of(&cfg);
+        let jitter = fraction(cfg.reset_jitter);
         let Some(state) = self.host_mut(host, now) else {
             return;
         };
         for r in advice.iter().take(cfg.max_policies) {
             let Some(reset) = r.reset else { continue };
-            let t = duration_to_nanos(reset).min(max_wait);
+            let t = duration_to_nanos(reset).min(tu.max_wait);
             let until = Nanos(now.0.saturating_add(t));
             let idx = match state.slots.iter().position(|s| s.policy == r.name) {
                 Some(i) => i,
                 None if state.slots.len() < cfg.max_policies => {
                     // the response being read is that of a send that went unbooked for
                     // this policy (the first one): count it as sent now
-                    state.slots.push(Slot {
-                        policy: r.name.clone(),
-                        next: now,
-                        last: Some(now),
-                        spread: 0,
-                        sustained: 0,
-                        until,
-                    });
+                    state.slots.push(Slot::new(r.name.clone(), now, until));
                     state.slots.len() - 1
                 }
                 None => continue,
             };
             let slot = &mut state.slots[idx];
+            let before = slot.interval(now, &tu);
             // the policy's sustained spacing, w / q (kept from earlier responses when this
             // one does not restate the policy)
             if let Some(p) = policies
@@ -215,10 +341,9 @@ impl Pacer {
             {
                 slot.sustained = p
                     .window
-                    .map_or(0, |w| {
-                        stretch(duration_to_nanos(w).div_ceil(p.quota.max(1)))
-                    })
-                    .min(max_wait);
+                    .map_or(0, |w| duration_to_nanos(w).div_ceil(p.quota.max(1)))
+                    .min(tu.max_wait);
+                slot.strict = p.capacity == Some(1);
             }
             slot.until = until;
             if r.remaining == 0 {
@@ -231,16 +356,76 @@ impl Pacer {
                 let at = Nanos(now.0.saturating_add(t).saturating_add(extra));
                 slot.next = slot.next.max(at);
                 slot.spread = 0;
+                slot.held = true;
             } else {
-                slot.spread = stretch(t.div_ceil(r.remaining)).min(max_wait);
-                // the sends already booked stand; the next one goes the new spacing after
-                // the last of them (this also ends a hold from an earlier r = 0)
-                slot.next = match slot.last {
-                    Some(last) => Nanos(last.0.saturating_add(slot.interval(now))),
-                    None => now,
-                };
+                slot.spread = t.div_ceil(r.remaining).min(tu.max_wait);
+                // the sends already booked stand; on a new spacing (or after a hold from an
+                // earlier r = 0) the next one goes that spacing after the last of them
+                if slot.held || slot.interval(now, &tu) != before {
+                    slot.rebook(now, &tu, false);
+                }
+                slot.held = false;
             }
         }
+    }
+
+    /// A send to `host` booked for `sent` (`None`: not known) was answered 429 at `now`.
+    /// A 429 to a send booked before the last one counted is not counted again (the sends
+    /// in flight when a pace proved too tight all hear it). When a counted 429 comes within
+    /// [`WIDEN_WITHIN`] sends of the previous one (more than 1 % of sends denied), every
+    /// policy of the host that paces it widens its interval (see
+    /// [`PacerConfig::widen_step`]) and the next send is rebooked on the wider spacing; a
+    /// rarer 429 (the noise of a busy machine against a small burst) costs a retry, not
+    /// the pace. Returns whether anything widened.
+    pub fn throttled(&mut self, host: &str, sent: Option<Nanos>, now: Nanos) -> bool {
+        let tu = Tuning::of(&self.cfg);
+        let Some(state) = self.hosts.get_mut(host) else {
+            return false;
+        };
+        let mut widened = false;
+        for slot in state.slots.iter_mut().filter(|s| s.paces()) {
+            if let (Some(sent), Some(upto)) = (sent, slot.counted_for)
+                && sent <= upto
+            {
+                continue;
+            }
+            slot.counted_for = Some(slot.last.unwrap_or(now).max(sent.unwrap_or(now)));
+            let frequent = slot.since_429 < WIDEN_WITHIN;
+            slot.since_429 = 0;
+            if !frequent {
+                continue;
+            }
+            slot.widen = (slot.widening(now, &tu) + tu.step).min(tu.widen_max);
+            slot.widened_at = now;
+            slot.rebook(now, &tu, true);
+            widened = true;
+        }
+        widened
+    }
+
+    /// Just before a send booked by [`Pacer::reserve`] goes out at `now`: how much longer
+    /// it must wait. Zero unless a policy of the host tolerates no early send (capacity 1):
+    /// then the send goes no earlier than its interval less half a timer tick after the
+    /// previous send actually went out, so that a send that left late (a busy machine, a
+    /// slow wake-up) pushes the ones booked behind it back instead of leaving them too
+    /// close after it. The send is recorded as going out after that wait.
+    pub fn confirm(&mut self, host: &str, now: Nanos) -> Duration {
+        let tu = Tuning::of(&self.cfg);
+        let Some(state) = self.hosts.get_mut(host) else {
+            return Duration::ZERO;
+        };
+        let mut at = now;
+        for s in state.slots.iter().filter(|s| s.strict) {
+            if let Some(prev) = s.went {
+                let gap = s.interval(now, &tu).saturating_sub(tu.guard / 2);
+                at = at.max(Nanos(prev.0.saturating_add(gap)));
+            }
+        }
+        let at = at.min(Nanos(now.0.saturating_add(tu.max_wait)));
+        for s in state.slots.iter_mut().filter(|s| s.strict) {
+            s.went = Some(at);
+        }
+        at.saturating_since(now)
     }
 
     /// Nothing may be sent to `host` before `until` (from a `Retry-After`).
@@ -256,7 +441,7 @@ impl Pacer {
     /// Reserve the next send to `host`: returns how long to wait from `now` (at most
     /// `max_wait`), and books the send so that the following caller is spaced after it.
     pub fn reserve(&mut self, host: &str, now: Nanos) -> Duration {
-        let max_wait = duration_to_nanos(self.cfg.max_wait);
+        let tu = Tuning::of(&self.cfg);
         let Some(state) = self.hosts.get_mut(host) else {
             return Duration::ZERO;
         };
@@ -264,10 +449,11 @@ impl Pacer {
         for s in &state.slots {
             at = at.max(s.next);
         }
-        let at = at.min(Nanos(now.0.saturating_add(max_wait)));
+        let at = at.min(Nanos(now.0.saturating_add(tu.max_wait)));
         for s in &mut state.slots {
             s.last = Some(at);
-            s.next = Nanos(at.0.saturating_add(s.interval(now)));
+            s.next = Nanos(at.0.saturating_add(s.interval(now, &tu)));
+            s.since_429 = s.since_429.saturating_add(1);
         }
         at.saturating_since(now)
     }
@@ -331,6 +517,7 @@ mod tests {
             quota: 5,
             window: Some(Duration::from_secs(10)),
             unit: QuotaUnit::Requests,
+            capacity: None,
         };
         // q = 5 per w = 10 s: after the reset at 10 s, one send every 2 s
         let mut p = Pacer::new(cfg);
@@ -360,6 +547,7 @@ mod tests {
             quota: 100,
             window: Some(Duration::from_secs(1)),
             unit: QuotaUnit::Requests,
+            capacity: None,
         };
         let now = Nanos::from_secs(1);
         let mut spaced = |r, t| {
@@ -394,6 +582,103 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         p.observe("h", &[rem("default", 3, 1)], now, &mut rng);
         assert_eq!(p.reserve("h", now), Duration::from_nanos(333_333_334));
+    }
+
+    fn policy(q: u64, w: u64, capacity: Option<u64>) -> Policy {
+        Policy {
+            name: "default".into(),
+            quota: q,
+            window: Some(Duration::from_secs(w)),
+            unit: QuotaUnit::Requests,
+            capacity,
+        }
+    }
+
+    /// The waits of `n` sends reserved at once after a response at `now` with `r`, `t` and
+    /// `policy`.
+    fn waits(p: &mut Pacer, policy: Policy, r: u64, now: Nanos, n: usize) -> Vec<Duration> {
+        let mut rng = StdRng::seed_from_u64(9);
+        p.observe_with_policies("h", &[rem("default", r, 1)], &[policy], now, &mut rng);
+        (0..n).map(|_| p.reserve("h", now)).collect()
+    }
+
+    #[test]
+    fn capacity_one_is_paced_a_timer_tick_above_its_interval() {
+        let cfg = PacerConfig {
+            headroom: 0.02,
+            ..PacerConfig::default()
+        };
+        let now = Nanos::from_secs(1);
+        // 100/s with capacity 1: 10 ms + 1 ms (above the 2 % headroom's 10.2 ms)
+        let mut p = Pacer::new(cfg);
+        let w = waits(&mut p, policy(100, 1, Some(1)), 100, now, 3);
+        assert_eq!(w, [11, 22, 33].map(Duration::from_millis).to_vec());
+        // with a burst the headroom alone
+        let mut p = Pacer::new(cfg);
+        let w = waits(&mut p, policy(100, 1, Some(6)), 100, now, 2);
+        assert_eq!(w, [10_200, 20_400].map(Duration::from_micros).to_vec());
+        // 10/s with capacity 1: the headroom (102 ms) is above 100 ms + 1 ms
+        let mut p = Pacer::new(cfg);
+        let w = waits(&mut p, policy(10, 1, Some(1)), 10, now, 1);
+        assert_eq!(w, [Duration::from_millis(102)]);
+        // a send that goes out late pushes the next back: booked at +11 ms and +22 ms, the
+        // first leaves at +15 ms, so the second waits until 10.5 ms after it
+        let mut p = Pacer::new(cfg);
+        let w = waits(&mut p, policy(100, 1, Some(1)), 100, now, 2);
+        assert_eq!(w, [11, 22].map(Duration::from_millis).to_vec());
+        let at = |ms: u64| now.saturating_add(Duration::from_millis(ms));
+        assert_eq!(p.confirm("h", at(15)), Duration::ZERO);
+        assert_eq!(p.confirm("h", at(22)), Duration::from_micros(3_500));
+        // with a burst, no such wait
+        let mut p = Pacer::new(cfg);
+        waits(&mut p, policy(100, 1, Some(6)), 100, now, 2);
+        assert_eq!(p.confirm("h", at(15)), Duration::ZERO);
+        assert_eq!(p.confirm("h", at(16)), Duration::ZERO);
+        // the guard can be turned off
+        let mut p = Pacer::new(PacerConfig {
+            timer_resolution: Duration::ZERO,
+            ..cfg
+        });
+        let w = waits(&mut p, policy(100, 1, Some(1)), 100, now, 1);
+        assert_eq!(w, [Duration::from_micros(10_200)]);
+    }
+
+    #[test]
+    fn frequent_429s_widen_the_pace_once_per_booking_and_the_widening_decays() {
+        let cfg = PacerConfig::default();
+        let now = Nanos::from_secs(1);
+        let mut p = Pacer::new(cfg);
+        // 100/s, no headroom: sends booked 10 ms apart
+        let w = waits(&mut p, policy(100, 1, None), 100, now, 2);
+        assert_eq!(w, [10, 20].map(Duration::from_millis).to_vec());
+        let booked = |d: u64| Some(now.saturating_add(Duration::from_millis(d)));
+        let at = now.saturating_add(Duration::from_millis(11));
+        // a first 429 (to the send booked at +10 ms) is counted, but one is no pattern
+        assert!(!p.throttled("h", booked(10), at));
+        // the send booked at +20 ms was in flight already: not counted
+        assert!(!p.throttled("h", booked(20), at));
+        // the next send is booked at +30 ms; a 429 to it comes within 100 sends of the
+        // first: 2 % wider from the last booked
+        assert_eq!(p.reserve("h", at), Duration::from_millis(19));
+        assert!(p.throttled("h", booked(30), at));
+        assert_eq!(p.reserve("h", at), Duration::from_micros(40_200 - 11_000));
+        // and again: 2 % + 2 % = 4 %
+        assert!(p.throttled("h", booked(41), at));
+        assert_eq!(
+            p.reserve("h", at),
+            Duration::from_micros(40_200 + 10_400 - 11_000)
+        );
+        // one half-life later the widening is half of 4 %
+        let later = at.saturating_add(Duration::from_secs(30));
+        let w = waits(&mut p, policy(100, 1, None), 100, later, 2);
+        assert_eq!(w[1] - w[0], Duration::from_micros(10_200));
+        // a 429 after more than 100 quiet sends does not widen
+        for _ in 0..WIDEN_WITHIN {
+            p.reserve("h", later);
+        }
+        assert!(!p.throttled("h", None, later));
+        // a host without pacing state is not widened
+        assert!(!p.throttled("other", None, at));
     }
 
     #[test]

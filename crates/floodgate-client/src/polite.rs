@@ -7,13 +7,27 @@
 //! 2. before each attempt [`Polite::pace`] (how long to wait before sending);
 //! 3. after each attempt [`Polite::on_response`] or [`Polite::on_error`], which read the
 //!    headers into the pacer and say whether (and after how long) to retry.
+//!
+//! (or, simpler, [`Polite::before_send`] and [`Polite::after_send`] around each attempt,
+//! which also remember when the attempt was booked.)
+//!
+//! A 429 is read in one of two ways. When the same response says, in its `RateLimit`
+//! field, that quota remains (every member has `r > 0`) and its `Retry-After`, if any, is
+//! no later than the end of the effective window `t` those members cover, the denial was
+//! a **pacing miss**: the send came a little early for a limit with little tolerance (a
+//! timer tick, a scheduling hiccup), and the server's own fields say that sends at the pace
+//! go on being admitted. The retry then takes the next paced slot (no whole-second wait:
+//! `t` and `Retry-After` are whole seconds, the pace is the precise moment). Any other 429
+//! is an exhaustion: `Retry-After` takes precedence and holds every request to the host.
+//! Either way a 429 while pacing counts toward widening the pace when they come to more
+//! than 1 % of sends ([`crate::pacing::Pacer::throttled`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use floodgate_core::{Clock, MonotonicClock, WallClock};
+use floodgate_core::{Clock, MonotonicClock, Nanos, WallClock};
 use http::{HeaderMap, Method, StatusCode};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
@@ -23,7 +37,7 @@ use tokio::sync::Notify;
 use crate::ConfigError;
 use crate::backoff::{Backoff, RetryBudget, RetryBudgetConfig, may_retry};
 use crate::concurrency::{AdaptiveLimiter, Outcome, Permit};
-use crate::headers::{HeaderLimits, read_advice};
+use crate::headers::{HeaderLimits, Remaining, read_advice};
 use crate::pacing::{Pacer, PacerConfig};
 
 /// Settings of a polite client. `Default` is a sensible production setting.
@@ -38,7 +52,12 @@ pub struct PoliteConfig {
     /// Headroom kept below the rate the server advertises, as a fraction (default 0.02:
     /// sends go 2 % further apart than `max(w / q, t / r)`), so that timer granularity and
     /// network jitter do not push a client pacing at exactly the limit over it. In `[0, 1]`.
+    /// A 429 while pacing widens this adaptively (`PacerConfig::widen_step`).
     pub pace_headroom: f64,
+    /// The resolution of the timer pacing waits are slept on (default 1 ms, tokio's): a
+    /// policy with capacity 1 is paced at least this much above its interval (see
+    /// `PacerConfig::timer_resolution`). At most `max_wait`.
+    pub timer_resolution: Duration,
     /// Exponential backoff when no `Retry-After` is given.
     pub backoff: Backoff,
     /// Attempts per request, the first included (default 4). Must be >= 1.
@@ -70,6 +89,7 @@ impl Default for PoliteConfig {
             pacing: true,
             reset_jitter: 0.1,
             pace_headroom: 0.02,
+            timer_resolution: Duration::from_millis(1),
             backoff: Backoff::default(),
             max_attempts: 4,
             budget: RetryBudgetConfig::default(),
@@ -103,6 +123,9 @@ pub struct PoliteStats {
     pub retries: u64,
     /// Responses with status 429.
     pub throttled: u64,
+    /// Of those, pacing misses: retried on the next paced slot instead of after
+    /// `Retry-After` (see the module docs).
+    pub pacing_misses: u64,
     /// Retries refused because the budget was spent.
     pub budget_exhausted: u64,
     /// Total time spent waiting by pacing, ns.
@@ -115,8 +138,20 @@ struct Counters {
     attempts: AtomicU64,
     retries: AtomicU64,
     throttled: AtomicU64,
+    pacing_misses: AtomicU64,
     budget_exhausted: AtomicU64,
     paced_nanos: AtomicU64,
+}
+
+/// How a retry waits.
+#[derive(Debug, Clone, Copy)]
+enum RetryWait {
+    /// `Retry-After`, plus jitter.
+    After(Duration),
+    /// The next paced slot: no wait here, the pacer books it before the attempt.
+    Paced,
+    /// Exponential backoff.
+    Backoff,
 }
 
 /// What to do after an attempt.
@@ -161,6 +196,8 @@ impl Attempt {
 pub struct Sending {
     permit: Option<Permit>,
     probe: Option<Probe>,
+    /// The instant the pacer booked this attempt for (on the engine's clock).
+    booked: Option<Nanos>,
 }
 
 /// Hosts tracked for first contact at most; past it, new hosts are not held.
@@ -236,6 +273,9 @@ impl Polite {
         if cfg.max_attempts == 0 {
             return Err(ConfigError::ZeroAttempts);
         }
+        if cfg.timer_resolution > cfg.max_wait {
+            return Err(ConfigError::TimerResolution(cfg.timer_resolution));
+        }
         for f in [cfg.reset_jitter, cfg.retry_after_jitter, cfg.pace_headroom] {
             if !(0.0..=1.0).contains(&f) {
                 return Err(ConfigError::BadPercent(f));
@@ -246,6 +286,7 @@ impl Polite {
             max_wait: cfg.max_wait,
             reset_jitter: cfg.reset_jitter,
             headroom: cfg.pace_headroom,
+            timer_resolution: cfg.timer_resolution,
             max_policies: cfg.header_limits.max_members,
             ..PacerConfig::default()
         });
@@ -290,6 +331,7 @@ impl Polite {
             attempts: c.attempts.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
             throttled: c.throttled.load(Ordering::Relaxed),
+            pacing_misses: c.pacing_misses.load(Ordering::Relaxed),
             budget_exhausted: c.budget_exhausted.load(Ordering::Relaxed),
             paced_nanos: c.paced_nanos.load(Ordering::Relaxed),
         }
@@ -304,16 +346,20 @@ impl Polite {
     /// Book the next send to `host` and return how long to wait before it (zero when
     /// pacing is off or there is no advice). Call before every attempt.
     pub fn pace(&self, host: &str) -> Duration {
+        self.book(host).0
+    }
+
+    /// [`Polite::pace`], also returning the instant booked (`None` when not pacing).
+    fn book(&self, host: &str) -> (Duration, Option<Nanos>) {
         self.counters.attempts.fetch_add(1, Ordering::Relaxed);
         if !self.cfg.pacing {
-            return Duration::ZERO;
+            return (Duration::ZERO, None);
         }
-        let w = self.pacer.lock().reserve(host, self.clock.now());
-        self.counters.paced_nanos.fetch_add(
-            floodgate_core::time::duration_to_nanos(w),
-            Ordering::Relaxed,
-        );
-        w
+        let now = self.clock.now();
+        let w = self.pacer.lock().reserve(host, now);
+        let wait = floodgate_core::time::duration_to_nanos(w);
+        self.counters.paced_nanos.fetch_add(wait, Ordering::Relaxed);
+        (w, Some(now.saturating_add(w)))
     }
 
     fn wall_now(&self) -> SystemTime {
@@ -330,6 +376,18 @@ impl Polite {
         headers: &HeaderMap,
         attempt: &mut Attempt,
     ) -> Verdict {
+        self.on_reply(host, status, headers, attempt, None)
+    }
+
+    /// [`Polite::on_response`] for an attempt booked for `booked` (when known).
+    fn on_reply(
+        &self,
+        host: &str,
+        status: StatusCode,
+        headers: &HeaderMap,
+        attempt: &mut Attempt,
+        booked: Option<Nanos>,
+    ) -> Verdict {
         let now = self.clock.now();
         let limits = HeaderLimits {
             max_wait: self.cfg.max_wait,
@@ -342,9 +400,20 @@ impl Polite {
         let retry_after = advice
             .retry_after
             .filter(|_| self.cfg.retry_after_statuses.contains(&status));
+        let miss = self.cfg.pacing
+            && status == StatusCode::TOO_MANY_REQUESTS
+            && pacing_miss(&advice.remaining, retry_after);
+        if miss {
+            self.counters.pacing_misses.fetch_add(1, Ordering::Relaxed);
+        }
         {
             let mut pacer = self.pacer.lock();
             if self.cfg.pacing {
+                if status == StatusCode::TOO_MANY_REQUESTS {
+                    // the pace was too tight (or the limit is shared): widen it before the
+                    // advice rebooks the next send
+                    pacer.throttled(host, booked, now);
+                }
                 let mut rng = self.rng.lock();
                 pacer.observe_with_policies(
                     host,
@@ -354,7 +423,7 @@ impl Polite {
                     &mut *rng,
                 );
             }
-            if let Some(ra) = retry_after {
+            if let Some(ra) = retry_after.filter(|_| !miss) {
                 // Retry-After takes precedence and holds every request to this host.
                 pacer.block_host(host, now.saturating_add(ra), now);
             }
@@ -362,10 +431,12 @@ impl Polite {
         if !self.cfg.retry_statuses.contains(&status) {
             return Verdict::Done;
         }
-        match retry_after {
-            Some(ra) => self.retry(attempt, Some(ra)),
-            None => self.retry(attempt, None),
-        }
+        let wait = match retry_after {
+            _ if miss => RetryWait::Paced,
+            Some(ra) => RetryWait::After(ra),
+            None => RetryWait::Backoff,
+        };
+        self.retry(attempt, wait)
     }
 
     /// Everything an adapter does before an attempt goes out: when pacing, wait for the
@@ -374,15 +445,26 @@ impl Polite {
     /// adaptive-concurrency permit (when configured). Pair with [`Polite::after_send`].
     pub async fn before_send(&self, host: &str) -> Sending {
         let probe = self.first_contact(host).await;
-        let wait = self.pace(host);
+        let (wait, booked) = self.book(host);
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
+        }
+        if self.cfg.pacing {
+            // a policy with no tolerance: not too close after a send that left late
+            let extra = self.pacer.lock().confirm(host, self.clock.now());
+            if !extra.is_zero() {
+                tokio::time::sleep(extra).await;
+            }
         }
         let permit = match self.limiter() {
             Some(l) => Some(l.acquire().await),
             None => None,
         };
-        Sending { permit, probe }
+        Sending {
+            permit,
+            probe,
+            booked,
+        }
     }
 
     /// `Some` when this request is the first contact with `host`; `None` once the host is
@@ -441,13 +523,17 @@ impl Polite {
         attempt: &mut Attempt,
     ) -> Verdict {
         attempt.sent += 1;
-        let Sending { permit, probe } = sending;
+        let Sending {
+            permit,
+            probe,
+            booked,
+        } = sending;
         let verdict = match reply {
             Some((status, headers)) => {
                 if let Some(p) = permit {
                     p.release(outcome_of(status));
                 }
-                self.on_response(host, status, headers, attempt)
+                self.on_reply(host, status, headers, attempt, booked)
             }
             None => {
                 if let Some(p) = permit {
@@ -462,10 +548,10 @@ impl Polite {
 
     /// A transport error (connection refused, reset, timeout): retry with backoff if allowed.
     pub fn on_error(&self, attempt: &mut Attempt) -> Verdict {
-        self.retry(attempt, None)
+        self.retry(attempt, RetryWait::Backoff)
     }
 
-    fn retry(&self, attempt: &mut Attempt, retry_after: Option<Duration>) -> Verdict {
+    fn retry(&self, attempt: &mut Attempt, how: RetryWait) -> Verdict {
         if !attempt.retryable || !attempt.replayable || attempt.sent >= self.cfg.max_attempts {
             return Verdict::Done;
         }
@@ -476,15 +562,16 @@ impl Polite {
             return Verdict::Done;
         }
         let mut rng = self.rng.lock();
-        let wait = match retry_after {
-            Some(ra) => {
+        let wait = match how {
+            RetryWait::After(ra) => {
                 let span = ra
                     .mul_f64(self.cfg.retry_after_jitter)
                     .max(self.cfg.retry_after_jitter_min);
                 let extra = rng.random_range(0..=floodgate_core::time::duration_to_nanos(span));
                 ra + Duration::from_nanos(extra)
             }
-            None => {
+            RetryWait::Paced => Duration::ZERO,
+            RetryWait::Backoff => {
                 let d = self.cfg.backoff.delay(
                     attempt.sent.saturating_sub(1),
                     attempt.previous_sleep,
@@ -498,6 +585,20 @@ impl Polite {
         self.counters.retries.fetch_add(1, Ordering::Relaxed);
         Verdict::RetryAfter(wait)
     }
+}
+
+/// Whether a 429 carrying `remaining` (its `RateLimit` members) and `retry_after` is a
+/// pacing miss: every member says quota remains (`r > 0`, with a `t`), and `Retry-After`,
+/// if any, is no later than the end of the longest `t` among them (the draft asks a server
+/// never to send a `Retry-After` before the end of `t`: one at that end adds nothing to
+/// what the fields say). No member, or one with `r = 0`, is an exhaustion.
+fn pacing_miss(remaining: &[Remaining], retry_after: Option<Duration>) -> bool {
+    let window = remaining.iter().filter_map(|r| r.reset).max();
+    !remaining.is_empty()
+        && remaining
+            .iter()
+            .all(|r| r.remaining > 0 && r.reset.is_some())
+        && retry_after.is_none_or(|ra| window.is_some_and(|t| ra <= t))
 }
 
 /// The pacing key of a URI: its authority (`host:port`), or `""`.
@@ -548,6 +649,51 @@ mod tests {
         // Every other request to the host waits too.
         assert_eq!(p.pace("h"), Duration::from_secs(3));
         assert_eq!(p.stats().throttled, 1);
+    }
+
+    #[test]
+    fn a_429_that_leaves_quota_is_retried_on_the_pace_not_after_retry_after() {
+        let (p, clock) = engine(PoliteConfig::default());
+        let headers = |r: u64, ra: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                "ratelimit-policy",
+                r#""d";q=100;w=1;floodgate-capacity=1"#.parse().unwrap(),
+            );
+            h.insert("ratelimit", format!(r#""d";r={r};t=1"#).parse().unwrap());
+            h.insert("retry-after", ra.parse().unwrap());
+            h
+        };
+        p.begin();
+        let mut a = Attempt::first(&p, &Method::GET, &HeaderMap::new(), true);
+        assert_eq!(p.pace("h"), Duration::ZERO);
+        a.sent = 1;
+        p.on_response("h", StatusCode::OK, &headers(100, "1"), &mut a);
+        // capacity 1 at 100/s: 11 ms apart (the timer tick above 10 ms)
+        assert_eq!(p.pace("h"), Duration::from_millis(11));
+        clock.advance(Duration::from_millis(11));
+        // denied a hair early, r = 99 over t = 1 and Retry-After: 1 (the end of t): a pacing
+        // miss, retried at once into the pacer's next slot, 2 % wider
+        a.sent = 2;
+        let v = p.on_response(
+            "h",
+            StatusCode::TOO_MANY_REQUESTS,
+            &headers(99, "1"),
+            &mut a,
+        );
+        assert_eq!(v, Verdict::RetryAfter(Duration::ZERO));
+        let next = p.pace("h");
+        assert!(next <= Duration::from_millis(12), "{next:?}");
+        assert_eq!((p.stats().throttled, p.stats().pacing_misses), (1, 1));
+        // a Retry-After beyond t, or r = 0, is an exhaustion: Retry-After holds the host
+        for (r, ra) in [(99, "2"), (0, "1")] {
+            a.sent = 1;
+            let v = p.on_response("h", StatusCode::TOO_MANY_REQUESTS, &headers(r, ra), &mut a);
+            let Verdict::RetryAfter(w) = v else { panic!() };
+            assert!(w >= Duration::from_secs(1), "{r} {ra}: {w:?}");
+            assert!(p.pace("h") >= Duration::from_secs(1), "{r} {ra}");
+        }
+        assert_eq!(p.stats().pacing_misses, 1);
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@
 //! * a plain pacer written here that reads only `q`, `w` (RateLimit-Policy) and `r`, `t`
 //!   (RateLimit): one request at a time, the next planned `max(w / q, t / r)` after the
 //!   previous one, or `t` after a response with `r = 0`;
-//! * the polite client of floodgate-client (its tower layer over hyper, four workers
+//! * the polite client of floodgate-client (its tower layer over hyper, eight workers
 //!   sharing one engine).
 //!
 //! Each must admit at least 90 % of the sustained rate the algorithm allows (the rate's
@@ -25,7 +25,7 @@ mod common;
 use std::time::Duration;
 
 use floodgate_core::{Kind, Rate, Spec};
-use grid::{Cell, cells, run_cell, sustained_per_period};
+use grid::{Cell, Timer, cells, run_cell, sustained_per_period};
 
 #[path = "common/grid.rs"]
 mod grid;
@@ -58,7 +58,12 @@ fn every_algorithm_rate_and_burst_paces_to_the_sustained_rate() {
                 rt.block_on(async {
                     let tasks: Vec<_> = cells
                         .into_iter()
-                        .map(|c| (c, tokio::spawn(run_cell(c, run_length(&c.spec())))))
+                        .map(|c| {
+                            (
+                                c,
+                                tokio::spawn(run_cell(c, run_length(&c.spec()), Timer::Virtual)),
+                            )
+                        })
                         .collect();
                     let mut lines = String::new();
                     for (c, t) in tasks {

@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use floodgate_core::algorithms::FixedWindow;
@@ -46,7 +46,7 @@ pub enum Behavior {
 /// One request as the server saw it.
 #[derive(Debug, Clone, Copy)]
 pub struct Hit {
-    /// Arrival, since the server started.
+    /// Arrival, since the server started (tokio's clock: virtual under a paused clock).
     pub at: Duration,
     /// Arrival, wall clock.
     pub wall: SystemTime,
@@ -66,7 +66,8 @@ struct State {
     behavior: Behavior,
     fixed: Option<Limiter<FixedWindow>>,
     clock: MonotonicClock,
-    started: Instant,
+    /// On tokio's clock, so that arrivals are in virtual time under a paused clock.
+    started: tokio::time::Instant,
     seen: AtomicU64,
     log: Mutex<Vec<Hit>>,
 }
@@ -90,7 +91,7 @@ impl TestServer {
             behavior,
             fixed,
             clock: MonotonicClock::new(),
-            started: Instant::now(),
+            started: tokio::time::Instant::now(),
             seen: AtomicU64::new(0),
             log: Mutex::new(Vec::new()),
         });
