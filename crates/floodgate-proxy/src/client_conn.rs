@@ -215,6 +215,26 @@ enum Parsed {
     NotHere,
 }
 
+/// What the proxy's own path does with the bytes at the front of `buf`, as
+/// [`crate::wire::parse_request_head`] reports it.
+pub(crate) fn own_path_head(buf: &[u8]) -> crate::wire::RequestHead {
+    use crate::wire::RequestHead;
+    let mut head = Head::default();
+    match parse(buf, &mut head) {
+        Parsed::Partial if buf.len() <= MAX_HEAD => RequestHead::Partial,
+        Parsed::Partial | Parsed::NotHere => RequestHead::Hyper,
+        Parsed::Complete => {
+            let len = head.len;
+            let mut b = BytesMut::from(buf);
+            let peer = SocketAddr::from(([0, 0, 0, 0], 0));
+            match head.take_request(&mut b, peer) {
+                Some((req, _)) => RequestHead::Taken(Box::new(req.map(|_| ()).into_parts().0), len),
+                None => RequestHead::Hyper,
+            }
+        }
+    }
+}
+
 /// A request head found in the read buffer, as positions in it (the buffer is borrowed
 /// while parsing; the values are taken from it after). One per connection, reused.
 #[derive(Default)]

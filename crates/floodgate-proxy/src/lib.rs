@@ -13,6 +13,7 @@ mod settings;
 pub mod sticky;
 pub mod target;
 pub mod upstream;
+pub mod wire;
 
 // the layer's modules, under the paths the proxy's modules name them by
 use floodgate_http::{

@@ -326,6 +326,33 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Parsed>, Hea
     })))
 }
 
+/// What the upstream response parser makes of the bytes at the front of `buf`, as
+/// [`crate::wire::parse_response_head`] reports it.
+pub(crate) fn response_head(
+    buf: &[u8],
+    method: &Method,
+) -> Result<crate::wire::ResponseParse, String> {
+    use crate::wire::{BodyFraming, ResponseHead, ResponseParse};
+    let mut b = BytesMut::from(buf);
+    let parsed = parse_head(&mut b, method).map_err(|e| e.to_string())?;
+    let len = buf.len() - b.len();
+    Ok(match parsed {
+        None => ResponseParse::Partial,
+        Some(Parsed::Interim) => ResponseParse::Interim(len),
+        Some(Parsed::Final(f)) => ResponseParse::Final(Box::new(ResponseHead {
+            response: f.response,
+            framing: match f.framing {
+                Framing::Done => BodyFraming::None,
+                Framing::Length(n) => BodyFraming::Length(n),
+                Framing::Chunked(_) => BodyFraming::Chunked,
+                Framing::UntilClose => BodyFraming::UntilClose,
+            },
+            keep_alive: f.keep_alive,
+            len,
+        })),
+    })
+}
+
 /// A Content-Length value: decimal digits only (no sign, no spaces inside), at most 64
 /// bits. A list of equal values (`5, 5`) is accepted, as RFC 9110 §8.6 allows.
 fn parse_length(v: &[u8]) -> Result<u64, HeadError> {
