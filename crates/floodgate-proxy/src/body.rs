@@ -60,8 +60,10 @@ impl http_body::Body for RequestBody {
 /// the forwarder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BodyState {
-    /// Still being read (or not yet).
+    /// Still being read (or not yet), the last read having given bytes.
     Open,
+    /// Still being read, the last read having found nothing: the client owes bytes.
+    Waiting,
     /// Read to its end.
     Ended,
     /// Reading it failed on the client's side (malformed framing, the client hung up).
@@ -80,6 +82,7 @@ impl BodyWatch {
             0 => BodyState::Open,
             1 => BodyState::Ended,
             2 => BodyState::Failed,
+            3 => BodyState::Waiting,
             _ => BodyState::TimedOut,
         }
     }
@@ -89,7 +92,8 @@ impl BodyWatch {
             BodyState::Open => 0,
             BodyState::Ended => 1,
             BodyState::Failed => 2,
-            BodyState::TimedOut => 3,
+            BodyState::Waiting => 3,
+            BodyState::TimedOut => 4,
         };
         self.0.store(v, Ordering::Relaxed);
     }
@@ -165,12 +169,15 @@ impl http_body::Body for ClientBody {
             }
             Poll::Ready(Some(Ok(f))) => {
                 this.stall = None;
-                if this.inner.is_end_stream() {
-                    this.watch.set(BodyState::Ended);
-                }
+                this.watch.set(if this.inner.is_end_stream() {
+                    BodyState::Ended
+                } else {
+                    BodyState::Open
+                });
                 Poll::Ready(Some(Ok(f)))
             }
             Poll::Pending => {
+                this.watch.set(BodyState::Waiting);
                 let Some(idle) = this.idle else {
                     return Poll::Pending;
                 };

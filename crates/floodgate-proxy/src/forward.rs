@@ -340,13 +340,15 @@ impl Service<Request<RequestBody>> for Forward {
                     Ok(Response::from_parts(parts, Either::Left(body)))
                 }
                 // the client's body stalled (it timed out, or the upstream timed out
-                // waiting for the rest of it): the client's doing, 408
+                // while the proxy waited for the client's next bytes): the client's
+                // doing, 408; an upstream that stops reading the body is the upstream's
+                // (504)
                 Ok(Err(_)) if body_state == Some(BodyState::TimedOut) => {
                     Ok(this.body_timed_out(format))
                 }
                 Err(_)
                     if body_state
-                        .is_some_and(|s| s == BodyState::Open || s == BodyState::TimedOut) =>
+                        .is_some_and(|s| s == BodyState::Waiting || s == BodyState::TimedOut) =>
                 {
                     Ok(this.body_timed_out(format))
                 }

@@ -202,3 +202,53 @@ async fn an_upstream_length_over_two_to_the_63_is_a_bad_gateway() {
         "{head}"
     );
 }
+
+/// An upstream that reads a request head and never its body: the upstream's stall, not
+/// the client's, so a 504 counted as an upstream timeout, not a 408.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_stops_reading_the_body_is_a_gateway_timeout() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut s, _)) = l.accept().await {
+            let mut buf = vec![0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            held.push(s); // open, never read again
+        }
+    });
+    let cfg = format!("body_timeout = \"10s\"\nupstream_timeout = \"500ms\"\n{POLICY}");
+    let p = RunningProxy::start(&cfg, upstream).await;
+    let body = vec![b'x'; 16 << 20];
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    // the client sends all it can; what does not fit waits in its own buffers
+    let (mut r, mut w) = s.into_split();
+    tokio::spawn(async move {
+        let _ = w.write_all(&body).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|x| x == b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(5), r.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            other => panic!("no response: {other:?}"),
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+    let m = p.limiter.render_metrics();
+    assert_eq!(
+        sample(&m, r#"floodgate_upstream_errors_total{kind="timeout"}"#),
+        1
+    );
+    assert_eq!(
+        sample(&m, r#"floodgate_client_timeouts_total{kind="body"}"#),
+        0
+    );
+}
