@@ -9,8 +9,15 @@
 # The server is pinned to core 0 (`taskset -c 0`, one worker thread); the load tools to
 # core 1. Server CPU seconds are read from /proc so "calls per server CPU second" is
 # reported next to wall-clock calls/s. Keys on 6379 use a unique prefix and are deleted.
+#   3. With LIMITADOR_BIN=/path/to/limitador-server: Kuadrant's Limitador, the closest
+#      peer, under the same pinning and the same load client in the same run, with the
+#      same limit (namespace bench, one counter per `user` value, 1000000/s; in memory,
+#      then on the Redis at 127.0.0.1:6379, logical database 1, keys expiring after 1 s).
+#      Without it those rows are skipped. Build it from its own repository; nothing of
+#      it is in this one.
 #
 #   scripts/bench-server.sh [REQUESTS] [SECONDS]     (defaults: 300000 10)
+#   LIMITADOR_BIN=/tmp/limitador-server scripts/bench-server.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-300000}
@@ -18,7 +25,7 @@ SECS=${2:-10}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 command -v redis-benchmark >/dev/null && command -v taskset >/dev/null || {
   echo "needs redis-benchmark and taskset" >&2; exit 1; }
-for p in 28179 28180 28181; do
+for p in 28179 28180 28181 28182 28183; do
   if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
 done
 TMP=$(mktemp -d /tmp/fg-bench-server.XXXXXX)
@@ -65,10 +72,10 @@ start_server() {
 
 stop_server() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; }
 
-grpc_run() { # $1 = label, $2 = concurrency
+grpc_run() { # $1 = label, $2 = concurrency, $3 = gRPC port (default 28181)
   local before after line
   before=$(cpu_secs "$SERVER")
-  line=$(taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user "$2" 4 "$N" "$SECS")
+  line=$(taskset -c 1 "$TMP/rls_load" "http://127.0.0.1:${3:-28181}" bench user "$2" 4 "$N" "$SECS")
   after=$(cpu_secs "$SERVER")
   echo "$1 c=$2 $line server_cpu_s=$(awk -v a="$after" -v b="$before" 'BEGIN{printf "%.2f", a-b}')" | tee -a "$TMP/results"
 }
@@ -98,6 +105,36 @@ for c in 16 64; do grpc_run "grpc/redis" "$c"; done
 echo "== CL.THROTTLE over RESP, Redis store (GCRA script on 6379)"
 resp_run "resp/redis" 28179 CL.THROTTLE "k:__rand_int__" 1000000 1000000 1 1
 stop_server
+
+if [ -n "${LIMITADOR_BIN:-}" ]; then
+  cat > "$TMP/limits.yaml" <<EOF
+- namespace: bench
+  max_value: 1000000
+  seconds: 1
+  conditions: []
+  variables:
+    - descriptors[0]['user']
+EOF
+  start_limitador() { # $@ = storage
+    taskset -c 0 "$LIMITADOR_BIN" --rls-ip 127.0.0.1 --rls-port 28182 --http-ip 127.0.0.1 \
+      --http-port 28183 "$TMP/limits.yaml" "$@" >"$TMP/limitador.log" 2>&1 &
+    SERVER=$!
+    PIDS+=("$SERVER")
+    wait_port 28182
+  }
+  echo "== Limitador $("$LIMITADOR_BIN" --version 2>/dev/null | head -1): gRPC ShouldRateLimit, in memory (core 0)"
+  start_limitador memory
+  taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28182 bench user 16 4 20000 5 >/dev/null
+  for c in 16 64; do grpc_run "limitador/memory" "$c" 28182; done
+  stop_server
+  echo "== Limitador: gRPC ShouldRateLimit, Redis store (127.0.0.1:6379/1)"
+  start_limitador redis redis://127.0.0.1:6379/1
+  taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28182 bench user 16 4 20000 5 >/dev/null
+  for c in 16 64; do grpc_run "limitador/redis" "$c" 28182; done
+  stop_server
+else
+  echo "== Limitador rows skipped (set LIMITADOR_BIN to a limitador-server binary)"
+fi
 
 echo "== baseline: the seed's INCR+EXPIRE script on 127.0.0.1:6379 via EVALSHA"
 SHA=$(redis-cli SCRIPT LOAD "local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return c")
