@@ -215,10 +215,22 @@ enum Parsed {
     NotHere,
 }
 
+/// What the proxy's own HTTP/1 path does with a request head.
+#[derive(Debug)]
+pub enum RequestHead {
+    /// Taken on the proxy's own path: the request's head, and the head's length in bytes
+    /// (what follows it is the next request).
+    Taken(Box<http::request::Parts>, usize),
+    /// More bytes are needed.
+    Partial,
+    /// Left to hyper's server, with the connection (a body, an upgrade, HTTP/2, a head
+    /// too large or malformed, a target `http::Uri` does not take...).
+    Hyper,
+}
+
 /// What the proxy's own path does with the bytes at the front of `buf`, as
 /// [`crate::wire::parse_request_head`] reports it.
-pub(crate) fn own_path_head(buf: &[u8]) -> crate::wire::RequestHead {
-    use crate::wire::RequestHead;
+pub(crate) fn own_path_head(buf: &[u8]) -> RequestHead {
     let mut head = Head::default();
     match parse(buf, &mut head) {
         Parsed::Partial if buf.len() <= MAX_HEAD => RequestHead::Partial,

@@ -7,61 +7,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, Response};
-use tokio::io::AsyncWriteExt;
 
-/// What the proxy's own HTTP/1 path does with a request head.
-#[derive(Debug)]
-pub enum RequestHead {
-    /// Taken on the proxy's own path: the request's head, and the head's length in bytes
-    /// (what follows it is the next request).
-    Taken(Box<http::request::Parts>, usize),
-    /// More bytes are needed.
-    Partial,
-    /// Left to hyper's server, with the connection (a body, an upgrade, HTTP/2, a head
-    /// too large or malformed, a target `http::Uri` does not take...).
-    Hyper,
-}
+pub use crate::client_conn::RequestHead;
+pub use crate::upstream::direct::{BodyFraming, ResponseHead, ResponseParse};
+use tokio::io::AsyncWriteExt;
 
 /// What the proxy's own path does with the bytes at the front of `buf`.
 pub fn parse_request_head(buf: &[u8]) -> RequestHead {
     crate::client_conn::own_path_head(buf)
-}
-
-/// How an upstream response's body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFraming {
-    /// No body (HEAD, 204, 304, a length of 0).
-    None,
-    /// This many bytes.
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-    /// Until the upstream closes the connection.
-    UntilClose,
-}
-
-/// A final upstream response head as the parser read it.
-#[derive(Debug)]
-pub struct ResponseHead {
-    /// Status, version and fields.
-    pub response: Response<()>,
-    /// How its body is delimited.
-    pub framing: BodyFraming,
-    /// Whether the connection may be reused after the body.
-    pub keep_alive: bool,
-    /// The head's length in bytes.
-    pub len: usize,
-}
-
-/// What the upstream response parser makes of a response head.
-#[derive(Debug)]
-pub enum ResponseParse {
-    /// More bytes are needed.
-    Partial,
-    /// A 1xx response of this many bytes, skipped.
-    Interim(usize),
-    /// The final response head.
-    Final(Box<ResponseHead>),
 }
 
 /// Parse the upstream response head at the front of `buf`, answering a request with

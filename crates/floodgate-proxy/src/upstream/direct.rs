@@ -326,13 +326,46 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Parsed>, Hea
     })))
 }
 
+/// How an upstream response's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body (HEAD, 204, 304, a length of 0).
+    None,
+    /// This many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Until the upstream closes the connection.
+    UntilClose,
+}
+
+/// A final upstream response head as the parser read it.
+#[derive(Debug)]
+pub struct ResponseHead {
+    /// Status, version and fields.
+    pub response: Response<()>,
+    /// How its body is delimited.
+    pub framing: BodyFraming,
+    /// Whether the connection may be reused after the body.
+    pub keep_alive: bool,
+    /// The head's length in bytes.
+    pub len: usize,
+}
+
+/// What the upstream response parser makes of a response head.
+#[derive(Debug)]
+pub enum ResponseParse {
+    /// More bytes are needed.
+    Partial,
+    /// A 1xx response of this many bytes, skipped.
+    Interim(usize),
+    /// The final response head.
+    Final(Box<ResponseHead>),
+}
+
 /// What the upstream response parser makes of the bytes at the front of `buf`, as
 /// [`crate::wire::parse_response_head`] reports it.
-pub(crate) fn response_head(
-    buf: &[u8],
-    method: &Method,
-) -> Result<crate::wire::ResponseParse, String> {
-    use crate::wire::{BodyFraming, ResponseHead, ResponseParse};
+pub(crate) fn response_head(buf: &[u8], method: &Method) -> Result<ResponseParse, String> {
     let mut b = BytesMut::from(buf);
     let parsed = parse_head(&mut b, method).map_err(|e| e.to_string())?;
     let len = buf.len() - b.len();
