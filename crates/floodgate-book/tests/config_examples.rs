@@ -147,3 +147,62 @@ fn the_proxy_reference_shows_every_field_the_types_accept() {
         block.place()
     );
 }
+
+/// Whether a YAML example sets (or shows, commented out) `field`.
+fn shows_yaml_field(example: &str, field: &str) -> bool {
+    example.lines().any(|line| {
+        let line = line.trim_start().trim_start_matches('#').trim_start();
+        let line = line.strip_prefix("- ").unwrap_or(line);
+        line.starts_with(&format!("{field}:"))
+            || line.contains(&format!("{{{field}:"))
+            || line.contains(&format!("{{ {field}:"))
+            || line.contains(&format!(", {field}:"))
+    })
+}
+
+/// The server page's YAML example is the server's configuration reference: it shows every
+/// field the config types accept at the top level and in each section of settings (the
+/// rules, `domains` and their descriptors, are described field by field in the page's
+/// text and by Envoy's format).
+#[test]
+fn the_server_reference_shows_every_field_the_types_accept() {
+    let block = config_blocks()
+        .into_iter()
+        .find(|b| b.page == "server.md" && b.lang() == "yaml" && b.has("server-config"))
+        .expect("server.md has its YAML configuration example");
+    let refuse = |src: &str| -> String {
+        match floodgate_server::config::parse(Path::new("probe.yaml"), src) {
+            Ok(_) => panic!("an unknown field was accepted in:\n{src}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let mut missing = Vec::new();
+    let sections: [(&str, &str); 8] = [
+        ("", "zz_unknown: 1\n"),
+        ("listen", "listen:\n  zz_unknown: 1\n"),
+        ("store", "store:\n  zz_unknown: 1\n"),
+        ("store.redis", "store:\n  redis:\n    zz_unknown: 1\n"),
+        ("fleet", "fleet:\n  zz_unknown: 1\n"),
+        ("headers", "headers:\n  zz_unknown: 1\n"),
+        ("limits", "limits:\n  zz_unknown: 1\n"),
+        ("defaults", "defaults:\n  zz_unknown: 1\n"),
+    ];
+    for (section, probe) in sections {
+        let fields = expected_fields(&refuse(probe));
+        assert!(
+            !fields.is_empty(),
+            "{section}: no field list in {}",
+            refuse(probe)
+        );
+        for field in fields {
+            if !shows_yaml_field(&block.body, &field) {
+                missing.push(format!("{section}.{field}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{}: the reference does not show {missing:?}",
+        block.place()
+    );
+}
