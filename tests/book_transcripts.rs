@@ -9,7 +9,9 @@
 //! transcript's lines exactly, except in a block marked `numbers-vary`: there numbers and
 //! the verdict words that depend on them (`held`, `NOT HELD`) are masked and runs of
 //! spaces are one space, so a run on any machine at any hour matches (the demo's own
-//! test, `tests/demo_cli.rs`, checks those verdicts).
+//! test, `tests/demo_cli.rs`, checks those verdicts). A block marked `redis` needs the
+//! Redis on 127.0.0.1:6379; `redis-del=PATTERN` deletes the keys matching `PATTERN` there
+//! first, so a transcript that shows a fresh key starts from one.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -110,7 +112,23 @@ fn run(dir: &Path, args: &[String]) -> Vec<String> {
     lines
 }
 
+/// Delete the keys matching `pattern` on the Redis at 127.0.0.1:6379, so a transcript
+/// that shows a fresh key starts from one.
+fn redis_del(pattern: &str) {
+    let keys = Command::new("redis-cli")
+        .args(["--scan", "--pattern", pattern])
+        .output()
+        .expect("run redis-cli");
+    for key in String::from_utf8_lossy(&keys.stdout).lines() {
+        let del = Command::new("redis-cli").args(["del", key]).output();
+        assert!(del.is_ok_and(|o| o.status.success()), "DEL {key}");
+    }
+}
+
 fn check(b: &Block, all: &[Block]) {
+    if let Some(pattern) = b.attr("redis-del") {
+        redis_del(pattern);
+    }
     let dir = tempfile::tempdir().unwrap();
     for f in all.iter().filter(|f| f.page == b.page) {
         if let Some(name) = f.attr("file") {
