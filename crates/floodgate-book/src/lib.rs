@@ -196,19 +196,70 @@ mod tests {
         }
     }
 
-    /// Links between pages and to images point at files that exist.
+    /// mdBook's id for a heading: lower case, letters, digits, `-` and `_` kept, spaces
+    /// made `-`, everything else dropped.
+    fn heading_id(heading: &str) -> String {
+        heading
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The ids of a page's headings (outside code blocks).
+    fn heading_ids(text: &str) -> Vec<String> {
+        let mut in_code = false;
+        let mut ids = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_code = !in_code;
+            } else if !in_code && line.starts_with('#') {
+                ids.push(heading_id(line.trim_start_matches('#').trim()));
+            }
+        }
+        ids
+    }
+
+    #[test]
+    fn heading_ids_are_mdbooks() {
+        assert_eq!(
+            heading_id("Naive vs polite (`--polite`)"),
+            "naive-vs-polite---polite"
+        );
+        assert_eq!(
+            heading_id("CL.THROTTLE against redis-cell"),
+            "clthrottle-against-redis-cell"
+        );
+    }
+
+    /// Links between pages and to images point at files that exist, and a `#fragment` at
+    /// a heading of the page it names.
     #[test]
     fn relative_links_resolve() {
-        for (name, text) in pages().unwrap() {
+        let pages = pages().unwrap();
+        for (name, text) in &pages {
             for part in text.split("](").skip(1) {
-                let target = part.split([')', '#', ' ']).next().unwrap_or("");
-                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                let link = part.split([')', ' ']).next().unwrap_or("");
+                if link.is_empty() || link.contains("://") || link.starts_with("mailto:") {
                     continue;
                 }
+                let (file, fragment) = link.split_once('#').unwrap_or((link, ""));
+                let file = if file.is_empty() { name.as_str() } else { file };
                 assert!(
-                    book_dir().join(target).exists(),
-                    "{name}: the link to {target} leads nowhere"
+                    book_dir().join(file).exists(),
+                    "{name}: the link to {link} leads nowhere"
                 );
+                if !fragment.is_empty() {
+                    let target = &pages.iter().find(|(n, _)| n == file).expect("a page").1;
+                    assert!(
+                        heading_ids(target).iter().any(|id| id == fragment),
+                        "{name}: {link}: {file} has no heading #{fragment}"
+                    );
+                }
             }
         }
     }
