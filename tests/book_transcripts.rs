@@ -11,7 +11,9 @@
 //! spaces are one space, so a run on any machine at any hour matches (the demo's own
 //! test, `tests/demo_cli.rs`, checks those verdicts). A block marked `redis` needs the
 //! Redis on 127.0.0.1:6379; `redis-del=PATTERN` deletes the keys matching `PATTERN` there
-//! first, so a transcript that shows a fresh key starts from one.
+//! first, so a transcript that shows a fresh key starts from one. A block with
+//! `server=FILE` starts `floodgate server --config FILE` first (FILE being one of the
+//! page's `file=` blocks), and its `$ redis-cli ...` commands are run too.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,8 +23,13 @@ use floodgate_book::{Block, blocks};
 
 const PREFIXES: [&str; 2] = ["$ floodgate ", "$ cargo run --release -- "];
 
+/// In a block with a `server=FILE` attribute, `redis-cli` talks to that server.
+const REDIS_CLI: &str = "$ redis-cli ";
+
 /// One command of a transcript and the lines it shows.
 struct Step {
+    /// The program: the `floodgate` binary under test, or `redis-cli`.
+    program: &'static str,
     args: Vec<String>,
     shown: Vec<String>,
 }
@@ -30,9 +37,17 @@ struct Step {
 fn steps(b: &Block) -> Vec<Step> {
     let mut steps: Vec<Step> = Vec::new();
     for line in b.body.lines() {
-        if let Some(rest) = PREFIXES.iter().find_map(|p| line.strip_prefix(p)) {
+        let floodgate = PREFIXES.iter().find_map(|p| line.strip_prefix(p));
+        let cli = line
+            .strip_prefix(REDIS_CLI)
+            .filter(|_| b.attr("server").is_some());
+        if let Some((program, rest)) = floodgate
+            .map(|r| (env!("CARGO_BIN_EXE_floodgate"), r))
+            .or(cli.map(|r| ("redis-cli", r)))
+        {
             let cmd = rest.split(" #").next().unwrap_or(rest);
             steps.push(Step {
+                program,
                 args: cmd.split_whitespace().map(str::to_string).collect(),
                 shown: Vec::new(),
             });
@@ -77,8 +92,8 @@ fn mask(line: &str) -> String {
     out
 }
 
-fn run(dir: &Path, args: &[String]) -> Vec<String> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+fn run(dir: &Path, program: &str, args: &[String]) -> Vec<String> {
+    let mut child = Command::new(program)
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::null())
@@ -90,7 +105,7 @@ fn run(dir: &Path, args: &[String]) -> Vec<String> {
     while child.try_wait().expect("wait").is_none() {
         if start.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
-            panic!("floodgate {args:?} ran over 120 s");
+            panic!("{program} {args:?} ran over 120 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -125,6 +140,40 @@ fn redis_del(pattern: &str) {
     }
 }
 
+/// `floodgate server --config FILE`, started in the transcript's directory for a block
+/// with a `server=FILE` attribute, ready once it prints its listening line; stopped when
+/// dropped.
+struct Server(std::process::Child);
+
+impl Server {
+    fn start(dir: &Path, file: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(["server", "--config", file])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start floodgate server");
+        let out = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)
+            .expect("read the server's first line");
+        assert!(
+            line.starts_with("floodgate server listening "),
+            "floodgate server --config {file} did not start: {line:?}"
+        );
+        Server(child)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn check(b: &Block, all: &[Block]) {
     if let Some(pattern) = b.attr("redis-del") {
         redis_del(pattern);
@@ -135,9 +184,10 @@ fn check(b: &Block, all: &[Block]) {
             std::fs::write(dir.path().join(name), &f.body).unwrap();
         }
     }
+    let _server = b.attr("server").map(|file| Server::start(dir.path(), file));
     let vary = b.has("numbers-vary");
     for step in steps(b) {
-        let got = run(dir.path(), &step.args);
+        let got = run(dir.path(), step.program, &step.args);
         let (want, got): (Vec<String>, Vec<String>) = if vary {
             (
                 step.shown.iter().map(|l| mask(l)).collect(),
@@ -149,8 +199,9 @@ fn check(b: &Block, all: &[Block]) {
         assert_eq!(
             want.join("\n"),
             got.join("\n"),
-            "{}: floodgate {} printed something else",
+            "{}: {} {} printed something else",
             b.place(),
+            step.program,
             step.args.join(" ")
         );
     }
@@ -185,16 +236,23 @@ fn every_shown_command_with_output_is_a_transcript() {
 fn transcripts_match_the_binary() {
     let (ts, all) = transcripts();
     assert!(ts.len() >= 6, "{} transcripts", ts.len());
-    for b in ts.iter().filter(|b| !b.has("redis")) {
+    for b in ts
+        .iter()
+        .filter(|b| !b.has("redis") && b.attr("server").is_none())
+    {
         check(b, &all);
     }
 }
 
-/// Transcripts that need the Redis on 127.0.0.1:6379 (marked `redis`).
+/// Transcripts that need the Redis on 127.0.0.1:6379 (marked `redis`), or start a
+/// `floodgate server` (marked `server=FILE`).
 #[test]
 fn redis_transcripts_match_the_binary() {
     let (ts, all) = transcripts();
-    for b in ts.iter().filter(|b| b.has("redis")) {
+    for b in ts
+        .iter()
+        .filter(|b| b.has("redis") || b.attr("server").is_some())
+    {
         check(b, &all);
     }
 }
