@@ -1,0 +1,213 @@
+//! The string forms of the config's values (rates, durations, upstreams, stores, keys,
+//! networks, methods, statuses), each parsed with an error naming the field.
+
+use super::*;
+
+macro_rules! de_str {
+    ($name:ident, $t:ty, $what:literal, $f:expr) => {
+        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$t, D::Error> {
+            let s = String::deserialize(d)?;
+            parse_with::<$t, _>($what, &s, $f).map_err(serde::de::Error::custom)
+        }
+    };
+}
+
+de_str!(de_rate, Rate, "rate", |s: &str| s.parse::<Rate>());
+de_str!(de_duration, Duration, "duration", |s: &str| {
+    floodgate_core::rate::parse_duration(s)
+});
+de_str!(de_kind, Kind, "algorithm", |s: &str| s.parse::<Kind>());
+de_str!(de_upstream, Uri, "upstream", parse_upstream);
+de_str!(de_store, StoreSpec, "store", |s: &str| s
+    .parse::<StoreSpec>());
+de_str!(de_strategy, Strategy, "strategy", |s: &str| s
+    .parse::<Strategy>());
+
+pub(super) fn de_opt_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
+/// `fn $name`: the timeout field `$field`, a duration above zero (a timeout of 0 would
+/// fail every request or connection).
+macro_rules! de_timeout {
+    ($name:ident, $field:literal) => {
+        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            let t = de_duration(d)?;
+            if t.is_zero() {
+                return Err(serde::de::Error::custom(concat!(
+                    $field,
+                    ": a timeout of 0 would fail every request; give a duration above zero, e.g. \"30s\""
+                )));
+            }
+            Ok(Some(t))
+        }
+    };
+}
+
+de_timeout!(de_upstream_timeout, "upstream_timeout");
+de_timeout!(de_connect_timeout, "connect_timeout");
+de_timeout!(de_head_timeout, "head_timeout");
+de_timeout!(de_send_timeout, "send_timeout");
+de_timeout!(de_body_timeout, "body_timeout");
+
+/// `fn $name`: the connection cap `$field`, at least 1 (0 would refuse every client).
+macro_rules! de_cap {
+    ($name:ident, $field:literal) => {
+        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+            let n = usize::deserialize(d)?;
+            if n == 0 {
+                return Err(serde::de::Error::custom(concat!(
+                    $field,
+                    ": a cap of 0 would refuse every connection; give at least 1"
+                )));
+            }
+            Ok(Some(n))
+        }
+    };
+}
+
+de_cap!(de_max_connections, "max_connections");
+de_cap!(de_max_connections_per_client, "max_connections_per_client");
+de_timeout!(de_redis_timeout, "redis.timeout");
+de_timeout!(de_redis_connect_timeout, "redis.connect_timeout");
+
+pub(super) fn de_opt_upstream<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uri>, D::Error> {
+    de_upstream(d).map(Some)
+}
+
+pub(super) fn de_status<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
+    let n = u16::deserialize(d)?;
+    StatusCode::from_u16(n)
+        .ok()
+        .filter(|s| s.is_client_error() || s.is_server_error())
+        .ok_or_else(|| serde::de::Error::custom(format!("status {n} is not a 4xx or 5xx code")))
+}
+
+pub(super) fn de_nets<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| parse_net(s).map_err(serde::de::Error::custom))
+        .collect()
+}
+
+pub(super) fn de_methods<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Method>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| {
+            Method::from_bytes(s.to_ascii_uppercase().as_bytes())
+                .map_err(|_| serde::de::Error::custom(format!("invalid HTTP method {s:?}")))
+        })
+        .collect()
+}
+
+pub(super) fn parse_net(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("{s:?} is not an IP address or CIDR (e.g. 10.0.0.0/8, 2001:db8::/32)"))
+}
+
+/// An `http://host:port` upstream, without path or query.
+pub fn parse_upstream(s: &str) -> Result<Uri, String> {
+    let uri: Uri = s.parse().map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => {
+            return Err(format!(
+                "{s:?}: scheme {other:?} is not supported; use http:// (floodgate proxies plain HTTP/1.1 or h2c)"
+            ));
+        }
+        None => return Err(format!("{s:?} needs a scheme, e.g. http://127.0.0.1:9000")),
+    }
+    if uri.authority().is_none() {
+        return Err(format!("{s:?} has no host"));
+    }
+    if uri.path() != "/" && !uri.path().is_empty() {
+        return Err(format!(
+            "{s:?}: a path prefix on the upstream is not supported"
+        ));
+    }
+    Ok(uri)
+}
+
+pub(super) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
+/// Where decisions are made.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StoreSpec {
+    /// In-process (default).
+    #[default]
+    Memory,
+    /// A Redis server (`redis://host:port/db`).
+    Redis(String),
+}
+
+impl FromStr for StoreSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<StoreSpec, String> {
+        if s == "memory" {
+            Ok(StoreSpec::Memory)
+        } else if s.starts_with("redis://") || s.starts_with("rediss://") {
+            Ok(StoreSpec::Redis(s.to_string()))
+        } else {
+            Err(format!(
+                "{s:?}: expected \"memory\" or a redis://host:port URL"
+            ))
+        }
+    }
+}
+
+/// A policy key in config form.
+#[derive(Debug, Clone)]
+pub struct KeySpec(pub KeySource);
+
+impl<'de> Deserialize<'de> for KeySpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<KeySpec, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(String),
+            Many(Vec<String>),
+        }
+        let parts = match OneOrMany::deserialize(d)? {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        };
+        if parts.is_empty() {
+            return Err(serde::de::Error::custom("key list is empty"));
+        }
+        parts
+            .iter()
+            .map(|p| parse_key_part(p).map_err(serde::de::Error::custom))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|v| KeySpec(KeySource(v)))
+    }
+}
+
+pub(super) fn parse_key_part(s: &str) -> Result<KeyPart, String> {
+    match s {
+        "ip" => Ok(KeyPart::Ip),
+        "global" => Ok(KeyPart::Global),
+        "route" => Ok(KeyPart::Route),
+        _ => match s.strip_prefix("header:") {
+            Some(h) => HeaderName::from_bytes(h.trim().as_bytes())
+                .map(KeyPart::Header)
+                .map_err(|_| format!("key {s:?}: {h:?} is not a valid header name")),
+            None => Err(format!(
+                "key {s:?}: expected ip, global, route or header:NAME"
+            )),
+        },
+    }
+}
+
+pub(super) fn de_opt_status<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<StatusCode>, D::Error> {
+    de_status(d).map(Some)
+}

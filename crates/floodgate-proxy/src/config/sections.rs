@@ -1,0 +1,319 @@
+//! The tables of the config file besides the top level: `[client_ip]`, `[deny]`,
+//! `[headers]`, `[delay]`, `[allowlist]`, `[fleet]`, `[redis]`, `[[policy]]`, `[[route]]`.
+
+use super::*;
+
+/// `[client_ip]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ClientIpSection {
+    /// Peers whose forwarding header is read.
+    #[serde(default, deserialize_with = "de_nets")]
+    pub trusted_proxies: Vec<IpNet>,
+    /// `x-forwarded-for` (default) or `forwarded`.
+    #[serde(default)]
+    pub header: HeaderChoice,
+    /// 0..=32, default 32.
+    pub ipv4_prefix: Option<u8>,
+    /// 0..=128, default 64.
+    pub ipv6_prefix: Option<u8>,
+}
+
+/// Which forwarding header.
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum HeaderChoice {
+    #[default]
+    XForwardedFor,
+    Forwarded,
+}
+
+/// `[deny]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DenySection {
+    /// Rate-limit denial status (default 429).
+    #[serde(default, deserialize_with = "de_opt_status")]
+    pub status: Option<StatusCode>,
+    /// Retry-After jitter span (default 1 s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub retry_after_jitter: Option<Duration>,
+    /// deny | allow | fallback.
+    #[serde(default)]
+    pub missing_key: MissingKeyChoice,
+    /// Status for missing keys (default 400).
+    #[serde(default, deserialize_with = "de_opt_status")]
+    pub missing_key_status: Option<StatusCode>,
+    /// The key for `missing_key = "fallback"`.
+    pub fallback_key: Option<String>,
+    /// allow | deny when the store fails.
+    #[serde(default)]
+    pub store_error: StoreErrorChoice,
+}
+
+/// `missing_key`.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum MissingKeyChoice {
+    #[default]
+    Deny,
+    Allow,
+    Fallback,
+}
+
+/// `store_error`.
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum StoreErrorChoice {
+    #[default]
+    Allow,
+    Deny,
+}
+
+/// `[headers]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HeadersSection {
+    /// RateLimit-Policy and RateLimit.
+    pub ratelimit: bool,
+    /// off | delta | epoch.
+    pub legacy: LegacyChoice,
+    /// X-RateLimit-Delay-Ms.
+    pub delay: bool,
+}
+
+impl Default for HeadersSection {
+    fn default() -> Self {
+        HeadersSection {
+            ratelimit: true,
+            legacy: LegacyChoice::Off,
+            delay: true,
+        }
+    }
+}
+
+/// `legacy`.
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum LegacyChoice {
+    #[default]
+    Off,
+    Delta,
+    Epoch,
+}
+
+/// `[delay]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DelaySection {
+    /// Requests held at once (default 10 000).
+    pub max_waiting: Option<usize>,
+}
+
+/// `[allowlist]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AllowlistSection {
+    /// IPs and CIDRs.
+    #[serde(default, deserialize_with = "de_nets")]
+    pub ips: Vec<IpNet>,
+    /// Header-derived keys.
+    #[serde(default)]
+    pub keys: Vec<String>,
+}
+
+/// `[fleet]`: this proxy is one of N sharing the limits (see [`crate::fleet`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSection {
+    /// sticky | local | shared | hybrid.
+    #[serde(deserialize_with = "de_strategy")]
+    pub strategy: Strategy,
+    /// Every node's advertised `host:port`, this one included.
+    pub nodes: Vec<String>,
+    /// This node's advertised `host:port`.
+    #[serde(rename = "self")]
+    pub self_node: String,
+    /// Hybrid: the most units leased per round trip (default 10).
+    pub lease: Option<u64>,
+    /// Hybrid: lease lifetime (default 1 s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub lease_ttl: Option<Duration>,
+}
+
+impl FleetSection {
+    /// The validated fleet.
+    pub fn fleet(&self) -> Result<Fleet, FleetError> {
+        Fleet::new(
+            self.strategy,
+            self.nodes.iter().cloned(),
+            self.self_node.clone(),
+        )?
+        .with_lease(
+            self.lease.unwrap_or(crate::fleet::DEFAULT_LEASE),
+            self.lease_ttl.unwrap_or(crate::fleet::DEFAULT_LEASE_TTL),
+        )
+    }
+}
+
+/// `[redis]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSection {
+    /// Key prefix (default `floodgate:`).
+    pub prefix: Option<String>,
+    /// Per-call timeout (default 50 ms); a slower answer is a store error.
+    #[serde(default, deserialize_with = "de_redis_timeout")]
+    pub timeout: Option<Duration>,
+    /// Time allowed to connect (default 1 s).
+    #[serde(default, deserialize_with = "de_redis_connect_timeout")]
+    pub connect_timeout: Option<Duration>,
+    /// After a failed call, Redis is left alone this long, then probed (default 250 ms;
+    /// 0 probes at once).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub breaker_open_for: Option<Duration>,
+    /// Denials remembered locally per policy, each saving a round trip until its retry
+    /// time (default 100 000; 0 turns the cache off).
+    pub deny_cache_keys: Option<usize>,
+    /// `redis` (Redis `TIME`, default: one clock for every process) or `caller`.
+    #[serde(default)]
+    pub time: RedisTime,
+}
+
+impl RedisSection {
+    /// The Redis store's settings: these, over the defaults.
+    pub fn store_config(&self) -> floodgate_redis::StoreConfig {
+        let d = floodgate_redis::StoreConfig::default();
+        floodgate_redis::StoreConfig {
+            prefix: self.prefix.clone().unwrap_or(d.prefix.clone()),
+            timeout: self.timeout.unwrap_or(d.timeout),
+            connect_timeout: self.connect_timeout.unwrap_or(d.connect_timeout),
+            breaker_open_for: self.breaker_open_for.unwrap_or(d.breaker_open_for),
+            deny_cache_keys: self.deny_cache_keys.unwrap_or(d.deny_cache_keys),
+            time: match self.time {
+                RedisTime::Redis => floodgate_redis::TimeSource::Redis,
+                RedisTime::Caller => floodgate_redis::TimeSource::Caller,
+            },
+            ..d
+        }
+    }
+}
+
+/// `[redis] time`.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
+pub enum RedisTime {
+    #[default]
+    Redis,
+    Caller,
+}
+
+/// Why a configured limiter could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildConfigError {
+    /// Invalid policies or settings.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The Redis store could not be reached or set up.
+    #[error("store {url}: {message}")]
+    Store {
+        /// The URL, password redacted.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// `[[policy]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySection {
+    /// Name (printable ASCII).
+    pub name: String,
+    /// Algorithm (default leaky-queue, as nginx).
+    #[serde(default = "default_kind", deserialize_with = "de_kind")]
+    pub algorithm: Kind,
+    /// COUNT/PERIOD.
+    #[serde(deserialize_with = "de_rate")]
+    pub rate: Rate,
+    /// nginx / redis-cell burst: capacity - 1.
+    pub burst: Option<u64>,
+    /// Units admitted at once from rest.
+    pub capacity: Option<u64>,
+    /// leaky-queue: never delay.
+    #[serde(default)]
+    pub nodelay: bool,
+    /// leaky-queue: delay only beyond this many excess requests.
+    pub delay: Option<u64>,
+    /// What to count by (default ip).
+    pub key: Option<KeySpec>,
+    /// Shadow mode.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+fn default_kind() -> Kind {
+    Kind::LeakyQueue
+}
+
+/// `[[route]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    /// Path prefix (default "/").
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// Methods (default any).
+    #[serde(default, deserialize_with = "de_methods")]
+    pub methods: Vec<Method>,
+    /// Policy names.
+    pub policies: Vec<Spanned<String>>,
+    /// Cost per request under every policy (default 1).
+    pub cost: Option<u64>,
+    /// Per-policy cost overrides.
+    #[serde(default)]
+    pub costs: std::collections::BTreeMap<Spanned<String>, u64>,
+}
+
+fn default_prefix() -> String {
+    "/".into()
+}
+
+impl PolicySection {
+    pub(super) fn spec(&self) -> Result<Spec, String> {
+        let mut spec = Spec::new(self.algorithm, self.rate);
+        spec.capacity = match (self.burst, self.capacity) {
+            (Some(_), Some(_)) => {
+                return Err("set burst or capacity, not both (capacity = burst + 1)".into());
+            }
+            (Some(b), None) => Some(
+                b.checked_add(1)
+                    .ok_or_else(|| format!("burst {b} is too large"))?,
+            ),
+            (None, c) => c,
+        };
+        if spec.capacity == Some(0) {
+            return Err("capacity must be at least 1".into());
+        }
+        let queue = self.algorithm == Kind::LeakyQueue;
+        spec.delay = match (self.nodelay, self.delay) {
+            (true, Some(_)) => return Err("set nodelay or delay, not both".into()),
+            _ if !queue && (self.nodelay || self.delay.is_some()) => {
+                return Err(format!(
+                    "nodelay and delay apply only to algorithm = \"leaky-queue\", not {:?}",
+                    self.algorithm.name()
+                ));
+            }
+            (true, None) => DelayMode::NoDelay,
+            (false, Some(n)) => DelayMode::After(n),
+            (false, None) => DelayMode::After(0),
+        };
+        spec.build().map_err(|e| e.to_string())?;
+        Ok(spec)
+    }
+}

@@ -1,0 +1,272 @@
+use super::*;
+
+fn err(src: &str) -> String {
+    Config::parse(src, Path::new("floodgate.toml"))
+        .unwrap_err()
+        .to_string()
+}
+
+/// The configuration reference in the book (docs/proxy.md) parses and builds.
+#[test]
+fn full_example_parses_and_builds() {
+    let src = include_str!("../../../../docs/proxy.md")
+        .lines()
+        .skip_while(|l| !l.starts_with("```toml,proxy-config"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
+    assert_eq!(cfg.policies.len(), 2);
+    let l = cfg.limiter_builder().build().unwrap();
+    assert_eq!(l.policies()[0].spec.capacity, Some(21));
+}
+
+#[test]
+fn redis_section_sets_the_store() {
+    let cfg = Config::parse(
+        "store = \"redis://127.0.0.1:6379/\"\n[redis]\nprefix = \"p:\"\ntimeout = \"20ms\"\n\
+         connect_timeout = \"2s\"\nbreaker_open_for = \"0s\"\ndeny_cache_keys = 0\ntime = \"caller\"\n\
+         [[policy]]\nname = \"a\"\nrate = \"1/s\"\n",
+        Path::new("x.toml"),
+    )
+    .unwrap();
+    let rc = cfg.redis.store_config();
+    assert_eq!(rc.prefix, "p:");
+    assert_eq!(rc.timeout, Duration::from_millis(20));
+    assert_eq!(rc.connect_timeout, Duration::from_secs(2));
+    assert_eq!(rc.breaker_open_for, Duration::ZERO);
+    assert_eq!(rc.deny_cache_keys, 0);
+    assert_eq!(rc.time, floodgate_redis::TimeSource::Caller);
+    // unset: the store's defaults
+    let d = floodgate_redis::StoreConfig::default();
+    let rc = RedisSection::default().store_config();
+    assert_eq!(
+        (rc.timeout, rc.breaker_open_for, rc.deny_cache_keys),
+        (d.timeout, d.breaker_open_for, d.deny_cache_keys)
+    );
+    let e = err("[redis]\nconnect_timeout = \"0s\"\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
+    assert!(
+        e.starts_with("floodgate.toml:2:") && e.contains("redis.connect_timeout: a timeout of 0"),
+        "{e}"
+    );
+    let e = err("[redis]\ndeny_cache_keys = -1\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
+    assert!(e.starts_with("floodgate.toml:2:"), "{e}");
+}
+
+#[test]
+fn connection_caps_parse_and_zero_is_refused() {
+    let policy = "[[policy]]\nname = \"a\"\nrate = \"1/s\"\n";
+    let cfg = Config::parse(
+        &format!(
+            "max_connections = 10\nmax_connections_per_client = 2\nupstream_max_idle = 0\n{policy}"
+        ),
+        Path::new("floodgate.toml"),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            cfg.max_connections,
+            cfg.max_connections_per_client,
+            cfg.upstream_max_idle
+        ),
+        (Some(10), Some(2), Some(0))
+    );
+    for field in ["max_connections", "max_connections_per_client"] {
+        let e = err(&format!("{field} = 0\n{policy}"));
+        assert!(
+            e.starts_with("floodgate.toml:1:") && e.contains(field) && e.contains("a cap of 0"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn zero_timeouts_are_refused_with_the_field_and_line() {
+    let policy = "[[policy]]\nname = \"a\"\nrate = \"1/s\"\n";
+    for (field, line) in [
+        ("upstream_timeout", 1),
+        ("connect_timeout", 1),
+        ("head_timeout", 1),
+        ("send_timeout", 1),
+        ("body_timeout", 1),
+    ] {
+        let e = err(&format!("{field} = \"0s\"\n{policy}"));
+        assert!(
+            e.starts_with(&format!("floodgate.toml:{line}:"))
+                && e.contains(field)
+                && e.contains("a timeout of 0 would fail every request"),
+            "{e}"
+        );
+    }
+    let e = err(&format!("{policy}[redis]\ntimeout = \"0ms\"\n"));
+    assert!(
+        e.starts_with("floodgate.toml:5:") && e.contains("redis.timeout: a timeout of 0"),
+        "{e}"
+    );
+    // above zero is fine, and a grace of 0 (do not wait) stays allowed
+    let cfg = Config::parse(
+        &format!("head_timeout = \"1ms\"\nshutdown_grace = \"0s\"\n{policy}"),
+        Path::new("x.toml"),
+    )
+    .unwrap();
+    assert_eq!(cfg.head_timeout, Some(Duration::from_millis(1)));
+}
+
+#[test]
+fn errors_name_file_line_and_field() {
+    let e = err("[[policy]]\nname = \"a\"\nrate = \"10/q\"\n");
+    assert!(e.starts_with("floodgate.toml:3:8: "), "{e}");
+    assert!(
+        e.contains("unknown unit \"q\"") && e.contains("units: ns, us"),
+        "{e}"
+    );
+    let e = err("[[policy]]\nname = \"a\"\nrate = \"10/s\"\nbrust = 3\n");
+    assert!(
+        e.starts_with("floodgate.toml:4:1: ") && e.contains("unknown field `brust`"),
+        "{e}"
+    );
+    let e = err("listen = \"x\"\n");
+    assert!(e.starts_with("floodgate.toml:1:10: "), "{e}");
+    let e = err("[[policy]]\nname = \"a\"\nrate = \"10/s\"\nburst = 2\ndelay = 5\n");
+    assert!(
+        e.starts_with("floodgate.toml:1:1: ") && e.contains("delay=5 is above burst=2"),
+        "{e}"
+    );
+    let e = err("[[policy]]\nname = \"a\"\nrate = \"0/s\"\n");
+    assert!(
+        e.contains("floodgate.toml:3:8") && e.contains("count must be at least 1"),
+        "{e}"
+    );
+    let e = err("[[policy]]\nname = \"a\"\nrate = \"1/s\"\n[[route]]\npolicies = [\"a\", \"a\"]\n");
+    assert!(
+        e.starts_with("floodgate.toml:5:18: ") && e.contains("policy \"a\" is listed twice"),
+        "{e}"
+    );
+    let e = err("[[policy]]\nname = \"a\"\nrate = \"1/s\"\n[[route]]\npolicies = [\"b\"]\n");
+    assert!(
+        e.starts_with("floodgate.toml:5:13: ") && e.contains("unknown policy \"b\""),
+        "{e}"
+    );
+    let e = err("upstream = \"https://x:1\"\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
+    assert!(e.contains("not supported"), "{e}");
+    let e = err("[deny]\nstatus = 200\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
+    assert!(e.contains("2:10") && e.contains("not a 4xx or 5xx"), "{e}");
+    let e = err("[[policy]]\nname = \"a\"\nrate = \"1/s\"\nalgorithm = \"gcra\"\nnodelay = true\n");
+    assert!(e.contains("only to algorithm = \"leaky-queue\""), "{e}");
+    let e = err("[[policy]]\nname = \"a\\\"b\"\nrate = \"1/s\"\n");
+    assert!(e.contains("printable ASCII"), "{e}");
+    assert!(err("").contains("no [[policy]]"));
+}
+
+const POLICY: &str = "[[policy]]\nname = \"p\"\nalgorithm = \"gcra\"\nrate = \"10/s\"\n";
+
+fn fleet_err(store: &str, fleet: &str) -> String {
+    err(&format!("{store}{POLICY}[fleet]\n{fleet}"))
+}
+
+#[test]
+fn fleet_errors_are_clear_and_located() {
+    let nodes = "nodes = [\"127.0.0.1:8081\", \"127.0.0.1:8082\"]\n";
+    let e = fleet_err(
+        "",
+        &format!("strategy = \"sticky\"\n{nodes}self = \"127.0.0.1:9999\"\n"),
+    );
+    assert!(
+        e.starts_with("floodgate.toml:5:1: fleet: self \"127.0.0.1:9999\" is not in nodes [127.0.0.1:8081, 127.0.0.1:8082]"),
+        "{e}"
+    );
+    let e = fleet_err("", "strategy = \"local\"\nnodes = []\nself = \"a:1\"\n");
+    assert!(e.contains("fleet: nodes is empty"), "{e}");
+    let e = fleet_err(
+        "",
+        &format!("strategy = \"round-robin\"\n{nodes}self = \"127.0.0.1:8081\"\n"),
+    );
+    assert!(
+        e.starts_with("floodgate.toml:6:12: ") && e.contains("unknown strategy \"round-robin\""),
+        "{e}"
+    );
+    for strategy in ["shared", "hybrid"] {
+        let e = fleet_err(
+            "",
+            &format!("strategy = \"{strategy}\"\n{nodes}self = \"127.0.0.1:8081\"\n"),
+        );
+        assert!(
+            e.contains(&format!(
+                "strategy \"{strategy}\" needs a shared store: set store = \"redis://"
+            )),
+            "{e}"
+        );
+    }
+    let redis = "store = \"redis://127.0.0.1:6379/\"\n";
+    for strategy in ["sticky", "local"] {
+        let e = fleet_err(
+            redis,
+            &format!("strategy = \"{strategy}\"\n{nodes}self = \"127.0.0.1:8081\"\n"),
+        );
+        assert!(e.contains("counts in process on each node"), "{e}");
+    }
+    let e = fleet_err("", &format!("strategy = \"local\"\n{nodes}\n"));
+    assert!(e.contains("missing field `self`"), "{e}");
+    let e = fleet_err(
+        "",
+        "strategy = \"local\"\nnodes = [\"localhost\"]\nself = \"localhost\"\n",
+    );
+    assert!(e.contains("node \"localhost\" is not host:port"), "{e}");
+    let e = fleet_err(
+        redis,
+        &format!("strategy = \"hybrid\"\n{nodes}self = \"127.0.0.1:8081\"\nlease = 0\n"),
+    );
+    assert!(e.contains("lease must be at least 1"), "{e}");
+    let e = err(&format!(
+        "{redis}[[policy]]\nname = \"q\"\nrate = \"10/s\"\n[fleet]\nstrategy = \"hybrid\"\n{nodes}self = \"127.0.0.1:8081\"\n"
+    ));
+    assert!(e.contains("a delaying leaky-queue cannot be leased"), "{e}");
+}
+
+#[test]
+fn fleet_local_enforces_the_share_and_sticky_names_owners() {
+    let nodes = "nodes = [\"127.0.0.1:8081\", \"127.0.0.1:8082\", \"127.0.0.1:8083\"]\n";
+    let src = format!("{POLICY}[fleet]\nstrategy = \"local\"\n{nodes}self = \"127.0.0.1:8082\"\n");
+    let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
+    let l = cfg.limiter_builder().build().unwrap();
+    // 10/s with capacity 10 over 3 nodes: ceil(10/3) = 4 at once, 10/3 per second
+    assert_eq!(l.policies()[0].spec.capacity, Some(4));
+    assert_eq!(
+        l.policies()[0].spec.rate.emission_interval_nanos(),
+        300_000_000
+    );
+    assert!(l.owner_of(&http::Request::new(())).is_none(), "not sticky");
+
+    let src = format!(
+        "[[policy]]\nname = \"k\"\nalgorithm = \"gcra\"\nrate = \"10/s\"\nkey = \"header:x-api-key\"\n[fleet]\nstrategy = \"sticky\"\n{nodes}self = \"127.0.0.1:8082\"\n"
+    );
+    let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
+    let l = cfg.limiter_builder().build().unwrap();
+    assert_eq!(
+        l.policies()[0].spec.capacity,
+        None,
+        "sticky keeps the full limit"
+    );
+    let fleet = cfg.fleet().unwrap();
+    let mut owners = std::collections::BTreeMap::new();
+    for i in 0..60 {
+        let req = http::Request::builder()
+            .header("x-api-key", format!("key-{i}"))
+            .extension(crate::key::PeerAddr(([127, 0, 0, 1], 5000).into()))
+            .body(())
+            .unwrap();
+        let owner = l.owner_of(&req).unwrap().to_string();
+        let key = l.routing_key(&req).unwrap();
+        assert_eq!(key, format!("k\x1fkey-{i}").into_bytes());
+        assert_eq!(owner, fleet.owner(&key));
+        *owners.entry(owner).or_insert(0) += 1;
+    }
+    assert_eq!(owners.len(), 3, "{owners:?}");
+    // no key: decided where it arrives
+    let req = http::Request::builder()
+        .extension(crate::key::PeerAddr(([127, 0, 0, 1], 5000).into()))
+        .body(())
+        .unwrap();
+    assert!(l.owner_of(&req).is_none());
+}
