@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 use floodgate_book::{Block, blocks};
 
+mod common;
+use common::Proc;
+
 const PREFIXES: [&str; 2] = ["$ floodgate ", "$ cargo run --release -- "];
 
 /// In a block with a `server=FILE` attribute, `redis-cli` talks to that server.
@@ -143,35 +146,24 @@ fn redis_del(pattern: &str) {
 /// `floodgate server --config FILE`, started in the transcript's directory for a block
 /// with a `server=FILE` attribute, ready once it prints its listening line; stopped when
 /// dropped.
-struct Server(std::process::Child);
-
-impl Server {
-    fn start(dir: &Path, file: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-            .args(["server", "--config", file])
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start floodgate server");
-        let out = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)
-            .expect("read the server's first line");
-        assert!(
-            line.starts_with("floodgate server listening "),
-            "floodgate server --config {file} did not start: {line:?}"
-        );
-        Server(child)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn start_server(dir: &Path, file: &str) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["server", "--config", file])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start floodgate server");
+    let out = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)
+        .expect("read the server's first line");
+    assert!(
+        line.starts_with("floodgate server listening "),
+        "floodgate server --config {file} did not start: {line:?}"
+    );
+    Proc(child)
 }
 
 fn check(b: &Block, all: &[Block]) {
@@ -184,7 +176,7 @@ fn check(b: &Block, all: &[Block]) {
             std::fs::write(dir.path().join(name), &f.body).unwrap();
         }
     }
-    let _server = b.attr("server").map(|file| Server::start(dir.path(), file));
+    let _server = b.attr("server").map(|file| start_server(dir.path(), file));
     let vary = b.has("numbers-vary");
     for step in steps(b) {
         let got = run(dir.path(), step.program, &step.args);

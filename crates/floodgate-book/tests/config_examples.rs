@@ -55,8 +55,9 @@ fn every_config_example_names_what_it_configures_and_parses() {
     }
 }
 
-/// The proxy page's reference example shows at least two policies, and every `[redis]`
-/// setting it shows reaches the store's settings.
+/// The proxy page's reference example builds its two policies (the first with the
+/// capacity its nginx burst says), and every `[redis]` setting it shows reaches the
+/// store's settings.
 #[test]
 fn the_proxy_reference_example_is_complete() {
     let block = config_blocks()
@@ -64,8 +65,11 @@ fn the_proxy_reference_example_is_complete() {
         .find(|b| b.page == "proxy.md" && b.has("proxy-config"))
         .expect("proxy.md has its configuration example");
     let cfg = parse_proxy(&block).unwrap();
+    assert_eq!(cfg.policies.len(), 2);
     let limiter = cfg.limiter_builder().build().unwrap();
     assert!(limiter.policies().len() >= 2);
+    // per-ip: burst = 20, nginx's meaning: capacity 21
+    assert_eq!(limiter.policies()[0].spec.capacity, Some(21));
     let rc = cfg.redis.store_config();
     assert_eq!(rc.breaker_open_for, std::time::Duration::from_millis(250));
 }

@@ -6,22 +6,6 @@ fn err(src: &str) -> String {
         .to_string()
 }
 
-/// The configuration reference in the book (docs/proxy.md) parses and builds.
-#[test]
-fn full_example_parses_and_builds() {
-    let src = include_str!("../../../../docs/proxy.md")
-        .lines()
-        .skip_while(|l| !l.starts_with("```toml,proxy-config"))
-        .skip(1)
-        .take_while(|l| !l.starts_with("```"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
-    assert_eq!(cfg.policies.len(), 2);
-    let l = cfg.limiter_builder().build().unwrap();
-    assert_eq!(l.policies()[0].spec.capacity, Some(21));
-}
-
 #[test]
 fn redis_section_sets_the_store() {
     let cfg = Config::parse(
