@@ -10,6 +10,7 @@ pub mod hybrid_store;
 pub mod metrics;
 #[cfg(feature = "redis")]
 pub mod redis_store;
+pub mod settle;
 pub mod store;
 
 pub use fault::{StoreError, StoreErrorKind, StoreFailure};
@@ -18,4 +19,5 @@ pub use fleet::{Fleet, FleetError, Strategy};
 pub use hybrid_store::HybridStore;
 #[cfg(feature = "redis")]
 pub use redis_store::RedisDecisionStore;
+pub use settle::{Reservation, Reserved, Settled};
 pub use store::{DecisionStore, LocalStore, PolicyInfo, PolicyStats, StoreCheck, TokioWallClock};
