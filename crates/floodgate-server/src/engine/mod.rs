@@ -20,6 +20,7 @@ pub mod decide;
 pub mod error;
 pub mod generation;
 pub mod matching;
+pub mod settle;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -121,6 +122,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
     reload_lock: std::sync::Mutex<()>,
+    /// Reservations made over the wire, not settled yet.
+    reservations: settle::Reservations,
 }
 
 /// Count the decisions of one descriptor's limits under their policies, as the layer
@@ -160,6 +163,7 @@ impl Engine {
             metrics,
             next_id: AtomicU64::new(2),
             reload_lock: std::sync::Mutex::new(()),
+            reservations: settle::Reservations::default(),
         })
     }
 
