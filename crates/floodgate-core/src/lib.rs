@@ -4,6 +4,8 @@
 pub mod algorithm;
 pub mod algorithms;
 pub mod any;
+#[cfg(feature = "serde")]
+pub mod de;
 pub mod decision;
 pub mod direct;
 pub mod error;

@@ -53,6 +53,21 @@ pub enum ResetFormat {
     Epoch,
 }
 
+/// The config form: `delta` or `epoch` (`legacy = "off"` is no format at all).
+#[cfg(feature = "config")]
+impl<'de> serde::Deserialize<'de> for ResetFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ResetFormat, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        match s.as_str() {
+            "delta" => Ok(ResetFormat::Delta),
+            "epoch" => Ok(ResetFormat::Epoch),
+            _ => Err(serde::de::Error::custom(format!(
+                "{s:?}: expected delta or epoch"
+            ))),
+        }
+    }
+}
+
 /// Which headers to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeaderOptions {

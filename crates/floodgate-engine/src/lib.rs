@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+#[cfg(feature = "config")]
+pub mod config;
 pub mod deny;
 pub mod fault;
 pub mod fleet;
