@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod admin;
 #[cfg(feature = "config")]
 pub mod config;
 pub mod deny;
@@ -9,6 +10,7 @@ pub mod fleet;
 pub mod headers;
 #[cfg(feature = "redis")]
 pub mod hybrid_store;
+pub mod insight;
 pub mod metrics;
 #[cfg(feature = "redis")]
 pub mod redis_store;

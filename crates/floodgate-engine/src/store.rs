@@ -261,6 +261,17 @@ impl LocalStore {
         Ok(check_all(&list, now))
     }
 
+    /// What a check of `key` costing `cost` under `policy` would answer now, consuming
+    /// nothing and inserting nothing (the admin API's key lookup).
+    pub fn peek(
+        &self,
+        policy: &PolicyInfo,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<floodgate_core::Decision, StoreError> {
+        Ok(self.limiter(policy)?.peek(key, self.clock.now(), cost))
+    }
+
     fn limiter(
         &self,
         policy: &PolicyInfo,
