@@ -9,6 +9,7 @@ pub mod de;
 pub mod decision;
 pub mod direct;
 pub mod error;
+pub mod inflight;
 pub mod keyed;
 pub mod multi;
 pub mod rate;
