@@ -155,6 +155,8 @@ pub mod pages {
     pub struct Client;
     #[doc = include_str!("../../../docs/decision.md")]
     pub struct Decision;
+    #[doc = include_str!("../../../docs/settle.md")]
+    pub struct Settle;
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod keyed;
 pub mod multi;
 pub mod rate;
 pub mod ratelimit_fields;
+pub mod settle;
 pub mod simulate;
 pub mod time;
 
@@ -24,4 +25,5 @@ pub use direct::{AtomicGcra, Limiter};
 pub use error::ConfigError;
 pub use keyed::{KeyedLimiter, Stats};
 pub use rate::Rate;
+pub use settle::{Charge, Reservation, Settle, SettleError, Settlement};
 pub use time::{Clock, ManualClock, MonotonicClock, Nanos, WallClock};

@@ -29,42 +29,8 @@ fn admitted<A: Algorithm>(alg: &A, arr: &[(u64, u64)]) -> Vec<(u64, u64)> {
     out
 }
 
-/// Largest sum of units in any half-open span [t, t + w).
-fn max_in_rolling(events: &[(u64, u64)], w: u64) -> u64 {
-    let (mut best, mut sum, mut lo) = (0, 0, 0);
-    for &(t, c) in events {
-        sum += c;
-        while events[lo].0 + w <= t {
-            sum -= events[lo].1;
-            lo += 1;
-        }
-        best = best.max(sum);
-    }
-    best
-}
-
-/// For every pair i <= j of admissions, units admitted in [t_i, t_j] must be at most
-/// `capacity + rate x (t_j - t_i)`.
-fn assert_rate_bound(
-    events: &[(u64, u64)],
-    capacity: u64,
-    units_per_ns: f64,
-) -> Result<(), TestCaseError> {
-    for i in 0..events.len() {
-        let mut sum = 0u64;
-        for j in i..events.len() {
-            sum += events[j].1;
-            let bound = capacity as f64 + (events[j].0 - events[i].0) as f64 * units_per_ns + 1e-6;
-            prop_assert!(
-                sum as f64 <= bound,
-                "admitted {sum} in [{}, {}] > bound {bound}",
-                events[i].0,
-                events[j].0
-            );
-        }
-    }
-    Ok(())
-}
+mod spans;
+use spans::{assert_rate_bound, max_in_rolling};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]

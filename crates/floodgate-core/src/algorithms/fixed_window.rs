@@ -12,6 +12,10 @@ use crate::time::Nanos;
 /// `2 x limit` across a boundary* (all of one window's quota at its end, all of the next
 /// one's at its start). Two integers of state.
 ///
+/// **Settle** ([`crate::settle`]): an actual cost above the estimate is added to the count
+/// of the window the settle falls in (debt until that window ends); a refund goes only
+/// into the window charged, while it is the current one.
+///
 /// Windows are aligned to multiples of `W` on the time axis passed in: pass wall-clock
 /// time ([`crate::time::WallClock`]) or Redis `TIME` so that every node agrees where a
 /// window starts.
@@ -106,7 +110,7 @@ impl Algorithm for FixedWindow {
         let count = used + cost;
         let reset = if count > 0 { to_end } else { Duration::ZERO };
         (
-            Decision::allow(self.limit, self.limit - count, reset),
+            Decision::allow(self.limit, self.limit.saturating_sub(count), reset),
             (cost > 0).then_some(FixedWindowState { window, count }),
         )
     }

@@ -11,6 +11,10 @@ use crate::time::Nanos;
 /// admitted; a key at rest may burst `capacity` at once, then gets one unit per emission
 /// interval. One integer of state (the theoretical arrival time).
 ///
+/// **Settle** ([`crate::settle`]): an actual cost above the estimate moves the TAT past
+/// `now + tau` (debt: denied until it is back within); a refund gives back only what of
+/// the charge has not elapsed.
+///
 /// Parameters, in nanoseconds: emission interval `T = period / count`, delay variation
 /// tolerance `tau = T x capacity`. A request of cost `c` moves the theoretical arrival
 /// time to `max(now, TAT) + c x T` and is admitted when that is at most `now + tau`.

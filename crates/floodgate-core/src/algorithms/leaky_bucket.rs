@@ -14,6 +14,10 @@ use crate::time::Nanos;
 /// held so that they are *forwarded* at `rate`: the backend never sees a burst above
 /// `delay + 1`.
 ///
+/// **Settle** ([`crate::settle`]): an actual cost above the estimate raises the level past
+/// `burst + 1` (debt, drained before anything is admitted); a refund gives back only what
+/// has not drained since the charge.
+///
 /// This is nginx `limit_req` (`rate`, `burst`, `nodelay`, `delay=N`): the bucket's level is
 /// nginx's `excess + 1` request (the request being served), drained continuously at
 /// `rate`. A request of cost `c` raises the level by `c`; it is admitted when the level

@@ -17,6 +17,10 @@ use crate::time::Nanos;
 /// classic boundary burst (`L` at the end of one window, `L` at the start of the next)
 /// it admits `L`. Three integers of state.
 ///
+/// **Settle** ([`crate::settle`]): an actual cost above the estimate is added to the
+/// current window's count; a refund goes only into the window charged, while it is the
+/// current or the previous one.
+///
 /// The comparison is exact rational arithmetic: admitted iff
 /// `previous x (W - elapsed) + (current + cost) x W <= limit x W`.
 #[derive(Debug, Clone, PartialEq, Eq)]

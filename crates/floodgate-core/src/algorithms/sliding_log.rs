@@ -12,6 +12,10 @@ use crate::time::Nanos;
 /// **Guarantee:** at most `limit` units in *any* rolling window of length `W`, exactly:
 /// a unit admitted at `t` counts against every request in `[t, t + W)`.
 ///
+/// **Settle** ([`crate::settle`]): an actual cost above the estimate is logged at the
+/// settle instant; a refund comes only out of the entry at the instant charged, while it
+/// is in the window.
+///
 /// Memory is one entry (instant, units) per distinct admitted instant, at most `limit`
 /// entries per key (every entry holds at least one unit).
 ///
@@ -36,8 +40,8 @@ pub struct SlidingLog {
 /// Sliding-log per-key state: admitted `(instant, units)`, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlidingLogState {
-    entries: VecDeque<(Nanos, u64)>,
-    total: u64,
+    pub(crate) entries: VecDeque<(Nanos, u64)>,
+    pub(crate) total: u64,
 }
 
 impl SlidingLogState {
@@ -62,7 +66,7 @@ impl SlidingLog {
     }
 
     #[inline]
-    fn expired(&self, t: Nanos, now: Nanos) -> bool {
+    pub(crate) fn expired(&self, t: Nanos, now: Nanos) -> bool {
         t.0.saturating_add(self.window_ns) <= now.0
     }
 

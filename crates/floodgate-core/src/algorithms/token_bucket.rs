@@ -12,6 +12,10 @@ use crate::time::Nanos;
 /// **Guarantee:** over any span of length `t`, at most `capacity + refill x t` units are
 /// admitted; long-run rate `refill`, bursts up to `capacity`.
 ///
+/// **Settle** ([`crate::settle`]): an actual cost above the estimate takes the tokens below
+/// zero (debt, repaid by the refill before anything is admitted); a refund gives back only
+/// what the refill since the charge has not covered.
+///
 /// Tokens are kept in nano-tokens (10^-9 token) and refilled continuously, computed exactly
 /// in 128-bit from elapsed nanoseconds, so no refill is lost to rounding between calls
 /// beyond one nano-token. Two integers of state.
