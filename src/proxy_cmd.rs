@@ -9,7 +9,7 @@ use clap::Args;
 use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Algorithm, Kind, Rate, Spec};
 use floodgate_http::{Policy, RateLimiter, RateLimiterBuilder};
-use floodgate_proxy::config::{Config, StoreSpec, parse_upstream};
+use floodgate_proxy::config::{Config, parse_upstream};
 use floodgate_proxy::proxy::{Proxy, ProxySettings, shutdown_signal};
 
 /// Flags of `floodgate proxy`.
@@ -171,7 +171,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         .context("cannot start the runtime")?;
     rt.block_on(async move {
         let limiter = match &cfg {
-            Some(cfg) if cfg.store != StoreSpec::Memory => {
+            Some(cfg) if cfg.store.kind != floodgate_proxy::config::StoreKind::Memory => {
                 cfg.build().await.context("invalid configuration")?
             }
             _ => builder.build().context("invalid configuration")?,

@@ -141,11 +141,11 @@ fn check_config_reports_file_line_and_field() {
     for (src, want) in [
         (
             "[[policy]]\nname = \"a\"\nrate = \"10/q\"\n",
-            "bad.toml:3:8: rate: invalid rate \"10/q\": unknown unit",
+            "bad.toml:3:8: policy[0].rate: invalid rate \"10/q\": unknown unit",
         ),
         (
             "[[policy]]\nname = \"a\"\nrate = \"10/s\"\nwindow = 3\n",
-            "bad.toml:4:1: unknown field `window`",
+            "bad.toml:4:1: policy[0].window: unknown field `window`",
         ),
         (
             "[[policy]]\nname = \"a\"\nrate = \"10/s\"\nburst = 1\ndelay = 4\n",

@@ -136,6 +136,21 @@ fn section_offset(src: &str, name: &str) -> Option<usize> {
     None
 }
 
+/// Every renamed key, `(old, new)`, as the book's renamed-keys table lists them: the old
+/// spellings are still read (each noted as a [`Renamed`] when used).
+pub const RENAMED_KEYS: &[(&str, &str)] = &[
+    ("store = \"memory\"", "store.type = \"memory\""),
+    (
+        "store = \"redis://…\"",
+        "store.type = \"redis\" and store.redis.url",
+    ),
+    ("max_keys", "store.max_keys"),
+    ("redis", "store.redis"),
+    ("deny.store_error", "store.redis.fault_policy"),
+    ("deny.retry_after_jitter", "headers.retry_after_jitter"),
+    ("headers.x_ratelimit", "headers.legacy"),
+];
+
 /// A key read in its old spelling: the file still works, and the load says what to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Renamed {

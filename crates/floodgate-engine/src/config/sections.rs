@@ -251,7 +251,8 @@ pub fn fault_policy_legacy<'de, D: Deserializer<'de>>(
 pub enum FleetNodes {
     /// A count, at least 1.
     Count(usize),
-    /// Every node's advertised `host:port`, this one included; not empty, no repeats.
+    /// Every node's advertised `host:port`, this one included; not empty (checked by
+    /// [`FleetSection`]), no repeats.
     Addresses(Vec<String>),
 }
 
@@ -296,9 +297,7 @@ impl<'de> Deserialize<'de> for FleetNodes {
                     }
                     nodes.push(n);
                 }
-                if nodes.is_empty() {
-                    return Err(de::Error::custom(FleetError::NoNodes));
-                }
+                // an empty list is refused by the section, naming it
                 Ok(FleetNodes::Addresses(nodes))
             }
         }
@@ -382,6 +381,9 @@ fn de_strategy<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Strategy>, D::E
 impl TryFrom<FleetTable> for FleetSection {
     type Error = String;
     fn try_from(t: FleetTable) -> Result<FleetSection, String> {
+        if matches!(&t.nodes, Some(FleetNodes::Addresses(a)) if a.is_empty()) {
+            return Err(FleetError::NoNodes.to_string());
+        }
         if let Some(s) = &t.self_node {
             match &t.nodes {
                 Some(FleetNodes::Addresses(a)) if !a.contains(s) => {

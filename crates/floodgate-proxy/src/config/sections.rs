@@ -1,5 +1,6 @@
-//! The tables of the config file besides the top level: `[client_ip]`, `[deny]`,
-//! `[headers]`, `[delay]`, `[allowlist]`, `[fleet]`, `[redis]`, `[[policy]]`, `[[route]]`.
+//! The proxy's own tables of the config file: `[client_ip]`, `[deny]`, `[delay]`,
+//! `[allowlist]`, `[[policy]]`, `[[route]]` (`[store]`, `[fleet]` and `[headers]` are the
+//! sections shared with floodgate server: `floodgate_engine::config`).
 
 use super::*;
 
@@ -36,7 +37,7 @@ pub struct DenySection {
     /// Rate-limit denial status (default 429).
     #[serde(default, deserialize_with = "de_opt_status")]
     pub status: Option<StatusCode>,
-    /// Retry-After jitter span (default 1 s).
+    /// Old spelling of `headers.retry_after_jitter`.
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub retry_after_jitter: Option<Duration>,
     /// deny | allow | fallback.
@@ -47,9 +48,9 @@ pub struct DenySection {
     pub missing_key_status: Option<StatusCode>,
     /// The key for `missing_key = "fallback"`.
     pub fallback_key: Option<String>,
-    /// allow | deny when the store fails.
-    #[serde(default)]
-    pub store_error: StoreErrorChoice,
+    /// Old spelling of `store.redis.fault_policy`: allow | deny when the store fails.
+    #[serde(default, deserialize_with = "fault_policy_legacy")]
+    pub store_error: Option<StoreFailure>,
 }
 
 /// `missing_key`.
@@ -61,49 +62,6 @@ pub enum MissingKeyChoice {
     Deny,
     Allow,
     Fallback,
-}
-
-/// `store_error`.
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-#[allow(missing_docs)]
-pub enum StoreErrorChoice {
-    #[default]
-    Allow,
-    Deny,
-}
-
-/// `[headers]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HeadersSection {
-    /// RateLimit-Policy and RateLimit.
-    pub ratelimit: bool,
-    /// off | delta | epoch.
-    pub legacy: LegacyChoice,
-    /// X-RateLimit-Delay-Ms.
-    pub delay: bool,
-}
-
-impl Default for HeadersSection {
-    fn default() -> Self {
-        HeadersSection {
-            ratelimit: true,
-            legacy: LegacyChoice::Off,
-            delay: true,
-        }
-    }
-}
-
-/// `legacy`.
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-#[allow(missing_docs)]
-pub enum LegacyChoice {
-    #[default]
-    Off,
-    Delta,
-    Epoch,
 }
 
 /// `[delay]`.
@@ -124,93 +82,6 @@ pub struct AllowlistSection {
     /// Header-derived keys.
     #[serde(default)]
     pub keys: Vec<String>,
-}
-
-/// `[fleet]`: this proxy is one of N sharing the limits (see [`crate::fleet`]).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FleetSection {
-    /// sticky | local | shared | hybrid.
-    #[serde(deserialize_with = "de_strategy")]
-    pub strategy: Strategy,
-    /// Every node's advertised `host:port`, this one included.
-    pub nodes: Vec<String>,
-    /// This node's advertised `host:port`.
-    #[serde(rename = "self")]
-    pub self_node: String,
-    /// Hybrid: the most units leased per round trip (default 10).
-    pub lease: Option<u64>,
-    /// Hybrid: lease lifetime (default 1 s).
-    #[serde(default, deserialize_with = "de_opt_duration")]
-    pub lease_ttl: Option<Duration>,
-}
-
-impl FleetSection {
-    /// The validated fleet.
-    pub fn fleet(&self) -> Result<Fleet, FleetError> {
-        Fleet::new(
-            self.strategy,
-            self.nodes.iter().cloned(),
-            self.self_node.clone(),
-        )?
-        .with_lease(
-            self.lease.unwrap_or(crate::fleet::DEFAULT_LEASE),
-            self.lease_ttl.unwrap_or(crate::fleet::DEFAULT_LEASE_TTL),
-        )
-    }
-}
-
-/// `[redis]`.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct RedisSection {
-    /// Key prefix (default `floodgate:`).
-    pub prefix: Option<String>,
-    /// Per-call timeout (default 50 ms); a slower answer is a store error.
-    #[serde(default, deserialize_with = "de_redis_timeout")]
-    pub timeout: Option<Duration>,
-    /// Time allowed to connect (default 1 s).
-    #[serde(default, deserialize_with = "de_redis_connect_timeout")]
-    pub connect_timeout: Option<Duration>,
-    /// After a failed call, Redis is left alone this long, then probed (default 250 ms;
-    /// 0 probes at once).
-    #[serde(default, deserialize_with = "de_opt_duration")]
-    pub breaker_open_for: Option<Duration>,
-    /// Denials remembered locally per policy, each saving a round trip until its retry
-    /// time (default 100 000; 0 turns the cache off).
-    pub deny_cache_keys: Option<usize>,
-    /// `redis` (Redis `TIME`, default: one clock for every process) or `caller`.
-    #[serde(default)]
-    pub time: RedisTime,
-}
-
-impl RedisSection {
-    /// The Redis store's settings: these, over the defaults.
-    pub fn store_config(&self) -> floodgate_redis::StoreConfig {
-        let d = floodgate_redis::StoreConfig::default();
-        floodgate_redis::StoreConfig {
-            prefix: self.prefix.clone().unwrap_or(d.prefix.clone()),
-            timeout: self.timeout.unwrap_or(d.timeout),
-            connect_timeout: self.connect_timeout.unwrap_or(d.connect_timeout),
-            breaker_open_for: self.breaker_open_for.unwrap_or(d.breaker_open_for),
-            deny_cache_keys: self.deny_cache_keys.unwrap_or(d.deny_cache_keys),
-            time: match self.time {
-                RedisTime::Redis => floodgate_redis::TimeSource::Redis,
-                RedisTime::Caller => floodgate_redis::TimeSource::Caller,
-            },
-            ..d
-        }
-    }
-}
-
-/// `[redis] time`.
-#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-#[allow(missing_docs)]
-pub enum RedisTime {
-    #[default]
-    Redis,
-    Caller,
 }
 
 /// Why a configured limiter could not be built.
@@ -236,10 +107,9 @@ pub struct PolicySection {
     /// Name (printable ASCII).
     pub name: String,
     /// Algorithm (default leaky-queue, as nginx).
-    #[serde(default = "default_kind", deserialize_with = "de_kind")]
+    #[serde(default = "default_kind")]
     pub algorithm: Kind,
     /// COUNT/PERIOD.
-    #[serde(deserialize_with = "de_rate")]
     pub rate: Rate,
     /// nginx / redis-cell burst: capacity - 1.
     pub burst: Option<u64>,
