@@ -31,3 +31,33 @@ pub async fn wait_listening(addr: SocketAddr) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A backend answering `200 ok` to everything, on a free loopback port.
+pub async fn ok_backend() -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let app = axum::Router::new().fallback(|| async { "ok" });
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    addr
+}
+
+/// `GET http://{addr}{path}` over a fresh connection: the status and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(path)
+        .header("host", addr.to_string())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}

@@ -18,6 +18,7 @@ use crate::limiter::{Inner, RateLimiter};
 use crate::metrics::Metrics;
 use crate::policy::{CompiledRoute, Policy, PolicyInfo, Route};
 use crate::store::{DecisionStore, LocalStore};
+use floodgate_engine::insight::{Insight, KeyDisplay};
 
 /// Why a limiter could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +72,8 @@ pub struct RateLimiterBuilder {
     store: Option<Arc<dyn DecisionStore>>,
     store_name: &'static str,
     fleet: Option<Fleet>,
+    surface: &'static str,
+    key_display: KeyDisplay,
 }
 
 impl Default for RateLimiterBuilder {
@@ -94,6 +97,8 @@ impl Default for RateLimiterBuilder {
             store: None,
             store_name: "memory",
             fleet: None,
+            surface: "layer",
+            key_display: KeyDisplay::Plain,
         }
     }
 }
@@ -186,6 +191,15 @@ impl RateLimiterBuilder {
     pub fn store(mut self, store: Arc<dyn DecisionStore>, name: &'static str) -> Self {
         self.store = Some(store);
         self.store_name = name;
+        self
+    }
+
+    /// How the admin API shows keys (default plain; they may be personal data), and the
+    /// surface it names (`layer` by default; the proxy says `proxy`). See
+    /// [`floodgate_engine::insight`].
+    pub fn admin_keys(mut self, surface: &'static str, display: KeyDisplay) -> Self {
+        self.surface = surface;
+        self.key_display = display;
         self
     }
 
@@ -313,9 +327,13 @@ impl RateLimiterBuilder {
             }
         };
         let names: Vec<String> = infos.iter().map(|p| p.name.clone()).collect();
+        let insight = Arc::new(Insight::new(self.surface, self.key_display));
+        let policy_insights = infos.iter().map(|p| insight.policy(p)).collect();
         Ok(RateLimiter {
             inner: Arc::new(Inner {
                 metrics: Arc::new(Metrics::new(&names)),
+                insight,
+                policy_insights,
                 policies: self.policies,
                 infos,
                 routes: compiled,

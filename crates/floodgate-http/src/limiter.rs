@@ -25,6 +25,8 @@ use crate::key::{
 use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
 use crate::policy::{CompiledRoute, Policy, PolicyInfo};
 use crate::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
+use floodgate_engine::admin::{AdminReply, AdminRequest, StorePeek};
+use floodgate_engine::insight::{Insight, PolicyInsight};
 use smallvec::SmallVec;
 
 /// What a built limiter holds (every clone of it shares one); [`crate::builder`] makes it.
@@ -50,6 +52,10 @@ pub(crate) struct Inner {
     pub(crate) waiting: AtomicUsize,
     pub(crate) max_key_len: usize,
     pub(crate) metrics: Arc<Metrics>,
+    /// Who is being limited (the admin API's source).
+    pub(crate) insight: Arc<Insight>,
+    /// Each policy's insight, by index.
+    pub(crate) policy_insights: Vec<Arc<PolicyInsight>>,
     pub(crate) fleet: Option<Fleet>,
 }
 
@@ -147,6 +153,31 @@ impl RateLimiter {
             .metrics
             .update_store_events(&self.inner.store.events());
         self.inner.metrics.encode()
+    }
+
+    /// Who is being limited: top keys and per-second decisions of every policy.
+    pub fn insight(&self) -> &Arc<Insight> {
+        &self.inner.insight
+    }
+
+    /// Answer an admin API request (`/admin...`; `None` for other paths), key lookups
+    /// read from this limiter's store ([`floodgate_engine::admin`]).
+    pub fn admin(&self, req: &AdminRequest<'_>) -> Option<AdminReply> {
+        let inner = &*self.inner;
+        let peek = StorePeek {
+            policies: &inner.infos,
+            local: inner.local.as_deref(),
+            store_name: inner.store_name,
+        };
+        floodgate_engine::admin::respond(&inner.insight, &peek, req)
+    }
+
+    /// Count a policy's decision: in the metrics, and for its key in the insight.
+    fn record(&self, idx: usize, key: &[u8], outcome: DecisionOutcome, cost: u64) {
+        self.inner.metrics.decision(idx, outcome);
+        if let Some(p) = self.inner.policy_insights.get(idx) {
+            p.record(key, outcome, cost);
+        }
     }
 
     /// The policies, in index order.
@@ -449,7 +480,7 @@ impl RateLimiter {
         // every policy's decision, enforced first, for the headers
         let mut items: SmallVec<[(&PolicyInfo, Decision); 2]> = SmallVec::new();
         if let Some(e) = &enforced {
-            for ((idx, key, _), d) in plan.enforced.iter().zip(&e.decisions) {
+            for ((idx, key, cost), d) in plan.enforced.iter().zip(&e.decisions) {
                 let outcome = if !d.allowed {
                     tracing::debug!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "rejected");
                     DecisionOutcome::Rejected
@@ -460,13 +491,13 @@ impl RateLimiter {
                 };
                 // a denied multi-check's other decisions are cost-0 views: count only the binding ones
                 if e.allowed || !d.allowed {
-                    m.decision(*idx, outcome);
+                    self.record(*idx, key, outcome, *cost);
                 }
                 items.push((&inner.infos[*idx], *d));
             }
         }
         if let Some(s) = &shadow {
-            for ((idx, key, _), d) in plan.shadow.iter().zip(&s.decisions) {
+            for ((idx, key, cost), d) in plan.shadow.iter().zip(&s.decisions) {
                 let outcome = if !d.allowed {
                     tracing::info!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "dry run: would reject");
                     DecisionOutcome::RejectedDryRun
@@ -476,7 +507,7 @@ impl RateLimiter {
                     DecisionOutcome::Passed
                 };
                 if s.allowed || !d.allowed {
-                    m.decision(*idx, outcome);
+                    self.record(*idx, key, outcome, *cost);
                 }
                 items.push((&inner.infos[*idx], *d));
             }

@@ -18,6 +18,7 @@
 
 mod json;
 mod query;
+pub mod text;
 
 use floodgate_core::Decision;
 

@@ -39,6 +39,14 @@ pub(super) fn de_opt_upstream<'de, D: Deserializer<'de>>(d: D) -> Result<Option<
     de_upstream(d).map(Some)
 }
 
+pub(super) fn de_key_display<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<floodgate_http::insight::KeyDisplay, D::Error> {
+    String::deserialize(d)?
+        .parse()
+        .map_err(|e: String| serde::de::Error::custom(format!("admin_keys: {e}")))
+}
+
 pub(super) fn de_status<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
     let n = u16::deserialize(d)?;
     StatusCode::from_u16(n)
@@ -93,12 +101,7 @@ pub fn parse_upstream(s: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
-pub(super) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
-        _ => url.to_string(),
-    }
-}
+pub(super) use floodgate_http::insight::redact::redact_url as redact;
 
 /// A policy key in config form.
 #[derive(Debug, Clone)]

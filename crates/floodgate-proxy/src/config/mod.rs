@@ -35,6 +35,7 @@ use crate::fleet::{Fleet, Strategy};
 use crate::key::MissingKey;
 use crate::key::{ClientIpConfig, ForwardedHeader, KeyPart, KeySource};
 use crate::policy::{Policy, Route};
+use floodgate_http::insight::KeyDisplay;
 
 /// A config error located in its file: `FILE:LINE:COLUMN: FIELD: MESSAGE`, as floodgate
 /// server's.
@@ -58,8 +59,11 @@ pub struct Config {
     /// The backend, `http://host:port`.
     #[serde(default, deserialize_with = "de_opt_upstream")]
     pub upstream: Option<Uri>,
-    /// Admin listener (`/metrics`, `/healthz`).
+    /// Admin listener (`/metrics`, `/healthz`, `/admin`).
     pub admin: Option<SocketAddr>,
+    /// How the admin API and page show keys: `plain` (default), `truncated`, `hashed`.
+    #[serde(default, deserialize_with = "de_key_display")]
+    pub admin_keys: KeyDisplay,
     /// Where decisions are made (shared with floodgate server).
     #[serde(default)]
     pub store: StoreSection,
@@ -268,6 +272,14 @@ impl Config {
         Ok(cfg)
     }
 
+    /// The file `src` as the admin API shows it: its tables as JSON, secrets redacted
+    /// (`null` if it does not parse).
+    pub fn shown(src: &str) -> serde_json::Value {
+        let mut v = toml::from_str::<serde_json::Value>(src).unwrap_or_default();
+        floodgate_http::insight::redact::redact(&mut v);
+        v
+    }
+
     /// Read and parse a file.
     pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
         let src = std::fs::read_to_string(path).map_err(|e| ConfigFileError::Read {
@@ -410,6 +422,7 @@ impl Config {
             }
         }
         let mut b = crate::RateLimiter::builder()
+            .admin_keys("proxy", self.admin_keys)
             .client_ip(ClientIpConfig {
                 trusted_proxies,
                 header: match self.client_ip.header {

@@ -1,0 +1,231 @@
+//! Who is being limited, through the real `floodgate proxy` process: three keys at
+//! different rates and one flooding, then the admin API, `floodgate top` and bad input.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+mod common;
+use common::{Proc, free_port, http_get, ok_backend, wait_listening};
+
+const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
+
+/// Start `floodgate proxy` with one fixed-window policy of 20/s keyed on `x-api-key`.
+async fn proxy(dir: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
+    let upstream = ok_backend().await;
+    let (listen, admin) = (free_port(), free_port());
+    let cfg = dir.join("floodgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"{listen}\"\nupstream = \"http://{upstream}\"\nadmin = \"{admin}\"\n\
+             store = \"memory\"\n\n\
+             [[policy]]\nname = \"api\"\nalgorithm = \"fixed-window\"\nrate = \"20/s\"\nkey = \"header:x-api-key\"\n"
+        ),
+    )
+    .unwrap();
+    let child = Command::new(BIN)
+        .args(["proxy", "--threads", "1", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_listening(listen).await;
+    wait_listening(admin).await;
+    (p, listen, admin)
+}
+
+/// Send `n` requests for `key`, `gap` apart (zero: back to back on `par` tasks); the
+/// 429s counted.
+async fn send(listen: SocketAddr, key: &'static str, n: usize, gap: Duration, par: usize) -> u64 {
+    let c = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let tasks: Vec<_> = (0..par)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut denied = 0;
+                for _ in 0..n / par {
+                    let req = http::Request::get(format!("http://{listen}/"))
+                        .header("x-api-key", key)
+                        .body(Empty::new())
+                        .unwrap();
+                    let r = c.request(req).await.unwrap();
+                    denied += u64::from(r.status() == 429);
+                    tokio::time::sleep(gap).await;
+                }
+                denied
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    total
+}
+
+/// `floodgate top http://ADMIN --once --policy POLICY`.
+fn top_once(admin: SocketAddr, policy: &str) -> std::process::Output {
+    Command::new(BIN)
+        .args([
+            "top",
+            &format!("http://{admin}"),
+            "--once",
+            "--policy",
+            policy,
+        ])
+        .output()
+        .unwrap()
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flooding_key_leads_the_top_keys_within_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, listen, admin) = proxy(dir.path()).await;
+    let start = Instant::now();
+    // three keys under the limit at different rates, one flooding (bounded: 600 requests)
+    let (a, b, c, flood) = tokio::join!(
+        send(listen, "alice", 6, Duration::from_millis(200), 1),
+        send(listen, "bob", 12, Duration::from_millis(100), 1),
+        send(listen, "carol", 18, Duration::from_millis(66), 1),
+        send(listen, "mallory", 600, Duration::ZERO, 4),
+    );
+    assert!(start.elapsed() < Duration::from_secs(30));
+    assert!(flood > 100, "the flood was denied only {flood} times");
+    let observed: HashMap<&str, u64> =
+        [("alice", a), ("bob", b), ("carol", c), ("mallory", flood)].into();
+
+    let (status, body) = http_get(admin, "/admin/api/top?policy=api&n=5").await;
+    assert_eq!(status, 200, "{body}");
+    let v = json(&body);
+    let denied = &v["policies"][0]["denied"];
+    let first = &denied["keys"][0];
+    assert_eq!(first["key"], "mallory", "{body}");
+    let (count, error, bound) = (
+        first["count"].as_u64().unwrap(),
+        first["error"].as_u64().unwrap(),
+        denied["bound"].as_u64().unwrap(),
+    );
+    // the stated bound: true <= count <= true + error, error <= N / k
+    assert!(
+        count >= flood && count - flood <= error && error <= bound,
+        "{body}"
+    );
+    assert_eq!(
+        denied["total"].as_u64().unwrap(),
+        observed.values().sum::<u64>()
+    );
+    let admitted = &v["policies"][0]["admitted"]["keys"];
+    assert_eq!(admitted.as_array().unwrap().len(), 4, "{body}");
+
+    // the overview: per-second decisions add up, window boundaries are 1 s apart
+    let (status, body) = http_get(admin, "/admin/api/overview?seconds=60").await;
+    assert_eq!(status, 200);
+    let v = json(&body);
+    let p = &v["policies"][0];
+    let sum = |k: &str| -> u64 {
+        p["timeline"][k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(sum("rejected"), observed.values().sum::<u64>());
+    assert_eq!(sum("passed") + sum("rejected"), 6 + 12 + 18 + 600);
+    let b = p["boundaries_ms"].as_array().unwrap();
+    assert!(
+        b.len() >= 59
+            && b.windows(2)
+                .all(|w| w[1].as_u64().unwrap() - w[0].as_u64().unwrap() == 1_000)
+    );
+    // the config file's tables, and the startup load
+    assert_eq!(v["config"]["policy"][0]["rate"], "20/s", "{}", v["config"]);
+    assert_eq!(v["reloads"][0]["generation"], 1);
+
+    // one key's state, as a peek reports it, consuming nothing
+    let (status, body) = http_get(admin, "/admin/api/key?policy=api&key=nobody").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["remaining"], 19);
+    let (_, again) = http_get(admin, "/admin/api/key?policy=api&key=nobody").await;
+    assert_eq!(json(&again)["remaining"], 19);
+
+    // the page
+    let (status, page) = http_get(admin, "/admin").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<title>floodgate admin</title>"));
+
+    // floodgate top prints the same table, the flooding key first
+    let out = Command::new(BIN)
+        .args([
+            "top",
+            &format!("http://{admin}"),
+            "--once",
+            "--policy",
+            "api",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rank1 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap();
+    assert!(rank1.contains("mallory"), "{text}");
+    assert!(text.contains("policy api: denials"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_admin_input_is_a_400_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, _listen, admin) = proxy(dir.path()).await;
+    let huge_key = format!("/admin/api/key?policy=api&key={}", "k".repeat(2_000));
+    let huge_query = format!("/admin/api/top?x={}", "q".repeat(5_000));
+    for (path, words) in [
+        ("/admin/api/top?policy=nope", "unknown policy"),
+        ("/admin/api/key?policy=api", "key is required"),
+        ("/admin/api/key?policy=api&key=%zz", "percent-escape"),
+        (huge_key.as_str(), "longer"),
+        (huge_query.as_str(), "longer"),
+        ("/admin/api/overview?seconds=-1", "from 1 to 180"),
+    ] {
+        let (status, body) = http_get(admin, path).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        let e = json(&body)["error"].as_str().unwrap().to_string();
+        assert!(e.contains(words), "{path}: {e}");
+    }
+    let (status, _) = http_get(admin, "/admin/api/elsewhere").await;
+    assert_eq!(status, 404);
+    // still serving
+    assert_eq!(http_get(admin, "/healthz").await.0, 200);
+    // floodgate top against an unknown policy: the API's message, exit status 2
+    let out = Command::new(BIN)
+        .args([
+            "top",
+            &format!("http://{admin}"),
+            "--once",
+            "--policy",
+            "nope",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
+}
