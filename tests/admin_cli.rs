@@ -168,16 +168,7 @@ async fn the_flooding_key_leads_the_top_keys_within_the_bound() {
     assert!(page.contains("<title>floodgate admin</title>"));
 
     // floodgate top prints the same table, the flooding key first
-    let out = Command::new(BIN)
-        .args([
-            "top",
-            &format!("http://{admin}"),
-            "--once",
-            "--policy",
-            "api",
-        ])
-        .output()
-        .unwrap();
+    let out = top_once(admin, "api");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -216,16 +207,7 @@ async fn bad_admin_input_is_a_400_with_a_message() {
     // still serving
     assert_eq!(http_get(admin, "/healthz").await.0, 200);
     // floodgate top against an unknown policy: the API's message, exit status 2
-    let out = Command::new(BIN)
-        .args([
-            "top",
-            &format!("http://{admin}"),
-            "--once",
-            "--policy",
-            "nope",
-        ])
-        .output()
-        .unwrap();
+    let out = top_once(admin, "nope");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
 }
