@@ -26,4 +26,6 @@ if count > 0 then reset = to_end else reset = 0 end
 if cost > 0 then
   redis.call('SET', KEYS[1], string.format('%d %d', win, count), 'PX', px(to_end, pad))
 end
-return { 1, limit, limit - count, -1, reset, 0, 0 }
+local left = limit - count -- below 0 while a settle's debt is counted
+if left < 0 then left = 0 end
+return { 1, limit, left, -1, reset, 0, 0 }

@@ -86,6 +86,10 @@ pub enum Error {
         /// The first check on another store than check 0's.
         index: usize,
     },
+    /// A settle that cannot be applied: a charge no reservation of this limiter made, or
+    /// a debt beyond what the scripts hold exactly. Nothing was changed.
+    #[error("cannot settle: {0}")]
+    Settle(String),
     /// A script answered something other than what it returns.
     #[error("unexpected reply from the {script} script: {detail}")]
     BadReply {

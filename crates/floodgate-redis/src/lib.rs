@@ -9,6 +9,7 @@ pub mod keys;
 mod limiter;
 pub mod multi;
 pub mod scripts;
+mod settle;
 mod store;
 pub mod throttle;
 

@@ -60,29 +60,40 @@ pub static SLIDING_COUNTER: LazyLock<Script> =
 pub static TOKEN_BUCKET: LazyLock<Script> = script!("time.lua", "muldiv.lua", "token_bucket.lua");
 /// Leaky bucket (meter and queue).
 pub static LEAKY_BUCKET: LazyLock<Script> = script!("time.lua", "muldiv.lua", "leaky_bucket.lua");
-/// All-or-nothing over several policies in one call: the prelude, the six algorithms'
-/// scripts each wrapped as `ALG[i] = function(KEYS, ARGV) ... end` (in the order of
-/// [`ScriptCall::multi_index`]), and the driver `multi.lua`.
-pub static MULTI: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/time.lua"),
-        include_str!("../lua/muldiv.lua"),
-        "local ALG = {}\nALG[1] = function(KEYS, ARGV)\n",
-        include_str!("../lua/gcra.lua"),
-        "\nend\nALG[2] = function(KEYS, ARGV)\n",
-        include_str!("../lua/fixed_window.lua"),
-        "\nend\nALG[3] = function(KEYS, ARGV)\n",
-        include_str!("../lua/sliding_log.lua"),
-        "\nend\nALG[4] = function(KEYS, ARGV)\n",
-        include_str!("../lua/sliding_counter.lua"),
-        "\nend\nALG[5] = function(KEYS, ARGV)\n",
-        include_str!("../lua/token_bucket.lua"),
-        "\nend\nALG[6] = function(KEYS, ARGV)\n",
-        include_str!("../lua/leaky_bucket.lua"),
-        "\nend\n",
-        include_str!("../lua/multi.lua"),
-    ))
-});
+/// A driver script over every algorithm: the prelude, the six algorithms' scripts each
+/// wrapped as `ALG[i] = function(KEYS, ARGV) ... end` (in the order of
+/// [`ScriptCall::multi_index`]), then the driver.
+macro_rules! with_algs {
+    ($driver:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("../lua/time.lua"),
+                include_str!("../lua/muldiv.lua"),
+                "local ALG = {}\nALG[1] = function(KEYS, ARGV)\n",
+                include_str!("../lua/gcra.lua"),
+                "\nend\nALG[2] = function(KEYS, ARGV)\n",
+                include_str!("../lua/fixed_window.lua"),
+                "\nend\nALG[3] = function(KEYS, ARGV)\n",
+                include_str!("../lua/sliding_log.lua"),
+                "\nend\nALG[4] = function(KEYS, ARGV)\n",
+                include_str!("../lua/sliding_counter.lua"),
+                "\nend\nALG[5] = function(KEYS, ARGV)\n",
+                include_str!("../lua/token_bucket.lua"),
+                "\nend\nALG[6] = function(KEYS, ARGV)\n",
+                include_str!("../lua/leaky_bucket.lua"),
+                "\nend\n",
+                include_str!(concat!("../lua/", $driver)),
+            ))
+        })
+    };
+}
+
+/// All-or-nothing over several policies in one call: the algorithms' scripts and the
+/// driver `multi.lua`.
+pub static MULTI: LazyLock<Script> = with_algs!("multi.lua");
+/// Reserve at an estimate and settle at the actual cost: the algorithms' scripts and the
+/// driver `settle.lua` (see `crate::settle`).
+pub static SETTLE: LazyLock<Script> = with_algs!("settle.lua");
 /// The seed's fixed-window baseline: `INCR` + `EXPIRE` (used by the benchmark).
 pub static SEED_INCR_EXPIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -250,6 +261,11 @@ impl ScriptCall {
     /// The script this call runs.
     pub fn script(&self) -> &'static Script {
         self.script
+    }
+
+    /// The algorithm's parameters, as the scripts take them after cost and padding.
+    pub(crate) fn params(&self) -> &[i64] {
+        &self.params
     }
 
     /// This algorithm's function in [`MULTI`]: `ALG[index]`.
