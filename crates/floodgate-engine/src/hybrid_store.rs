@@ -26,7 +26,8 @@ use floodgate_dist::hybrid::{Finish, Step};
 use floodgate_redis::{Outcome, RedisLimiter, RedisStore, Source};
 
 use crate::fleet::Fleet;
-use crate::redis_store::{err, redis_user, refused};
+use crate::redis_store::{err, redis_user, refused, reserve_on, settle_on};
+use crate::settle::{Reservation, Settled};
 use crate::store::{BoxFuture, DecisionStore, PolicyInfo, StoreCheck, StoreError, TokioWallClock};
 
 type LeaseKey = (usize, Vec<u8>);
@@ -234,6 +235,24 @@ impl DecisionStore for HybridStore {
         checks: &'a [StoreCheck<'a>],
     ) -> BoxFuture<'a, Result<MultiDecision, StoreError>> {
         Box::pin(self.check_all(checks))
+    }
+
+    /// Against the shared counter, never the lease (see [`crate::settle`]).
+    fn reserve<'a>(
+        &'a self,
+        checks: &'a [StoreCheck<'a>],
+    ) -> BoxFuture<'a, Result<(MultiDecision, Option<Reservation>), StoreError>> {
+        self.round_trips
+            .fetch_add(checks.len() as u64, Ordering::Relaxed);
+        Box::pin(reserve_on(&self.limiters, checks))
+    }
+
+    fn settle(
+        &self,
+        reservation: Reservation,
+        actual: u64,
+    ) -> BoxFuture<'_, Result<Settled, StoreError>> {
+        Box::pin(settle_on(&self.limiters, reservation, actual))
     }
 
     fn shared(&self) -> bool {

@@ -14,6 +14,7 @@ pub mod insight;
 pub mod metrics;
 #[cfg(feature = "redis")]
 pub mod redis_store;
+pub mod settle;
 pub mod store;
 
 pub use fault::{StoreError, StoreErrorKind, StoreFailure};
@@ -22,4 +23,5 @@ pub use fleet::{Fleet, FleetError, Strategy};
 pub use hybrid_store::HybridStore;
 #[cfg(feature = "redis")]
 pub use redis_store::RedisDecisionStore;
+pub use settle::{Reservation, Reserved, Settled};
 pub use store::{DecisionStore, LocalStore, PolicyInfo, PolicyStats, StoreCheck, TokioWallClock};

@@ -15,9 +15,11 @@
 
 use std::sync::Arc;
 
+use floodgate_core::Decision;
 use floodgate_core::multi::MultiDecision;
-use floodgate_redis::{RedisLimiter, RedisStore, Source, multi};
+use floodgate_redis::{Error, RedisLimiter, RedisStore, Source, multi};
 
+use crate::settle::{Reservation, Reserved, Settled};
 use crate::store::{BoxFuture, DecisionStore, PolicyInfo, StoreCheck, StoreError, StoreErrorKind};
 
 /// Policies with their state in Redis.
@@ -29,10 +31,15 @@ pub struct RedisDecisionStore {
 
 /// The user key under which `c`'s state is kept: policy name, 0x1f, key.
 pub(crate) fn redis_user(c: &StoreCheck<'_>) -> Vec<u8> {
-    let mut user = Vec::with_capacity(c.policy.name.len() + 1 + c.key.len());
-    user.extend_from_slice(c.policy.name.as_bytes());
+    user_key(&c.policy.name, c.key)
+}
+
+/// The user key of `key` under the policy named `name`: name, 0x1f, key.
+pub(crate) fn user_key(name: &str, key: &[u8]) -> Vec<u8> {
+    let mut user = Vec::with_capacity(name.len() + 1 + key.len());
+    user.extend_from_slice(name.as_bytes());
     user.push(0x1f);
-    user.extend_from_slice(c.key);
+    user.extend_from_slice(key);
     user
 }
 
@@ -106,4 +113,132 @@ impl DecisionStore for RedisDecisionStore {
     fn shared(&self) -> bool {
         true
     }
+
+    fn reserve<'a>(
+        &'a self,
+        checks: &'a [StoreCheck<'a>],
+    ) -> BoxFuture<'a, Result<(MultiDecision, Option<Reservation>), StoreError>> {
+        Box::pin(reserve_on(&self.limiters, checks))
+    }
+
+    fn settle(
+        &self,
+        reservation: Reservation,
+        actual: u64,
+    ) -> BoxFuture<'_, Result<Settled, StoreError>> {
+        Box::pin(settle_on(&self.limiters, reservation, actual))
+    }
+}
+
+// Reserve and settle on `RedisLimiter`s, shared by the Redis and hybrid stores (see
+// `crate::settle`).
+
+fn limiter_at<'l>(
+    limiters: &'l [RedisLimiter],
+    index: usize,
+    name: &str,
+) -> Result<&'l RedisLimiter, StoreError> {
+    limiters
+        .get(index)
+        .ok_or_else(|| refused(format!("policy {name:?} is not in this store")))
+}
+
+fn store_error(e: Error) -> StoreError {
+    match e {
+        Error::Settle(why) => refused(why),
+        e if e.is_fault() => err(e),
+        e => refused(e.to_string()),
+    }
+}
+
+/// Reserve `checks` one policy after the other; on a denial, settle the parts
+/// already reserved at 0 (their whole estimate comes back).
+pub(crate) async fn reserve_on(
+    limiters: &[RedisLimiter],
+    checks: &[StoreCheck<'_>],
+) -> Result<(MultiDecision, Option<Reservation>), StoreError> {
+    let mut parts: Vec<Reserved> = Vec::with_capacity(checks.len());
+    let mut decisions: Vec<Decision> = Vec::with_capacity(checks.len());
+    let mut denied = false;
+    for c in checks {
+        let l = limiter_at(limiters, c.policy.index, &c.policy.name)?;
+        let user = redis_user(c);
+        let (d, charge) = match l.reserve(&user, c.cost).await {
+            Ok(r) => r,
+            Err(e) => {
+                undo(limiters, &mut parts, &mut decisions).await;
+                return Err(store_error(e));
+            }
+        };
+        decisions.push(d);
+        match charge {
+            Some(charge) => parts.push(Reserved {
+                policy: c.policy.index,
+                name: c.policy.name.clone(),
+                key: c.key.clone(),
+                charge,
+            }),
+            None => {
+                denied = true;
+                break;
+            }
+        }
+    }
+    if denied {
+        undo(limiters, &mut parts, &mut decisions).await;
+        for c in &checks[decisions.len()..] {
+            let l = limiter_at(limiters, c.policy.index, &c.policy.name)?;
+            let d = l.try_check(&redis_user(c), 0).await.map_err(store_error)?;
+            decisions.push(d);
+        }
+        return Ok((
+            MultiDecision {
+                allowed: false,
+                decisions,
+            },
+            None,
+        ));
+    }
+    Ok((
+        MultiDecision {
+            allowed: true,
+            decisions,
+        },
+        Some(Reservation::from_parts(parts)),
+    ))
+}
+
+/// Settle the parts reserved so far at 0; their decisions become the view after.
+async fn undo(limiters: &[RedisLimiter], parts: &mut Vec<Reserved>, out: &mut [Decision]) {
+    for (i, p) in parts.drain(..).enumerate() {
+        let Some(l) = limiters.get(p.policy) else {
+            continue;
+        };
+        let user = user_of(&p);
+        if let Ok(s) = l.settle(&user, p.charge, 0).await {
+            out[i] = s.decision;
+        }
+    }
+}
+
+fn user_of(p: &Reserved) -> Vec<u8> {
+    user_key(&p.name, &p.key)
+}
+
+/// Settle every part of `reservation` with `actual`, one round trip each.
+pub(crate) async fn settle_on(
+    limiters: &[RedisLimiter],
+    reservation: Reservation,
+    actual: u64,
+) -> Result<Settled, StoreError> {
+    let mut out = Vec::with_capacity(reservation.parts().len());
+    for p in reservation.into_parts() {
+        let l = limiter_at(limiters, p.policy, &p.name)?;
+        out.push(
+            l.settle(&user_of(&p), p.charge, actual)
+                .await
+                .map_err(store_error)?,
+        );
+    }
+    Ok(out)
 }

@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 use floodgate_core::multi::{Check, MultiDecision, check_all};
 use floodgate_core::ratelimit_fields::{Advertised, sf_string};
+use floodgate_core::settle::reserve_all;
 use floodgate_core::{AnyAlgorithm, Clock, ConfigError, KeyedLimiter, Nanos, Spec, Stats};
 
 use smallvec::SmallVec;
 
 pub use crate::fault::{StoreError, StoreErrorKind};
+pub use crate::settle::{Reservation, Reserved, Settled};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -114,6 +116,28 @@ pub trait DecisionStore: Send + Sync + 'static {
         checks: &'a [StoreCheck<'a>],
     ) -> BoxFuture<'a, Result<MultiDecision, StoreError>>;
 
+    /// Decide on `checks` as [`check`](Self::check) does, taking their costs as
+    /// estimates; when admitted, the [`Reservation`] to [`settle`](Self::settle) with the
+    /// actual cost (see [`crate::settle`]). Stores that cannot settle refuse.
+    fn reserve<'a>(
+        &'a self,
+        checks: &'a [StoreCheck<'a>],
+    ) -> BoxFuture<'a, Result<(MultiDecision, Option<Reservation>), StoreError>> {
+        let _ = checks;
+        Box::pin(std::future::ready(Err(cannot_settle())))
+    }
+
+    /// Settle `reservation` with the request's `actual` cost under every policy it was
+    /// reserved on: one settlement per part, in order.
+    fn settle(
+        &self,
+        reservation: Reservation,
+        actual: u64,
+    ) -> BoxFuture<'_, Result<Settled, StoreError>> {
+        let _ = (reservation, actual);
+        Box::pin(std::future::ready(Err(cannot_settle())))
+    }
+
     /// Per-policy counters, indexed like the policies; empty when the store keeps none.
     fn stats(&self) -> Vec<PolicyStats> {
         Vec::new()
@@ -140,6 +164,19 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
     ) -> BoxFuture<'a, Result<MultiDecision, StoreError>> {
         (**self).check(checks)
     }
+    fn reserve<'a>(
+        &'a self,
+        checks: &'a [StoreCheck<'a>],
+    ) -> BoxFuture<'a, Result<(MultiDecision, Option<Reservation>), StoreError>> {
+        (**self).reserve(checks)
+    }
+    fn settle(
+        &self,
+        reservation: Reservation,
+        actual: u64,
+    ) -> BoxFuture<'_, Result<Settled, StoreError>> {
+        (**self).settle(reservation, actual)
+    }
     fn stats(&self) -> Vec<PolicyStats> {
         (**self).stats()
     }
@@ -149,6 +186,14 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
     fn events(&self) -> Vec<(&'static str, u64)> {
         (**self).events()
     }
+}
+
+/// What a store without [`DecisionStore::reserve`] and [`DecisionStore::settle`] answers.
+fn cannot_settle() -> StoreError {
+    StoreError::refused(
+        "store",
+        "this decision store cannot settle costs after the response",
+    )
 }
 
 /// The in-process store's clock: [`Nanos`] since the Unix epoch, the wall-clock time read
@@ -187,6 +232,9 @@ impl Clock for TokioWallClock {
         self.wall.saturating_add(self.origin.elapsed())
     }
 }
+
+/// A request's checks as the core's, on a [`LocalStore`]'s limiters.
+type CoreChecks<'c> = SmallVec<[Check<'c, Vec<u8>, AnyAlgorithm>; 2]>;
 
 /// The in-process store: one [`KeyedLimiter`] per policy, each capped at `max_keys`.
 pub struct LocalStore {
@@ -248,7 +296,52 @@ impl LocalStore {
             };
             return Ok(check_all(&[check], now));
         }
-        let list = checks
+        let list = self.core_checks(checks)?;
+        Ok(check_all(&list, now))
+    }
+
+    /// [`DecisionStore::reserve`], synchronously.
+    pub fn reserve_now(
+        &self,
+        checks: &[StoreCheck<'_>],
+    ) -> Result<(MultiDecision, Option<Reservation>), StoreError> {
+        let list = self.core_checks(checks)?;
+        let (decision, reserved) = reserve_all(&list, self.clock.now());
+        let reservation = decision.allowed.then(|| {
+            Reservation::from_parts(checks.iter().zip(reserved).map(|(c, r)| Reserved {
+                policy: c.policy.index,
+                name: c.policy.name.clone(),
+                key: c.key.clone(),
+                charge: r.charge(),
+            }))
+        });
+        Ok((decision, reservation))
+    }
+
+    /// [`DecisionStore::settle`], synchronously. A part naming a policy this store does
+    /// not have, or whose debt does not fit, is refused; parts before it stay settled.
+    pub fn settle_now(&self, reservation: Reservation, actual: u64) -> Result<Settled, StoreError> {
+        let now = self.clock.now();
+        reservation
+            .into_parts()
+            .into_iter()
+            .map(|p| {
+                let limiter = self.limiters.get(p.policy).ok_or_else(|| {
+                    StoreError::refused(
+                        "memory",
+                        format!("policy {:?} is not in this store", p.name),
+                    )
+                })?;
+                limiter
+                    .settle_charge(&p.key, p.charge, now, actual)
+                    .map_err(|e| StoreError::refused("memory", e.to_string()))
+            })
+            .collect()
+    }
+
+    /// `checks` as the core's, on this store's limiters.
+    fn core_checks<'c>(&'c self, checks: &[StoreCheck<'c>]) -> Result<CoreChecks<'c>, StoreError> {
+        checks
             .iter()
             .map(|c| {
                 Ok(Check {
@@ -257,8 +350,7 @@ impl LocalStore {
                     cost: c.cost,
                 })
             })
-            .collect::<Result<SmallVec<[Check<'_, Vec<u8>, AnyAlgorithm>; 2]>, StoreError>>()?;
-        Ok(check_all(&list, now))
+            .collect()
     }
 
     /// What a check of `key` costing `cost` under `policy` would answer now, consuming
@@ -296,6 +388,21 @@ impl DecisionStore for LocalStore {
         checks: &'a [StoreCheck<'a>],
     ) -> BoxFuture<'a, Result<MultiDecision, StoreError>> {
         Box::pin(std::future::ready(self.check_now(checks)))
+    }
+
+    fn reserve<'a>(
+        &'a self,
+        checks: &'a [StoreCheck<'a>],
+    ) -> BoxFuture<'a, Result<(MultiDecision, Option<Reservation>), StoreError>> {
+        Box::pin(std::future::ready(self.reserve_now(checks)))
+    }
+
+    fn settle(
+        &self,
+        reservation: Reservation,
+        actual: u64,
+    ) -> BoxFuture<'_, Result<Settled, StoreError>> {
+        Box::pin(std::future::ready(self.settle_now(reservation, actual)))
     }
 
     fn stats(&self) -> Vec<PolicyStats> {
