@@ -96,6 +96,10 @@ pub fn run(args: ProxyArgs) -> Result<()> {
     let (builder, mut settings, cfg) = match &args.config {
         Some(path) => {
             let mut cfg = Config::load(path)?;
+            // the log is not set up yet: the renamed keys go to stderr here
+            for r in &cfg.renamed {
+                eprintln!("floodgate: warning: {}: {r}", path.display());
+            }
             if let Some(k) = args.admin_keys {
                 cfg.admin_keys = k;
             }

@@ -192,20 +192,27 @@ pub fn render(items: &[(&PolicyInfo, Decision)], opts: &HeaderOptions) -> RateHe
         }
     }
     if let (Some(fmt), Some(d)) = (opts.legacy, most_restrictive(items)) {
-        let reset = ceil_secs(d.reset_after);
-        let reset = match fmt {
-            ResetFormat::Delta => reset,
-            ResetFormat::Epoch => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|n| n.as_secs())
-                .unwrap_or(0)
-                .saturating_add(reset),
-        };
+        let reset = legacy_reset(fmt, d.reset_after);
         headers.push(&X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
         headers.push(&X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
         headers.push(&X_RATELIMIT_RESET, HeaderValue::from(reset));
     }
     headers
+}
+
+/// The value of `X-RateLimit-Reset` for a reset `reset_after` from now: whole seconds,
+/// rounded up, from now ([`ResetFormat::Delta`]) or since the Unix epoch by the system
+/// clock ([`ResetFormat::Epoch`]).
+pub fn legacy_reset(fmt: ResetFormat, reset_after: Duration) -> u64 {
+    let reset = ceil_secs(reset_after);
+    match fmt {
+        ResetFormat::Delta => reset,
+        ResetFormat::Epoch => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|n| n.as_secs())
+            .unwrap_or(0)
+            .saturating_add(reset),
+    }
 }
 
 /// Milliseconds, rounded up.

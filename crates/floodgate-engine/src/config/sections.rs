@@ -409,7 +409,7 @@ impl TryFrom<FleetTable> for FleetSection {
             }
             (Some(Strategy::Sticky), Some(FleetNodes::Count(_))) => {
                 return Err(
-                    "strategy sticky forwards each key to its owner: nodes must be the nodes' addresses (host:port), not a count"
+                    "strategy sticky forwards each key to its owner (floodgate proxy does, over HTTP): nodes must be the nodes' addresses (host:port), not a count"
                         .into(),
                 );
             }
