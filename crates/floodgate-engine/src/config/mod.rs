@@ -22,14 +22,15 @@ use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 
-mod sections;
+mod fleet;
+mod headers;
+mod store;
 #[cfg(test)]
 mod tests;
 
-pub use sections::{
-    DEFAULT_MAX_KEYS, FleetNodes, FleetSection, HeadersSection, RedisSection, StoreKind,
-    StoreSection, fault_policy_legacy, legacy_headers,
-};
+pub use fleet::{FleetNodes, FleetSection};
+pub use headers::{HeadersSection, legacy_headers};
+pub use store::{DEFAULT_MAX_KEYS, RedisSection, StoreKind, StoreSection, fault_policy_legacy};
 
 /// A config file that cannot be used: where, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

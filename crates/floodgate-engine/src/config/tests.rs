@@ -272,3 +272,12 @@ fn cross_section_errors_are_located_at_the_section() {
         .to_string();
     assert!(e.starts_with("f.yaml:"), "{e}");
 }
+
+/// YAML reads `off` as a string (YAML 1.2), so `legacy: off` needs no quotes.
+#[test]
+fn yaml_off_is_the_legacy_mode_off() {
+    let s: Shared = from_yaml(Path::new("f.yaml"), "headers: {legacy: off}\n").unwrap();
+    assert_eq!(s.headers.legacy, None);
+    let s: Shared = from_yaml(Path::new("f.yaml"), "headers:\n  legacy: delta\n").unwrap();
+    assert_eq!(s.headers.legacy, Some(ResetFormat::Delta));
+}
