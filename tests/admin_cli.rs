@@ -12,7 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 mod common;
-use common::{Proc, free_port, http_get, ok_backend, wait_listening};
+use common::{Proc, free_port, http_get, http_post_json, ok_backend, wait_listening};
 
 const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
 
@@ -210,4 +210,98 @@ async fn bad_admin_input_is_a_400_with_a_message() {
     let out = top_once(admin, "nope");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
+}
+
+/// `floodgate server` with one descriptor limit of 5/s (fixed window) named `per_user`;
+/// its HTTP listener's address.
+fn server(dir: &std::path::Path) -> (Proc, SocketAddr) {
+    use std::io::{BufRead, BufReader};
+    let cfg = dir.join("limits.yaml");
+    std::fs::write(
+        &cfg,
+        "admin_keys: plain\nstore:\n  type: memory\n  redis: {url: \"redis://admin:hunter2@127.0.0.1:6379\"}\n\
+         domains:\n  - domain: edge\n    descriptors:\n      - key: user\n        \
+         rate_limit: {name: per_user, rate: 5/s, algorithm: fixed-window}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["server", "--config"])
+        .arg(&cfg)
+        .args([
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--resp",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let http = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http="))
+        .unwrap_or_else(|| panic!("no http= in {line:?}"))
+        .parse()
+        .unwrap();
+    (Proc(child), http)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_serves_the_same_api_and_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, http) = server(dir.path());
+    let check = |user: &str| {
+        format!(r#"{{"domain": "edge", "descriptors": [[{{"key": "user", "value": "{user}"}}]]}}"#)
+    };
+    let mut flood_denied = 0;
+    for i in 0..30 {
+        flood_denied += u64::from(http_post_json(http, "/v1/check", check("mallory")).await == 429);
+        if i % 10 == 0 {
+            assert_eq!(http_post_json(http, "/v1/check", check("alice")).await, 200);
+        }
+    }
+    assert!(flood_denied >= 20, "{flood_denied}");
+    let (status, body) = http_get(http, "/admin/api/top?policy=per_user").await;
+    assert_eq!(status, 200, "{body}");
+    let v = json(&body);
+    assert_eq!(v["surface"], "server");
+    let first = &v["policies"][0]["denied"]["keys"][0];
+    // a descriptor's key is its values, each after its length
+    assert_eq!(first["key"], "7:mallory", "{body}");
+    assert_eq!(first["count"].as_u64().unwrap(), flood_denied);
+    // the lookup reads the limit's in-process state for the same key
+    let (status, body) = http_get(http, "/admin/api/key?policy=per_user&key=5:alice").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["limit"], 5);
+    let (status, body) = http_get(http, "/admin/api/overview").await;
+    assert_eq!(status, 200);
+    let v = json(&body);
+    assert_eq!(v["policies"][0]["name"], "per_user");
+    assert_eq!(
+        v["config"]["store"]["redis"]["url"],
+        "redis://***@127.0.0.1:6379"
+    );
+    assert!(!body.contains("hunter2"));
+    assert_eq!(v["reloads"][0]["generation"], 1);
+    let (status, page) = http_get(http, "/admin").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("/admin/api/overview"));
+    let (status, body) = http_get(http, "/admin/api/key?policy=nope&key=x").await;
+    assert_eq!(status, 400);
+    assert!(
+        json(&body)["error"].as_str().unwrap().contains("per_user"),
+        "{body}"
+    );
+    // floodgate top against the server
+    let out = Command::new(BIN)
+        .args(["top", &format!("http://{http}"), "--count", "1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("7:mallory"));
 }

@@ -43,8 +43,11 @@ pub async fn ok_backend() -> SocketAddr {
     addr
 }
 
-/// `GET http://{addr}{path}` over a fresh connection: the status and the body.
-pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+/// Send `req` to `addr` over a fresh HTTP/1.1 connection: the status and the body.
+pub async fn http_send(
+    addr: SocketAddr,
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+) -> (u16, String) {
     use http_body_util::BodyExt;
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, conn) =
@@ -52,12 +55,27 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
             .await
             .unwrap();
     tokio::spawn(conn);
-    let req = http::Request::get(path)
-        .header("host", addr.to_string())
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
     let resp = send.send_request(req).await.unwrap();
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `GET http://{addr}{path}`: the status and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let req = http::Request::get(path)
+        .header("host", addr.to_string())
+        .body(Default::default())
+        .unwrap();
+    http_send(addr, req).await
+}
+
+/// `POST http://{addr}{path}` with a JSON body: the status.
+pub async fn http_post_json(addr: SocketAddr, path: &str, body: String) -> u16 {
+    let req = http::Request::post(path)
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    http_send(addr, req).await.0
 }

@@ -36,6 +36,9 @@ pub struct FileConfig {
     pub defaults: DefaultsFile,
     /// `error` (default) or `allow` (Envoy's behaviour: every descriptor OK, no limit).
     pub unknown_domain: Option<String>,
+    /// How the admin page and API (`/admin` on the HTTP listener) show keys: `plain`
+    /// (default), `truncated` or `hashed`.
+    pub admin_keys: Option<String>,
     /// Named limits for the HTTP API's `{"key": ..., "policy": NAME}` form.
     #[serde(default)]
     pub policies: std::collections::BTreeMap<String, RateLimitFile>,

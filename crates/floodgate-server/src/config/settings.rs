@@ -7,6 +7,7 @@ use std::time::Duration;
 use floodgate_engine::StoreFailure;
 use floodgate_engine::config::StoreKind;
 use floodgate_engine::fleet::{DEFAULT_LEASE, DEFAULT_LEASE_TTL, Strategy};
+use floodgate_engine::insight::KeyDisplay;
 use floodgate_redis::StoreConfig;
 
 use super::{Invalid, invalid};
@@ -25,6 +26,8 @@ pub struct Settings {
     pub store: StoreSettings,
     /// How a fleet of servers shares each limit.
     pub fleet: FleetSettings,
+    /// How `/admin` shows keys.
+    pub admin_keys: KeyDisplay,
 }
 
 /// How several floodgate servers (behind one balancer) share each limit: the engine's
@@ -179,11 +182,16 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
             lease_ttl: f.lease_ttl,
         },
     };
+    let admin_keys = match &file.admin_keys {
+        None => KeyDisplay::Plain,
+        Some(s) => s.parse().map_err(|e: String| invalid("admin_keys", e))?,
+    };
     Ok(Settings {
         grpc,
         http,
         resp,
         store,
         fleet,
+        admin_keys,
     })
 }
