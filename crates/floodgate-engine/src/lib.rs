@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+#[cfg(feature = "admin")]
 pub mod admin;
 #[cfg(feature = "config")]
 pub mod config;

@@ -7,7 +7,9 @@ pub mod layer;
 pub mod limiter;
 pub mod policy;
 
-pub use floodgate_engine::{admin, deny, fault, fleet, headers, insight, metrics, store};
+#[cfg(feature = "admin")]
+pub use floodgate_engine::admin;
+pub use floodgate_engine::{deny, fault, fleet, headers, insight, metrics, store};
 #[cfg(feature = "redis")]
 pub use floodgate_engine::{hybrid_store, redis_store};
 

@@ -25,7 +25,6 @@ use crate::key::{
 use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
 use crate::policy::{CompiledRoute, Policy, PolicyInfo};
 use crate::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
-use floodgate_engine::admin::{AdminReply, AdminRequest, StorePeek};
 use floodgate_engine::insight::{Insight, PolicyInsight};
 use smallvec::SmallVec;
 
@@ -160,11 +159,15 @@ impl RateLimiter {
         &self.inner.insight
     }
 
+    #[cfg(feature = "admin")]
     /// Answer an admin API request (`/admin...`; `None` for other paths), key lookups
     /// read from this limiter's store ([`floodgate_engine::admin`]).
-    pub fn admin(&self, req: &AdminRequest<'_>) -> Option<AdminReply> {
+    pub fn admin(
+        &self,
+        req: &floodgate_engine::admin::AdminRequest<'_>,
+    ) -> Option<floodgate_engine::admin::AdminReply> {
         let inner = &*self.inner;
-        let peek = StorePeek {
+        let peek = floodgate_engine::admin::StorePeek {
             policies: &inner.infos,
             local: inner.local.as_deref(),
             store_name: inner.store_name,

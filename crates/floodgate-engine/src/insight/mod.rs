@@ -2,7 +2,7 @@
 //! cost over the last minutes, and decisions by outcome in each second. One
 //! implementation for every surface: the layer (and so the proxy) and the server record
 //! each decision where they count it for the metrics ([`PolicyInsight::record`]), and
-//! [`crate::admin`] renders what is kept here as the admin API's JSON and page.
+//! `floodgate_engine::admin` (feature `admin`) renders what is kept here as the admin API's JSON and page.
 //!
 //! # Top keys, in bounded memory
 //!
@@ -35,6 +35,7 @@
 //! One [`Clock`] reading, one hash of the key, and one uncontended lock of the key's
 //! shard, in which a hash-table probe and a heap step of `log2(TOP_K)` swaps run.
 
+#[cfg(feature = "admin")]
 pub mod redact;
 pub mod summary;
 pub mod timeline;
@@ -388,13 +389,14 @@ pub struct ReloadEvent {
 }
 
 /// Every policy's insight, the configuration shown and its reload history: what the
-/// admin API ([`crate::admin`]) renders. Shared by a surface's every worker.
+/// admin API (`floodgate_engine::admin` (feature `admin`)) renders. Shared by a surface's every worker.
 pub struct Insight {
     surface: &'static str,
     display: KeyDisplay,
     policies: RwLock<Vec<Arc<PolicyInsight>>>,
     clock: Arc<dyn Clock>,
     salt: foldhash::quality::RandomState,
+    #[cfg(feature = "admin")]
     config: RwLock<serde_json::Value>,
     reloads: Mutex<VecDeque<ReloadEvent>>,
 }
@@ -427,6 +429,7 @@ impl Insight {
             policies: RwLock::new(Vec::new()),
             clock,
             salt: foldhash::quality::RandomState::default(),
+            #[cfg(feature = "admin")]
             config: RwLock::new(serde_json::Value::Null),
             reloads: Mutex::new(VecDeque::new()),
         }
@@ -487,6 +490,7 @@ impl Insight {
             .cloned()
     }
 
+    #[cfg(feature = "admin")]
     /// Show `config` (the parsed config file) in the API, its secrets redacted
     /// ([`redact::redact`]).
     pub fn set_config(&self, mut config: serde_json::Value) {
@@ -494,6 +498,7 @@ impl Insight {
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
     }
 
+    #[cfg(feature = "admin")]
     /// The configuration shown (redacted), `null` when none was set.
     pub fn config(&self) -> serde_json::Value {
         self.config
