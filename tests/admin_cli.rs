@@ -305,3 +305,99 @@ async fn the_server_serves_the_same_api_and_page() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("7:mallory"));
 }
+
+/// Debian's `chromium`, or `None` (the browser test then skips with a message, unless
+/// `FLOODGATE_REQUIRE_CHROMIUM=1`, as `.ci/run` sets, makes it fail).
+fn chromium() -> Option<&'static str> {
+    let found = Command::new("chromium")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return Some("chromium");
+    }
+    assert!(
+        std::env::var("FLOODGATE_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
+        "FLOODGATE_REQUIRE_CHROMIUM=1 but no chromium on PATH (apt-get install chromium)"
+    );
+    eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+    None
+}
+
+/// Run headless chromium on `url` for `virtual_ms` of page time and return the DOM it
+/// rendered (killed after 60 s of real time).
+fn dump_dom(browser: &str, url: &str, profile: &std::path::Path, virtual_ms: u64) -> String {
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--virtual-time-budget={virtual_ms}"))
+        .args(["--dump-dom", url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.wait();
+    reader.join().unwrap()
+}
+
+/// The part of `dom` from the element with `id` to the end of its `close` tag.
+fn element<'a>(dom: &'a str, id: &str, close: &str) -> &'a str {
+    let start = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no element {id} in the page: {dom}"));
+    let end = dom[start..].find(close).map_or(dom.len(), |e| start + e);
+    &dom[start..end]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_page_shows_the_flooding_key_in_a_browser() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, listen, admin) = proxy(dir.path()).await;
+    // under load: a bounded flood and two keys under the limit
+    let (flood, _, _) = tokio::join!(
+        send(listen, "mallory", 300, Duration::ZERO, 3),
+        send(listen, "alice", 4, Duration::from_millis(100), 1),
+        send(listen, "bob", 4, Duration::from_millis(100), 1),
+    );
+    assert!(flood > 0);
+    let url = format!("http://{admin}/admin");
+    let profile = dir.path().join("chromium");
+    let dom = tokio::task::spawn_blocking(move || dump_dom(browser, &url, &profile, 3_000))
+        .await
+        .unwrap();
+    // the page polled the API and drew the policy: its charts and its top-keys table
+    let rates = element(&dom, "chart-api", "</svg>");
+    assert!(rates.contains("decisions/s"), "{rates}");
+    assert!(rates.contains("<polyline"), "{rates}");
+    let denials = element(&dom, "denials-api", "</svg>");
+    assert!(denials.contains("most denied: mallory"), "{denials}");
+    assert!(denials.contains("data-boundary"), "{denials}");
+    let top = element(&dom, "top-api", "</table>");
+    let first_row = top.split("<tr>").nth(2).unwrap_or_default();
+    assert!(first_row.contains("<code>mallory</code>"), "{top}");
+    assert!(first_row.contains(&format!(">{flood}<")), "{top}");
+    // and showed no error
+    assert!(dom.contains(r#"id="status"></span>"#), "{dom}");
+}
