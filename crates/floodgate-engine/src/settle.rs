@@ -66,3 +66,131 @@ impl Reservation {
 
 /// The outcome of settling a [`Reservation`]: one settlement per part, in order.
 pub type Settled = Vec<Settlement>;
+
+/// Where a route's actual cost comes from, and what it reserves first: the one definition
+/// the tower layer, the proxy and the server read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettleSpec {
+    /// The estimate a request is admitted at (the same under every policy of the route).
+    pub estimate: u64,
+    /// A request header carrying the estimate instead (its absence: `estimate`).
+    pub estimate_header: Option<http::HeaderName>,
+    /// A response header carrying the actual cost.
+    pub cost_header: Option<http::HeaderName>,
+    /// A response trailer carrying the actual cost (a streamed body's, sent after it).
+    pub cost_trailer: Option<http::HeaderName>,
+}
+
+impl SettleSpec {
+    /// A request's estimate: the estimate header's value when the request has one, else
+    /// the fixed estimate. A value that is not a cost ([`parse_cost`]) is an error naming
+    /// the header.
+    pub fn estimate_of(&self, headers: &http::HeaderMap) -> Result<u64, CostError> {
+        match self
+            .estimate_header
+            .as_ref()
+            .and_then(|h| Some((h, headers.get(h)?)))
+        {
+            Some((name, v)) => parse_cost(v.as_bytes()).map_err(|e| e.named(name.as_str())),
+            None => Ok(self.estimate),
+        }
+    }
+
+    /// The actual cost in `fields` (response headers or trailers) under `name`: `None`
+    /// when absent, an error naming the field when it is not a cost or is repeated.
+    pub fn cost_in(
+        name: &http::HeaderName,
+        fields: &http::HeaderMap,
+    ) -> Option<Result<u64, CostError>> {
+        let mut all = fields.get_all(name).iter();
+        let first = all.next()?;
+        if all.next().is_some() {
+            return Some(Err(CostError {
+                field: name.as_str().to_string(),
+                value: String::new(),
+                why: "it is repeated",
+            }));
+        }
+        Some(parse_cost(first.as_bytes()).map_err(|e| e.named(name.as_str())))
+    }
+}
+
+/// A cost field that is not a cost: what it was, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{field}: {value:?} is not a cost: {why} (expected a whole number of units, 0 to 18446744073709551615)"
+)]
+pub struct CostError {
+    /// The header or trailer (empty when parsed without one).
+    pub field: String,
+    /// The value, lossily as text.
+    pub value: String,
+    /// Why it was refused.
+    pub why: &'static str,
+}
+
+impl CostError {
+    fn named(mut self, field: &str) -> CostError {
+        self.field = field.to_string();
+        self
+    }
+}
+
+/// A cost as sent in a header, a trailer or a JSON string: ASCII digits, optionally
+/// surrounded by spaces or tabs. Refused: empty, a sign (`-5`, `+5`), a fraction or
+/// exponent (`1.5`, `1e3`), `NaN`, `inf`, anything above `u64::MAX`.
+pub fn parse_cost(raw: &[u8]) -> Result<u64, CostError> {
+    let refuse = |why| CostError {
+        field: String::new(),
+        value: String::from_utf8_lossy(raw).chars().take(64).collect(),
+        why,
+    };
+    let v = raw.trim_ascii();
+    if v.is_empty() {
+        return Err(refuse("it is empty"));
+    }
+    if v[0] == b'-' {
+        return Err(refuse("it is negative"));
+    }
+    if !v.iter().all(u8::is_ascii_digit) {
+        return Err(refuse("it is not a whole number of units"));
+    }
+    std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| refuse("it is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn costs_parse_and_bad_ones_say_why() {
+        assert_eq!(parse_cost(b" 300 "), Ok(300));
+        assert_eq!(parse_cost(b"0"), Ok(0));
+        assert_eq!(parse_cost(b"18446744073709551615"), Ok(u64::MAX));
+        for (raw, why) in [
+            (&b""[..], "it is empty"),
+            (b"-5", "it is negative"),
+            (b"NaN", "it is not a whole number of units"),
+            (b"1.5", "it is not a whole number of units"),
+            (b"+5", "it is not a whole number of units"),
+            (b"1e3", "it is not a whole number of units"),
+            (b"18446744073709551616", "it is too large"),
+        ] {
+            assert_eq!(parse_cost(raw).unwrap_err().why, why, "{raw:?}");
+        }
+        let name = http::HeaderName::from_static("x-cost");
+        let mut h = http::HeaderMap::new();
+        assert_eq!(SettleSpec::cost_in(&name, &h), None);
+        h.append(&name, http::HeaderValue::from_static("7"));
+        assert_eq!(SettleSpec::cost_in(&name, &h), Some(Ok(7)));
+        h.append(&name, http::HeaderValue::from_static("8"));
+        let e = SettleSpec::cost_in(&name, &h).unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "x-cost: \"\" is not a cost: it is repeated (expected a whole number of units, 0 to 18446744073709551615)"
+        );
+    }
+}

@@ -273,6 +273,7 @@ impl RateLimiterBuilder {
                 prefix: "/".into(),
                 methods: Vec::new(),
                 policies: infos.iter().map(|p| (p.name.clone(), 1)).collect(),
+                settle: None,
             }]
         } else {
             self.routes
@@ -301,7 +302,12 @@ impl RateLimiterBuilder {
                 }
                 checks.push((idx, *cost));
             }
-            compiled.push(CompiledRoute { route, checks });
+            let settle = route.settle.clone().map(std::sync::Arc::new);
+            compiled.push(CompiledRoute {
+                route,
+                checks,
+                settle,
+            });
         }
         // longest prefix first; stable, so among equal prefixes the first listed wins
         compiled.sort_by_key(|r| std::cmp::Reverse(r.route.prefix.len()));

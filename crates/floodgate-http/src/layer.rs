@@ -22,6 +22,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::limiter::{Outcome, Prepared, RateLimiter};
+use crate::settle::{SettleHandle, SettleSpec};
 
 /// Applies a [`RateLimiter`] to a service.
 #[derive(Clone, Debug)]
@@ -73,6 +74,7 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     ReqBody: Send + 'static,
+    ResBody: Send + 'static,
 {
     type Response = Response<Either<ResBody, Full<Bytes>>>;
     type Error = S::Error;
@@ -94,6 +96,10 @@ where
                 });
             }
             Prepared::Respond(r) => return Box::pin(async move { Ok(r.map(Either::Right)) }),
+            Prepared::Check(plan) if plan.settle.is_some() => {
+                let limiter = self.limiter.clone();
+                return Box::pin(settled_call(limiter, plan, inner, req));
+            }
             Prepared::Check(plan) => plan,
         };
         // the in-process store decides here: no future of its own, and no clone of the
@@ -138,6 +144,63 @@ where
             }
         })
     }
+}
+
+/// A request on a route that settles its cost after the response: reserve at the
+/// estimate, hand the service a [`SettleHandle`], settle from the handler or the response
+/// header, and show the settled state in the RateLimit fields (see [`crate::settle`]).
+async fn settled_call<S, ReqBody, ResBody>(
+    limiter: RateLimiter,
+    mut plan: crate::limiter::Plan,
+    mut inner: S,
+    mut req: Request<ReqBody>,
+) -> Result<Response<Either<ResBody, Full<Bytes>>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    let (spec, estimate) = plan.settle.take().expect("a settling plan");
+    let (outcome, reservation) = limiter.reserve(plan, req.headers()).await;
+    let (headers, delay) = match outcome {
+        Outcome::Respond(r) => return Ok(r.map(Either::Right)),
+        Outcome::Pass { headers, delay } => (headers, delay),
+    };
+    if !delay.is_zero() && !limiter.hold(delay).await {
+        // not forwarded: the reservation comes back whole
+        if let Some(r) = reservation {
+            let _ = limiter.store().settle(r, 0).await;
+        }
+        let mut r = limiter.queue_full_response(req.headers());
+        headers.insert_into(r.headers_mut());
+        return Ok(r.map(Either::Right));
+    }
+    let handle = SettleHandle::new(limiter, spec, estimate, reservation);
+    req.extensions_mut().insert(handle.clone());
+    let mut resp = inner.call(req).await?;
+    let settled = match handle.settled() {
+        Some(s) => Some(s),
+        None => match handle
+            .cost_header()
+            .and_then(|name| SettleSpec::cost_in(name, resp.headers()))
+        {
+            Some(Ok(actual)) => match handle.settle(actual).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!(error = %e, "settling the cost from the response header failed");
+                    None
+                }
+            },
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "cost header: the estimate stays");
+                None
+            }
+            None => None,
+        },
+    };
+    match settled {
+        Some(s) => handle.settled_headers(&s).insert_into(resp.headers_mut()),
+        None => headers.insert_into(resp.headers_mut()),
+    }
+    Ok(resp.map(Either::Left))
 }
 
 impl RateLimiter {

@@ -6,6 +6,7 @@ pub mod key;
 pub mod layer;
 pub mod limiter;
 pub mod policy;
+pub mod settle;
 
 #[cfg(feature = "admin")]
 pub use floodgate_engine::admin;
@@ -27,6 +28,7 @@ pub use limiter::{RateLimiter, Verdict};
 pub use policy::{Policy, PolicyInfo, Route};
 #[cfg(feature = "redis")]
 pub use redis_store::RedisDecisionStore;
+pub use settle::{SettleHandle, SettleOnTrailers, SettleSpec};
 pub use store::{
     DecisionStore, LocalStore, PolicyStats, StoreCheck, StoreError, StoreErrorKind, TokioWallClock,
 };

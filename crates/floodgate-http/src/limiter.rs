@@ -26,6 +26,7 @@ use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
 use crate::policy::{CompiledRoute, Policy, PolicyInfo};
 use crate::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
 use floodgate_engine::insight::{Insight, PolicyInsight};
+use floodgate_engine::settle::{Reservation, SettleSpec, Settled};
 use smallvec::SmallVec;
 
 /// What a built limiter holds (every clone of it shares one); [`crate::builder`] makes it.
@@ -79,12 +80,14 @@ impl std::fmt::Debug for RateLimiter {
 type Checks = SmallVec<[(usize, Vec<u8>, u64); 2]>;
 
 /// The work left after the synchronous part of a decision: the checks to run.
-pub(crate) struct Plan {
+pub struct Plan {
     /// Enforced policies.
     enforced: Checks,
     /// Dry-run policies (rare: empty, and so unallocated, as a rule).
     shadow: Vec<(usize, Vec<u8>, u64)>,
     start: std::time::Instant,
+    /// A route settling its cost after the response: its spec and the estimate.
+    pub(crate) settle: Option<(Arc<SettleSpec>, u64)>,
 }
 
 /// A store's answer to one list of checks (`None` for an empty list).
@@ -331,12 +334,31 @@ impl RateLimiter {
             extensions: req.extensions(),
             client_ip,
         };
+        let settle = match &route.settle {
+            None => None,
+            Some(spec) => match spec.estimate_of(req.headers()) {
+                Ok(estimate) => Some((spec.clone(), estimate)),
+                Err(e) => {
+                    inner.metrics.request(RequestOutcome::Invalid);
+                    return Prepared::Respond(short_response(
+                        StatusCode::BAD_REQUEST,
+                        &format!("invalid cost estimate: {e}"),
+                        None,
+                        None,
+                        ReplyFormat::of(req.headers()),
+                    ));
+                }
+            },
+        };
+        let estimate = settle.as_ref().map(|(_, e)| *e);
         let mut plan = Plan {
             enforced: Checks::new(),
             shadow: Vec::new(),
             start,
+            settle,
         };
         for &(idx, cost) in &route.checks {
+            let cost = estimate.unwrap_or(cost);
             let policy = &inner.policies[idx];
             let key = match policy
                 .key
@@ -431,6 +453,45 @@ impl RateLimiter {
         let enforced = self.run_local(local, &plan.enforced);
         let shadow = self.run_local(local, &plan.shadow);
         self.finish(plan, enforced, shadow, req_headers)
+    }
+
+    /// The decision store.
+    pub fn store(&self) -> &Arc<dyn DecisionStore> {
+        &self.inner.store
+    }
+
+    /// Decide on `plan` as [`check`](Self::check) does, reserving its enforced policies at
+    /// the estimate: the outcome and, when admitted, the reservation to settle.
+    pub(crate) async fn reserve(
+        &self,
+        plan: Plan,
+        req_headers: &HeaderMap,
+    ) -> (Outcome, Option<Reservation>) {
+        let (enforced, reservation) = if plan.enforced.is_empty() {
+            (Ok(None), None)
+        } else {
+            let list = self.store_checks(&plan.enforced);
+            match self.inner.store.reserve(&list).await {
+                Ok((d, r)) => (Ok(Some(d)), r),
+                Err(e) => (Err(e), None),
+            }
+        };
+        let shadow = self.run_checks(&plan.shadow).await;
+        (
+            self.finish(plan, enforced, shadow, req_headers),
+            reservation,
+        )
+    }
+
+    /// The RateLimit fields of settled policies (each as a request of cost 0 sees it),
+    /// `policies` being the indices of the settled parts, in order.
+    pub(crate) fn settled_headers(&self, policies: &[usize], settled: &Settled) -> RateHeaders {
+        let items: SmallVec<[(&PolicyInfo, Decision); 2]> = policies
+            .iter()
+            .zip(settled)
+            .filter_map(|(i, s)| Some((self.inner.infos.get(*i)?, s.decision)))
+            .collect();
+        headers::render(&items, &self.inner.headers)
     }
 
     /// Decide on `plan` with whatever store this limiter has.

@@ -7,6 +7,7 @@
 //! request that matches no route is not limited at all.
 
 use floodgate_core::{AnyAlgorithm, ConfigError, Spec};
+use floodgate_engine::settle::SettleSpec;
 pub use floodgate_engine::store::PolicyInfo;
 use http::Method;
 
@@ -76,6 +77,10 @@ pub struct Route {
     pub methods: Vec<Method>,
     /// `(policy name, cost)` pairs. Cost is in the policy's units (0 = only look).
     pub policies: Vec<(String, u64)>,
+    /// Settle the cost after the response: admit at an estimate (which replaces the
+    /// costs above, under every policy), settle with the actual cost
+    /// ([`crate::settle`]).
+    pub settle: Option<SettleSpec>,
 }
 
 impl Route {
@@ -85,7 +90,15 @@ impl Route {
             prefix: prefix.into(),
             methods: Vec::new(),
             policies: Vec::new(),
+            settle: None,
         }
+    }
+
+    /// Admit at an estimate and settle the actual cost after the response (see
+    /// [`crate::settle`]).
+    pub fn settle(mut self, spec: SettleSpec) -> Route {
+        self.settle = Some(spec);
+        self
     }
 
     /// Only these methods.
@@ -124,6 +137,8 @@ pub(crate) struct CompiledRoute {
     pub route: Route,
     /// `(policy index, cost)`.
     pub checks: Vec<(usize, u64)>,
+    /// The route's settle spec, shared with every handle.
+    pub settle: Option<std::sync::Arc<SettleSpec>>,
 }
 
 #[cfg(test)]
