@@ -183,6 +183,13 @@ fn the_proxy_reference_shows_every_field_the_types_accept() {
             }
         }
     }
+    let route = expected_fields(&refuse("[[route]]\nzz_unknown = 1\n"));
+    assert!(route.iter().any(|f| f == "cost_trailer"), "{route:?}");
+    for field in route {
+        if !shows_field(&block.body, &field) {
+            missing.push(format!("route.{field}"));
+        }
+    }
     assert!(
         missing.is_empty(),
         "{}: the reference does not show {missing:?}",

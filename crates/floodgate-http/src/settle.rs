@@ -179,6 +179,26 @@ impl<B> SettleOnTrailers<B> {
     }
 }
 
+/// Settle `handle` from `trailers` (the route's `cost_trailer`), in a task of its own
+/// (a body is polled, not awaited). Absent or malformed: logged, the estimate stays.
+pub fn settle_from_trailers(handle: SettleHandle, trailers: &http::HeaderMap) {
+    if !handle.is_open() {
+        return; // settled already (by the handler, or from the response header)
+    }
+    let name = handle.cost_trailer().cloned();
+    match name.and_then(|n| SettleSpec::cost_in(&n, trailers)) {
+        Some(Ok(actual)) => {
+            tokio::spawn(async move {
+                if let Err(e) = handle.settle(actual).await {
+                    tracing::warn!(error = %e, "settling the cost from a trailer failed");
+                }
+            });
+        }
+        Some(Err(e)) => tracing::warn!(error = %e, "cost trailer: the estimate stays"),
+        None => tracing::debug!("no cost trailer: the estimate stays"),
+    }
+}
+
 impl<B: Body + Unpin> Body for SettleOnTrailers<B> {
     type Data = B::Data;
     type Error = B::Error;
@@ -192,18 +212,7 @@ impl<B: Body + Unpin> Body for SettleOnTrailers<B> {
             && let Some(trailers) = f.trailers_ref()
             && let Some(handle) = self.handle.take()
         {
-            let name = handle.cost_trailer().cloned();
-            match name.and_then(|n| SettleSpec::cost_in(&n, trailers)) {
-                Some(Ok(actual)) => {
-                    tokio::spawn(async move {
-                        if let Err(e) = handle.settle(actual).await {
-                            tracing::warn!(error = %e, "settling the cost from a trailer failed");
-                        }
-                    });
-                }
-                Some(Err(e)) => tracing::warn!(error = %e, "cost trailer: the estimate stays"),
-                None => tracing::debug!("no cost trailer: the estimate stays"),
-            }
+            settle_from_trailers(handle, trailers);
         }
         frame
     }

@@ -23,6 +23,7 @@ use crate::key::PeerAddr;
 use crate::metrics::Metrics;
 use crate::settings::{ProxyError, ProxySettings};
 use crate::upstream::{Http1Pool, UpstreamBody, UpstreamError, direct};
+use floodgate_http::SettleHandle;
 
 /// The body of a proxied response: the upstream's, or a short error body.
 pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
@@ -277,6 +278,7 @@ impl Service<Request<RequestBody>> for Forward {
             _ => ReplyFormat::Text,
         };
         // the head is prepared here, so that the future holds only what it waits with
+        let settle = req.extensions().get::<SettleHandle>().cloned();
         let Some((route, body_watch)) = self.route(req) else {
             let resp = self.error(StatusCode::BAD_REQUEST, "unusable request target", format);
             return Box::pin(std::future::ready(Ok(resp)));
@@ -337,6 +339,10 @@ impl Service<Request<RequestBody>> for Forward {
                 Ok(Ok(resp)) => {
                     let (mut parts, body) = resp.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
+                    let body = match settle.filter(|h| h.cost_trailer().is_some()) {
+                        Some(h) => body.settle_on_trailers(h),
+                        None => body,
+                    };
                     Ok(Response::from_parts(parts, Either::Left(body)))
                 }
                 // the client's body stalled (it timed out, or the upstream timed out
@@ -381,6 +387,12 @@ impl Forward {
     /// to an HTTP/2 upstream.
     fn route(&self, req: Request<RequestBody>) -> Option<(Route, Option<Arc<BodyWatch>>)> {
         let (parts, body) = req.into_parts();
+        // a route settling its cost from a trailer: hyper's way, which reads trailers
+        // (the direct way drops them), asking the upstream for them
+        let trailer = parts
+            .extensions
+            .get::<SettleHandle>()
+            .is_some_and(|h| h.cost_trailer().is_some());
         let peer = parts
             .extensions
             .get::<PeerAddr>()
@@ -399,7 +411,7 @@ impl Forward {
         let mut body_watch: Option<Arc<BodyWatch>> = None;
         let route = match &self.inner.upstream {
             // no body: the head is encoded straight from the client's
-            Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) => {
+            Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) && !trailer => {
                 let mut head = Vec::with_capacity(256);
                 direct::encode_request_line(&mut head, &parts.method, target);
                 // the body is known to be empty: a Content-Length the client sent
@@ -427,6 +439,9 @@ impl Forward {
                         headers.append(name.clone(), v);
                     }
                 });
+                if trailer {
+                    headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+                }
                 let pq = PathAndQuery::try_from(target)
                     .unwrap_or_else(|_| PathAndQuery::from_static("/"));
                 let (uri, version) = if h2 {

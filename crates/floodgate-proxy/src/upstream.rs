@@ -188,6 +188,7 @@ impl Http1Pool {
                     };
                     return Ok(resp.map(|inner| UpstreamBody {
                         kind: Kind::Hyper { inner, back },
+                        settle: None,
                     }));
                 }
                 Err(mut e) => match e.take_message() {
@@ -318,6 +319,8 @@ impl Http1Pool {
 /// connection to the pool it came from.
 pub struct UpstreamBody {
     kind: Kind,
+    /// Settles the request's cost from the body's trailers (a route's `cost_trailer`).
+    settle: Option<floodgate_http::SettleHandle>,
 }
 
 enum Kind {
@@ -351,12 +354,14 @@ impl UpstreamBody {
     pub(crate) fn unpooled(inner: Incoming) -> UpstreamBody {
         UpstreamBody {
             kind: Kind::Hyper { inner, back: None },
+            settle: None,
         }
     }
 
     fn direct(body: DirectBody) -> UpstreamBody {
         UpstreamBody {
             kind: Kind::Direct(body),
+            settle: None,
         }
     }
 }
@@ -369,7 +374,46 @@ impl http_body::Body for UpstreamBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, UpstreamBodyError>>> {
-        match &mut self.get_mut().kind {
+        let this = self.get_mut();
+        if this.settle.is_some() {
+            let r = Pin::new(&mut this.kind).poll_frame(cx);
+            if let Poll::Ready(Some(Ok(f))) = &r
+                && let Some(trailers) = f.trailers_ref()
+                && let Some(handle) = this.settle.take()
+            {
+                floodgate_http::settle::settle_from_trailers(handle, trailers);
+            }
+            return r;
+        }
+        Pin::new(&mut this.kind).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.kind.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.kind.size_hint()
+    }
+}
+
+impl UpstreamBody {
+    /// Settle `handle` from this body's trailers when they come.
+    pub(crate) fn settle_on_trailers(mut self, handle: floodgate_http::SettleHandle) -> Self {
+        self.settle = Some(handle);
+        self
+    }
+}
+
+impl http_body::Body for Kind {
+    type Data = Bytes;
+    type Error = UpstreamBodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, UpstreamBodyError>>> {
+        match self.get_mut() {
             Kind::Direct(d) => Pin::new(d).poll_frame(cx).map_err(Into::into),
             Kind::Hyper { inner, back } => {
                 let r = Pin::new(&mut *inner).poll_frame(cx);
@@ -387,14 +431,14 @@ impl http_body::Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.kind {
+        match self {
             Kind::Hyper { inner, .. } => inner.is_end_stream(),
             Kind::Direct(d) => d.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        match &self.kind {
+        match self {
             Kind::Hyper { inner, .. } => inner.size_hint(),
             Kind::Direct(d) => d.size_hint(),
         }

@@ -47,6 +47,16 @@ pub(super) fn de_key_display<'de, D: Deserializer<'de>>(
         .map_err(|e: String| serde::de::Error::custom(format!("admin_keys: {e}")))
 }
 
+/// An optional header name (`estimate_header`, `cost_header`, `cost_trailer`).
+pub(super) fn de_opt_header<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<HeaderName>, D::Error> {
+    let s = String::deserialize(d)?;
+    HeaderName::from_bytes(s.trim().as_bytes())
+        .map(Some)
+        .map_err(|_| serde::de::Error::custom(format!("{s:?} is not a valid header name")))
+}
+
 pub(super) fn de_status<'de, D: Deserializer<'de>>(d: D) -> Result<StatusCode, D::Error> {
     let n = u16::deserialize(d)?;
     StatusCode::from_u16(n)

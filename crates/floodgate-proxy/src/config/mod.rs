@@ -191,6 +191,18 @@ impl Config {
             ));
         }
         for r in &cfg.routes {
+            if let Some(spec) = r.settle()
+                && spec.cost_header.is_none()
+                && spec.cost_trailer.is_none()
+            {
+                return Err(invalid(
+                    None,
+                    format!(
+                        "route {:?}: estimate/estimate_header settle the cost after the response, which needs cost_header or cost_trailer to say where the actual cost is",
+                        r.prefix
+                    ),
+                ));
+            }
             for (i, n) in r.policies.iter().enumerate() {
                 if r.policies[..i].iter().any(|m| m.get_ref() == n.get_ref()) {
                     return Err(invalid(
@@ -483,6 +495,9 @@ impl Config {
                     .map(|(_, c)| *c)
                     .unwrap_or(r.cost.unwrap_or(1));
                 route = route.policy(n.get_ref().clone(), cost);
+            }
+            if let Some(spec) = r.settle() {
+                route = route.settle(spec);
             }
             b = b.route(route);
         }

@@ -148,6 +148,34 @@ pub struct RouteSection {
     /// Per-policy cost overrides.
     #[serde(default)]
     pub costs: std::collections::BTreeMap<Spanned<String>, u64>,
+    /// Settle the cost after the response: the estimate a request is admitted at (under
+    /// every policy of the route, instead of `cost`/`costs`).
+    pub estimate: Option<u64>,
+    /// A request header carrying the estimate instead (absent: `estimate`, default 1).
+    #[serde(default, deserialize_with = "de_opt_header")]
+    pub estimate_header: Option<HeaderName>,
+    /// A response header carrying the actual cost.
+    #[serde(default, deserialize_with = "de_opt_header")]
+    pub cost_header: Option<HeaderName>,
+    /// A response trailer carrying the actual cost (a streamed body's).
+    #[serde(default, deserialize_with = "de_opt_header")]
+    pub cost_trailer: Option<HeaderName>,
+}
+
+impl RouteSection {
+    /// The route's settle spec, when it settles its cost after the response.
+    pub(super) fn settle(&self) -> Option<floodgate_http::SettleSpec> {
+        let settles = self.estimate.is_some()
+            || self.estimate_header.is_some()
+            || self.cost_header.is_some()
+            || self.cost_trailer.is_some();
+        settles.then(|| floodgate_http::SettleSpec {
+            estimate: self.estimate.unwrap_or(1),
+            estimate_header: self.estimate_header.clone(),
+            cost_header: self.cost_header.clone(),
+            cost_trailer: self.cost_trailer.clone(),
+        })
+    }
 }
 
 fn default_prefix() -> String {
