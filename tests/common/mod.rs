@@ -79,3 +79,52 @@ pub async fn http_post_json(addr: SocketAddr, path: &str, body: String) -> u16 {
         .unwrap();
     http_send(addr, req).await.0
 }
+
+/// A backend on a free loopback port (HTTP/1 and h2c) answering every request with
+/// `handle`'s response; it serves until the test ends.
+pub async fn serve<F, Fut>(handle: F) -> SocketAddr
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<http_body_util::Full<bytes::Bytes>>>
+        + Send
+        + 'static,
+{
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let reply = handle(req);
+                    async move { Ok::<_, std::convert::Infallible>(reply.await) }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Delete every key under `prefix` on the shared Redis (127.0.0.1:6379), with redis-cli.
+pub fn delete_redis_keys(prefix: &str) {
+    let Ok(keys) = std::process::Command::new("redis-cli")
+        .args(["-p", "6379", "--scan", "--pattern"])
+        .arg(format!("{prefix}*"))
+        .output()
+    else {
+        return;
+    };
+    for k in String::from_utf8_lossy(&keys.stdout).lines() {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["-p", "6379", "del", k])
+            .output();
+    }
+}

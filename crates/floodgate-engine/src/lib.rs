@@ -11,8 +11,12 @@ pub mod fleet;
 pub mod headers;
 #[cfg(feature = "redis")]
 pub mod hybrid_store;
+pub mod inflight;
 pub mod insight;
+pub mod leases;
 pub mod metrics;
+#[cfg(feature = "redis")]
+pub mod redis_leases;
 #[cfg(feature = "redis")]
 pub mod redis_store;
 pub mod settle;

@@ -225,6 +225,12 @@ impl RateLimiterBuilder {
             if self.policies[..index].iter().any(|q| q.name == p.name) {
                 return Err(BuildError::DuplicatePolicy(p.name.clone()));
             }
+            if let Some(f) = p.in_flight {
+                // N in flight is a fleet-wide count on a shared store, and this node's
+                // own count in process (the local strategy does not divide it)
+                infos.push(PolicyInfo::in_flight(index, p.name.clone(), f));
+                continue;
+            }
             let mut spec = p.spec.clone();
             if let Some(f) = self
                 .fleet
@@ -335,9 +341,13 @@ impl RateLimiterBuilder {
         let names: Vec<String> = infos.iter().map(|p| p.name.clone()).collect();
         let insight = Arc::new(Insight::new(self.surface, self.key_display));
         let policy_insights = infos.iter().map(|p| insight.policy(p)).collect();
+        let metrics = Arc::new(Metrics::new(&names));
+        for lease in infos.iter().filter_map(|p| p.in_flight.as_ref()) {
+            lease.attach_gauge(metrics.lease_gauge(&lease.name));
+        }
         Ok(RateLimiter {
             inner: Arc::new(Inner {
-                metrics: Arc::new(Metrics::new(&names)),
+                metrics,
                 insight,
                 policy_insights,
                 policies: self.policies,

@@ -17,8 +17,8 @@ pub mod wire;
 
 // the layer's modules, under the paths the proxy's modules name them by
 use floodgate_http::{
-    HybridStore, RateLimiter, RedisDecisionStore, builder, deny, fault, fleet, key, layer, limiter,
-    metrics, policy, store,
+    HybridStore, RateLimiter, RedisDecisionStore, builder, deny, fault, fleet, key, layer, leases,
+    limiter, metrics, policy, store,
 };
 
 pub use forward::Forward;

@@ -309,10 +309,26 @@ pub fn load<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
+    parse(path, &src)
+}
+
+/// Deserialize `src`, the text of `path`, as YAML (`.yaml`, `.yml`) or TOML (any other
+/// name).
+pub fn parse<T: DeserializeOwned>(path: &Path, src: &str) -> Result<T, ConfigError> {
     match path.extension().and_then(|e| e.to_str()) {
         Some(e) if e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml") => {
-            from_yaml(path, &src)
+            from_yaml(path, src)
         }
-        _ => from_toml(path, &src),
+        _ => from_toml(path, src),
     }
+}
+
+/// The file `src` (the text of `path`, YAML or TOML as [`parse`] reads it) as the admin
+/// API shows it: its fields as JSON, secrets redacted
+/// ([`crate::insight::redact`]); `null` when it does not parse.
+#[cfg(feature = "admin")]
+pub fn shown(path: &Path, src: &str) -> serde_json::Value {
+    let mut v: serde_json::Value = parse(path, src).unwrap_or_default();
+    crate::insight::redact::redact(&mut v);
+    v
 }

@@ -168,14 +168,10 @@ impl Config {
         for (i, p) in cfg.policies.iter().enumerate() {
             let span = Some(p.span());
             let pol = p.get_ref();
-            pol.spec()
-                .map_err(|m| invalid(span.clone(), format!("policy[{i}] {:?}: {m}", pol.name)))?;
-            Policy::new(
-                pol.name.clone(),
-                pol.spec().unwrap_or_else(|_| unreachable!()),
-            )
-            .validate()
-            .map_err(|m| invalid(span.clone(), format!("policy[{i}]: {m}")))?;
+            pol.policy()
+                .map_err(|m| invalid(span.clone(), format!("policy[{i}] {:?}: {m}", pol.name)))?
+                .validate()
+                .map_err(|m| invalid(span.clone(), format!("policy[{i}]: {m}")))?;
             if names.contains(&pol.name.as_str()) {
                 return Err(invalid(
                     span,
@@ -269,7 +265,7 @@ impl Config {
             if strategy == Strategy::Hybrid
                 && let Some((i, p)) = cfg.policies.iter().enumerate().find(|(_, p)| {
                     let p = p.get_ref();
-                    p.algorithm == Kind::LeakyQueue && !p.nodelay
+                    p.algorithm == Kind::LeakyQueue && !p.nodelay && p.max_in_flight.is_none()
                 })
             {
                 return Err(invalid(
@@ -287,9 +283,7 @@ impl Config {
     /// The file `src` as the admin API shows it: its tables as JSON, secrets redacted
     /// (`null` if it does not parse).
     pub fn shown(src: &str) -> serde_json::Value {
-        let mut v = toml::from_str::<serde_json::Value>(src).unwrap_or_default();
-        floodgate_http::insight::redact::redact(&mut v);
-        v
+        floodgate_engine::config::shown(Path::new("floodgate.toml"), src)
     }
 
     /// Read and parse a file.
@@ -474,10 +468,12 @@ impl Config {
         }
         for p in &self.policies {
             let p = p.get_ref();
-            // validated in parse()
-            let spec = p.spec().unwrap_or_else(|_| Spec::new(p.algorithm, p.rate));
+            // validated in parse(); were it not, a route naming it fails to build
+            let Ok(policy) = p.policy() else {
+                continue;
+            };
             b = b.policy(
-                Policy::new(p.name.clone(), spec)
+                policy
                     .key(p.key.clone().map_or_else(KeySource::ip, |k| k.0))
                     .dry_run(p.dry_run),
             );

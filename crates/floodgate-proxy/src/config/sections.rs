@@ -3,6 +3,7 @@
 //! sections shared with floodgate server: `floodgate_engine::config`).
 
 use super::*;
+use crate::policy::InFlightSpec;
 
 /// `[client_ip]`.
 #[derive(Debug, Deserialize, Default)]
@@ -109,8 +110,9 @@ pub struct PolicySection {
     /// Algorithm (default leaky-queue, as nginx).
     #[serde(default = "default_kind")]
     pub algorithm: Kind,
-    /// COUNT/PERIOD.
-    pub rate: Rate,
+    /// COUNT/PERIOD (required, unless `max_in_flight` is set).
+    #[serde(default)]
+    pub rate: Option<Rate>,
     /// nginx / redis-cell burst: capacity - 1.
     pub burst: Option<u64>,
     /// Units admitted at once from rest.
@@ -125,7 +127,22 @@ pub struct PolicySection {
     /// Shadow mode.
     #[serde(default)]
     pub dry_run: bool,
+    /// At most this many requests of one key in flight at once (instead of a rate).
+    pub max_in_flight: Option<u64>,
+    /// max_in_flight: how long a lease lives unless its response ends first (default 30 s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub lease_ttl: Option<Duration>,
+    /// max_in_flight: requests that may wait for a place on this node (default 0).
+    pub queue: Option<usize>,
+    /// max_in_flight: the longest a queued request waits (default 1 s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub queue_timeout: Option<Duration>,
 }
+
+/// The lease TTL of a `max_in_flight` policy without `lease_ttl`.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+/// The queue timeout of a `max_in_flight` policy with a `queue` and no `queue_timeout`.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn default_kind() -> Kind {
     Kind::LeakyQueue
@@ -183,8 +200,45 @@ fn default_prefix() -> String {
 }
 
 impl PolicySection {
+    /// The policy this table defines, validated (its key and dry-run flag not yet set).
+    pub(super) fn policy(&self) -> Result<Policy, String> {
+        let Some(n) = self.max_in_flight else {
+            if self.lease_ttl.is_some() || self.queue.is_some() || self.queue_timeout.is_some() {
+                return Err(
+                    "lease_ttl, queue and queue_timeout apply only with max_in_flight".into(),
+                );
+            }
+            return Ok(Policy::new(self.name.clone(), self.spec()?));
+        };
+        if self.rate.is_some()
+            || self.burst.is_some()
+            || self.capacity.is_some()
+            || self.nodelay
+            || self.delay.is_some()
+        {
+            return Err("max_in_flight limits requests at once, not a rate: remove rate, burst, capacity, nodelay and delay (a rate goes in a policy of its own, listed on the same route)".into());
+        }
+        let queue = self.queue.unwrap_or(0);
+        let spec = InFlightSpec::new(n, self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL))
+            .and_then(|s| {
+                s.with_queue(
+                    queue,
+                    self.queue_timeout.unwrap_or(if queue > 0 {
+                        DEFAULT_QUEUE_TIMEOUT
+                    } else {
+                        Duration::ZERO
+                    }),
+                )
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(Policy::max_in_flight(self.name.clone(), spec))
+    }
+
     pub(super) fn spec(&self) -> Result<Spec, String> {
-        let mut spec = Spec::new(self.algorithm, self.rate);
+        let rate = self
+            .rate
+            .ok_or("rate is required (COUNT/PERIOD such as \"10/s\"), or max_in_flight")?;
+        let mut spec = Spec::new(self.algorithm, rate);
         spec.capacity = match (self.burst, self.capacity) {
             (Some(_), Some(_)) => {
                 return Err("set burst or capacity, not both (capacity = burst + 1)".into());

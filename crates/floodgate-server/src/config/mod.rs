@@ -121,17 +121,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigFileError> {
 /// The file `text` (read from `path`) as the admin API shows it: its fields as JSON,
 /// secrets redacted by the engine (`null` when it does not parse).
 pub fn shown(path: &Path, text: &str) -> serde_json::Value {
-    let yaml = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
-    let mut v: serde_json::Value = if yaml {
-        serde_norway::from_str(text).unwrap_or_default()
-    } else {
-        toml::from_str(text).unwrap_or_default()
-    };
-    floodgate_engine::insight::redact::redact(&mut v);
-    v
+    floodgate_engine::config::shown(path, text)
 }
 
 pub(crate) type Invalid = (String, String);
