@@ -431,10 +431,7 @@ impl Config {
             .admin_keys("proxy", self.admin_keys)
             .client_ip(ClientIpConfig {
                 trusted_proxies,
-                header: match self.client_ip.header {
-                    HeaderChoice::XForwardedFor => ForwardedHeader::XForwardedFor,
-                    HeaderChoice::Forwarded => ForwardedHeader::Forwarded,
-                },
+                header: self.client_ip.header,
                 ipv4_prefix: self.client_ip.ipv4_prefix.unwrap_or(32),
                 ipv6_prefix: self.client_ip.ipv6_prefix.unwrap_or(64),
             })

@@ -14,21 +14,11 @@ pub struct ClientIpSection {
     pub trusted_proxies: Vec<IpNet>,
     /// `x-forwarded-for` (default) or `forwarded`.
     #[serde(default)]
-    pub header: HeaderChoice,
+    pub header: ForwardedHeader,
     /// 0..=32, default 32.
     pub ipv4_prefix: Option<u8>,
     /// 0..=128, default 64.
     pub ipv6_prefix: Option<u8>,
-}
-
-/// Which forwarding header.
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-#[allow(missing_docs)]
-pub enum HeaderChoice {
-    #[default]
-    XForwardedFor,
-    Forwarded,
 }
 
 /// `[deny]`.

@@ -304,3 +304,18 @@ fn old_spellings_read_as_the_shared_sections_and_are_named() {
         "{e}"
     );
 }
+
+#[test]
+fn client_ip_header_reads_as_the_layers_type() {
+    let cfg = Config::parse(
+        &format!("[client_ip]\nheader = \"forwarded\"\n{POLICY}"),
+        Path::new("x.toml"),
+    )
+    .unwrap();
+    assert_eq!(cfg.client_ip.header, ForwardedHeader::Forwarded);
+    let e = err(&format!("[client_ip]\nheader = \"via\"\n{POLICY}"));
+    assert!(
+        e.starts_with("floodgate.toml:2:10: client_ip.header: unknown variant `via`"),
+        "{e}"
+    );
+}
