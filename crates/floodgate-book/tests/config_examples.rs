@@ -56,7 +56,7 @@ fn every_config_example_names_what_it_configures_and_parses() {
 }
 
 /// The proxy page's reference example builds its two policies (the first with the
-/// capacity its nginx burst says), and every `[redis]` setting it shows reaches the
+/// capacity its nginx burst says), and every `[store.redis]` setting it shows reaches the
 /// store's settings.
 #[test]
 fn the_proxy_reference_example_is_complete() {

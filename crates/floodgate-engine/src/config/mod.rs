@@ -303,15 +303,6 @@ fn yaml_value_place(src: &str, path: &serde_path_to_error::Path) -> Option<(usiz
     found
 }
 
-/// Read `path` and deserialize it, as YAML (`.yaml`, `.yml`) or TOML (any other name).
-pub fn load<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
-    let src = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    parse(path, &src)
-}
-
 /// Deserialize `src`, the text of `path`, as YAML (`.yaml`, `.yml`) or TOML (any other
 /// name).
 pub fn parse<T: DeserializeOwned>(path: &Path, src: &str) -> Result<T, ConfigError> {
