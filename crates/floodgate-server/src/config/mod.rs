@@ -296,6 +296,9 @@ mod tests {
         );
         assert!(err("fleet: {strategy: local}\n").contains("needs nodes"));
         assert!(err("fleet: {strategy: local, nodes: 0}\n").contains("nodes must be at least 1"));
+        // the nodes' addresses count as well as a count (the proxy's form)
+        let c = yaml("fleet: {strategy: local, nodes: [\"10.0.0.1:8081\", \"10.0.0.2:8081\"], self: \"10.0.0.2:8081\"}\n").unwrap();
+        assert_eq!(c.settings.fleet.nodes, 2);
         assert!(err("fleet: {strategy: sticky, nodes: 2}\n").contains("floodgate proxy"));
         assert!(
             err("fleet: {strategy: gossip}\n").contains("expected single, local, shared or hybrid")
