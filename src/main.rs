@@ -12,6 +12,7 @@ mod server_cmd;
 mod simulate_cmd;
 mod simulate_dist;
 mod throttle_cmd;
+mod top_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -50,6 +51,9 @@ enum Command {
     /// did: statuses, latency by status, a timeline with window boundaries, a verdict.
     #[command(long_about = load_cmd::ABOUT)]
     Load(load_cmd::LoadArgs),
+    /// The keys limited most, per policy, from a proxy's admin listener or a server's
+    /// HTTP listener, refreshed every second: `floodgate top http://127.0.0.1:9090`.
+    Top(top_cmd::TopArgs),
 }
 
 fn main() {
@@ -63,6 +67,7 @@ fn main() {
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Server(args) => server_cmd::run(args),
         Command::Load(args) => load_cmd::run(args),
+        Command::Top(args) => top_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("floodgate: error: {}", render(&e));

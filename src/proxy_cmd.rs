@@ -8,8 +8,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Algorithm, Kind, Rate, Spec};
+use floodgate_http::insight::KeyDisplay;
 use floodgate_http::{Policy, RateLimiter, RateLimiterBuilder};
-use floodgate_proxy::config::{Config, StoreSpec, parse_upstream};
+use floodgate_proxy::config::{Config, parse_upstream};
 use floodgate_proxy::proxy::{Proxy, ProxySettings, shutdown_signal};
 
 /// Flags of `floodgate proxy`.
@@ -27,9 +28,14 @@ pub struct ProxyArgs {
     /// Upstream, http://host:port (overrides the config's `upstream`).
     #[arg(long)]
     upstream: Option<String>,
-    /// Admin listener for /metrics and /healthz (overrides the config's `admin`).
+    /// Admin listener for /metrics, /healthz and the admin page and API under /admin
+    /// (overrides the config's `admin`); keep it on loopback: it shows keys and config.
     #[arg(long)]
     admin: Option<SocketAddr>,
+    /// How /admin shows keys: plain, truncated or hashed (overrides the config's
+    /// `admin_keys`).
+    #[arg(long)]
+    admin_keys: Option<KeyDisplay>,
     /// Without --config: one policy "default" per client IP at this rate (e.g. 10/s).
     #[arg(long, conflicts_with = "config")]
     rate: Option<String>,
@@ -72,7 +78,9 @@ fn flags_builder(args: &ProxyArgs) -> Result<RateLimiterBuilder> {
         (false, None) => DelayMode::After(0),
     };
     spec.build().context("invalid --rate/--burst/--delay")?;
-    let mut b = RateLimiter::builder().policy(Policy::new("default", spec));
+    let mut b = RateLimiter::builder()
+        .admin_keys("proxy", args.admin_keys.unwrap_or_default())
+        .policy(Policy::new("default", spec));
     if let Some(s) = args.status {
         let s = http::StatusCode::from_u16(s)
             .ok()
@@ -87,7 +95,14 @@ fn flags_builder(args: &ProxyArgs) -> Result<RateLimiterBuilder> {
 pub fn run(args: ProxyArgs) -> Result<()> {
     let (builder, mut settings, cfg) = match &args.config {
         Some(path) => {
-            let cfg = Config::load(path)?;
+            let mut cfg = Config::load(path)?;
+            // the log is not set up yet: the renamed keys go to stderr here
+            for r in &cfg.renamed {
+                eprintln!("floodgate: warning: {}: {r}", path.display());
+            }
+            if let Some(k) = args.admin_keys {
+                cfg.admin_keys = k;
+            }
             let upstream = cfg.upstream.clone();
             let mut settings = ProxySettings::new(upstream.unwrap_or_default());
             if let Some(l) = cfg.listen {
@@ -171,11 +186,24 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         .context("cannot start the runtime")?;
     rt.block_on(async move {
         let limiter = match &cfg {
-            Some(cfg) if cfg.store != StoreSpec::Memory => {
+            Some(cfg) if cfg.store.kind != floodgate_proxy::config::StoreKind::Memory => {
                 cfg.build().await.context("invalid configuration")?
             }
             _ => builder.build().context("invalid configuration")?,
         };
+        let insight = limiter.insight();
+        match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                insight.set_config(Config::shown(&text));
+                insight.reloaded(
+                    1,
+                    true,
+                    format!("loaded at startup from {}", path.display()),
+                );
+            }
+            None => insight.reloaded(1, true, "built at startup from flags"),
+        }
         let proxy = Proxy::bind(limiter, &settings).await?;
         tracing::info!(
             listen = %proxy.local_addr(),

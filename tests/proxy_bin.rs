@@ -138,14 +138,33 @@ fn check_config_reports_file_line_and_field() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("configuration OK"));
+    // an old spelling works, and the load says what to write instead
+    let old = dir.join("old.toml");
+    std::fs::write(
+        &old,
+        "upstream = \"http://127.0.0.1:9\"\nmax_keys = 10\n[[policy]]\nname = \"default\"\nrate = \"10/s\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["proxy", "--check-config", "--config"])
+        .arg(&old)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("floodgate: warning: ")
+            && err.contains("old.toml: max_keys is renamed: write store.max_keys"),
+        "{err}"
+    );
     for (src, want) in [
         (
             "[[policy]]\nname = \"a\"\nrate = \"10/q\"\n",
-            "bad.toml:3:8: rate: invalid rate \"10/q\": unknown unit",
+            "bad.toml:3:8: policy[0].rate: invalid rate \"10/q\": unknown unit",
         ),
         (
             "[[policy]]\nname = \"a\"\nrate = \"10/s\"\nwindow = 3\n",
-            "bad.toml:4:1: unknown field `window`",
+            "bad.toml:4:1: policy[0].window: unknown field `window`",
         ),
         (
             "[[policy]]\nname = \"a\"\nrate = \"10/s\"\nburst = 1\ndelay = 4\n",

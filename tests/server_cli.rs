@@ -266,7 +266,23 @@ fn check_flag_and_startup_errors_name_the_problem() {
     std::fs::write(dir.path().join("bad.toml"), "[[domains]]\ndomain = \"d\"\n[[domains.descriptors]]\nkey = \"k\"\nrate_limit = { unit = \"second\", requests_per_unit = 1, burst = -1 }\n").unwrap();
     let (code, _, err) = run(&["server", "--config", "bad.toml", "--check"], dir.path());
     assert_eq!(code, 2);
-    assert!(err.contains("bad.toml: ") && err.contains("burst"), "{err}");
+    // FILE:LINE:COLUMN: FIELD: MESSAGE, as the proxy's errors
+    assert!(
+        err.contains("bad.toml:5:") && err.contains("rate_limit.burst: "),
+        "{err}"
+    );
+    // an old spelling works, and the load says what to write instead
+    std::fs::write(
+        dir.path().join("old.yaml"),
+        CONFIG.replace("headers: {", "headers: {x_ratelimit: true, "),
+    )
+    .unwrap();
+    let (code, _, err) = run(&["server", "--config", "old.yaml", "--check"], dir.path());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("headers.x_ratelimit = true is renamed: write headers.legacy = \"delta\""),
+        "{err}"
+    );
     let (code, _, err) = run(&["server", "--config", "missing.yaml"], dir.path());
     assert_eq!(code, 2);
     assert!(

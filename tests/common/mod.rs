@@ -31,3 +31,100 @@ pub async fn wait_listening(addr: SocketAddr) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A backend answering `200 ok` to everything, on a free loopback port.
+pub async fn ok_backend() -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let app = axum::Router::new().fallback(|| async { "ok" });
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    addr
+}
+
+/// Send `req` to `addr` over a fresh HTTP/1.1 connection: the status and the body.
+pub async fn http_send(
+    addr: SocketAddr,
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let resp = send.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `GET http://{addr}{path}`: the status and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let req = http::Request::get(path)
+        .header("host", addr.to_string())
+        .body(Default::default())
+        .unwrap();
+    http_send(addr, req).await
+}
+
+/// `POST http://{addr}{path}` with a JSON body: the status.
+pub async fn http_post_json(addr: SocketAddr, path: &str, body: String) -> u16 {
+    let req = http::Request::post(path)
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    http_send(addr, req).await.0
+}
+
+/// A backend on a free loopback port (HTTP/1 and h2c) answering every request with
+/// `handle`'s response; it serves until the test ends.
+pub async fn serve<F, Fut>(handle: F) -> SocketAddr
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<http_body_util::Full<bytes::Bytes>>>
+        + Send
+        + 'static,
+{
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let reply = handle(req);
+                    async move { Ok::<_, std::convert::Infallible>(reply.await) }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Delete every key under `prefix` on the shared Redis (127.0.0.1:6379), with redis-cli.
+pub fn delete_redis_keys(prefix: &str) {
+    let Ok(keys) = std::process::Command::new("redis-cli")
+        .args(["-p", "6379", "--scan", "--pattern"])
+        .arg(format!("{prefix}*"))
+        .output()
+    else {
+        return;
+    };
+    for k in String::from_utf8_lossy(&keys.stdout).lines() {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["-p", "6379", "del", k])
+            .output();
+    }
+}

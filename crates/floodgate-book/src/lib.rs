@@ -157,6 +157,8 @@ pub mod pages {
     pub struct Decision;
     #[doc = include_str!("../../../docs/settle.md")]
     pub struct Settle;
+    #[doc = include_str!("../../../docs/in-flight.md")]
+    pub struct InFlight;
 }
 
 #[cfg(test)]

@@ -4,9 +4,12 @@
 pub mod algorithm;
 pub mod algorithms;
 pub mod any;
+#[cfg(feature = "serde")]
+pub mod de;
 pub mod decision;
 pub mod direct;
 pub mod error;
+pub mod inflight;
 pub mod keyed;
 pub mod multi;
 pub mod rate;

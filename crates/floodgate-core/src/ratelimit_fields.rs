@@ -47,7 +47,7 @@ pub const CAPACITY_PARAM: &str = "floodgate-capacity";
 pub struct Advertised {
     /// `q`: units per `w` seconds in the long run.
     pub q: u64,
-    /// `w`: whole seconds, at least 1.
+    /// `w`: whole seconds, at least 1 (0 for an in-flight limit, which has no window).
     pub w: u64,
     /// Bucket algorithms: what a key at rest admits at once.
     pub capacity: Option<u64>,
@@ -67,6 +67,8 @@ enum Shape {
     Bucket { count: u64, period_ns: u64 },
     /// A sliding log or counter: `r = q` while admitted.
     Steady,
+    /// An in-flight limit of `q` requests at once (`qu="concurrent-requests"`).
+    Concurrent,
 }
 
 /// The sustained rate of `spec`, as `(count, period_ns)`: the rate's count per period,
@@ -162,6 +164,31 @@ impl Advertised {
         }
     }
 
+    /// What an in-flight limit of `n` requests at once advertises:
+    /// `q=n;qu="concurrent-requests"`, no window; its `RateLimit` member is `r` = places
+    /// free and `t` = 0 when admitted, `r=0` and `t` = seconds until the earliest lease
+    /// expires (rounded up) when denied.
+    ///
+    /// ```
+    /// use floodgate_core::ratelimit_fields::Advertised;
+    /// use floodgate_core::Decision;
+    /// use std::time::Duration;
+    ///
+    /// let a = Advertised::concurrent(4);
+    /// assert_eq!(a.policy_member("\"gpu\""), r#""gpu";q=4;qu="concurrent-requests""#);
+    /// assert_eq!(a.state(&Decision::allow(4, 3, Duration::from_secs(30))), (3, 0));
+    /// let d = Decision::deny(4, 0, Duration::from_millis(1500), Duration::from_secs(30));
+    /// assert_eq!(a.state(&d), (0, 2));
+    /// ```
+    pub fn concurrent(n: u64) -> Advertised {
+        Advertised {
+            q: n,
+            w: 0,
+            capacity: None,
+            shape: Shape::Concurrent,
+        }
+    }
+
     /// The `RateLimit` numbers `(r, t)` for a decision of this policy.
     ///
     /// ```
@@ -189,6 +216,12 @@ impl Advertised {
     pub fn state(&self, d: &Decision) -> (u64, u64) {
         if self.shape == Shape::Blocked {
             return (0, self.w);
+        }
+        if self.shape == Shape::Concurrent {
+            return match d.retry_after {
+                Some(r) if !d.allowed => (0, ceil_secs(r).max(1)),
+                _ => (d.remaining, 0),
+            };
         }
         let in_line = self.in_line(d);
         if !d.allowed
@@ -245,7 +278,7 @@ impl Advertised {
                     / period;
                 q.saturating_sub(missing.saturating_sub(1))
             }
-            Shape::Steady | Shape::Blocked => q,
+            Shape::Steady | Shape::Blocked | Shape::Concurrent => q,
         }
     }
 
@@ -257,6 +290,10 @@ impl Advertised {
         s.push_str(sf_name);
         s.push_str(";q=");
         push_int(&mut s, self.q);
+        if self.shape == Shape::Concurrent {
+            s.push_str(";qu=\"concurrent-requests\"");
+            return s;
+        }
         s.push_str(";w=");
         push_int(&mut s, self.w);
         if let Some(c) = self.capacity {

@@ -12,6 +12,22 @@ pub enum StoreFailure {
     Deny,
 }
 
+/// The config form, `fault_policy`: `fail-open` (admit) or `fail-closed` (deny); `_` for
+/// `-` and any case are read too.
+#[cfg(feature = "config")]
+impl<'de> serde::Deserialize<'de> for StoreFailure {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StoreFailure, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        match s.to_ascii_lowercase().replace('_', "-").as_str() {
+            "fail-open" => Ok(StoreFailure::Allow),
+            "fail-closed" => Ok(StoreFailure::Deny),
+            _ => Err(serde::de::Error::custom(format!(
+                "{s:?}: expected fail-open or fail-closed"
+            ))),
+        }
+    }
+}
+
 /// How a decision store failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreErrorKind {

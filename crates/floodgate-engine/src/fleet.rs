@@ -71,6 +71,15 @@ impl FromStr for Strategy {
     }
 }
 
+/// The config form: `sticky`, `local`, `shared` or `hybrid`.
+#[cfg(feature = "config")]
+impl<'de> serde::Deserialize<'de> for Strategy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Strategy, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// Why a fleet is invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FleetError {
@@ -96,12 +105,12 @@ pub enum FleetError {
     },
     /// Shared and hybrid need a store every node shares.
     #[error(
-        "strategy \"{0}\" needs a shared store: set store = \"redis://host:port/\" (library: RateLimiterBuilder::store with a RedisDecisionStore or HybridStore)"
+        "strategy \"{0}\" needs a shared store: set store type redis (store.type = \"redis\", store.redis.url; library: RateLimiterBuilder::store with a RedisDecisionStore or HybridStore)"
     )]
     NeedsSharedStore(Strategy),
     /// Sticky and local count in process.
     #[error(
-        "strategy \"{0}\" counts in process on each node: remove the shared store (or use strategy = \"shared\" / \"hybrid\")"
+        "strategy \"{0}\" counts in process on each node: it takes store type memory (or use strategy \"shared\" / \"hybrid\")"
     )]
     NeedsLocalStore(Strategy),
     /// A hybrid lease parameter is zero.
@@ -136,7 +145,7 @@ pub const DEFAULT_LEASE: u64 = 10;
 /// Default hybrid lease lifetime.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(1);
 
-fn check_node(n: &str) -> Result<(), FleetError> {
+pub(crate) fn check_node(n: &str) -> Result<(), FleetError> {
     let bad = || FleetError::BadNode(n.to_string());
     let (host, port) = n.rsplit_once(':').ok_or_else(bad)?;
     let host = host

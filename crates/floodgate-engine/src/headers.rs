@@ -53,6 +53,21 @@ pub enum ResetFormat {
     Epoch,
 }
 
+/// The config form: `delta` or `epoch` (`legacy = "off"` is no format at all).
+#[cfg(feature = "config")]
+impl<'de> serde::Deserialize<'de> for ResetFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ResetFormat, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        match s.as_str() {
+            "delta" => Ok(ResetFormat::Delta),
+            "epoch" => Ok(ResetFormat::Epoch),
+            _ => Err(serde::de::Error::custom(format!(
+                "{s:?}: expected delta or epoch"
+            ))),
+        }
+    }
+}
+
 /// Which headers to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeaderOptions {
@@ -177,20 +192,27 @@ pub fn render(items: &[(&PolicyInfo, Decision)], opts: &HeaderOptions) -> RateHe
         }
     }
     if let (Some(fmt), Some(d)) = (opts.legacy, most_restrictive(items)) {
-        let reset = ceil_secs(d.reset_after);
-        let reset = match fmt {
-            ResetFormat::Delta => reset,
-            ResetFormat::Epoch => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|n| n.as_secs())
-                .unwrap_or(0)
-                .saturating_add(reset),
-        };
+        let reset = legacy_reset(fmt, d.reset_after);
         headers.push(&X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
         headers.push(&X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
         headers.push(&X_RATELIMIT_RESET, HeaderValue::from(reset));
     }
     headers
+}
+
+/// The value of `X-RateLimit-Reset` for a reset `reset_after` from now: whole seconds,
+/// rounded up, from now ([`ResetFormat::Delta`]) or since the Unix epoch by the system
+/// clock ([`ResetFormat::Epoch`]).
+pub fn legacy_reset(fmt: ResetFormat, reset_after: Duration) -> u64 {
+    let reset = ceil_secs(reset_after);
+    match fmt {
+        ResetFormat::Delta => reset,
+        ResetFormat::Epoch => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|n| n.as_secs())
+            .unwrap_or(0)
+            .saturating_add(reset),
+    }
 }
 
 /// Milliseconds, rounded up.

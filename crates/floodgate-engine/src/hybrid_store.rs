@@ -39,6 +39,8 @@ pub struct HybridStore {
     clock: TokioWallClock,
     lease_admits: AtomicU64,
     round_trips: AtomicU64,
+    /// In-flight leases: always a round trip (a place cannot be spent locally).
+    leases: crate::redis_leases::RedisLeases,
 }
 
 impl std::fmt::Debug for HybridStore {
@@ -108,6 +110,7 @@ impl HybridStore {
         let ttl = u64::try_from(lease_ttl.as_nanos()).unwrap_or(u64::MAX);
         let bound = (nodes as u64).saturating_mul(lease);
         Ok(HybridStore {
+            leases: crate::redis_leases::RedisLeases::new(store),
             limiters,
             node: Mutex::new(HybridNode::new(lease, bound, ttl, max_keys)),
             clock: TokioWallClock::new(),
@@ -266,4 +269,6 @@ impl DecisionStore for HybridStore {
             ("round_trip", c.round_trips),
         ]
     }
+
+    crate::redis_leases::redis_lease_methods!();
 }

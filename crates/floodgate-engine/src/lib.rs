@@ -1,13 +1,22 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+#[cfg(feature = "admin")]
+pub mod admin;
+#[cfg(feature = "config")]
+pub mod config;
 pub mod deny;
 pub mod fault;
 pub mod fleet;
 pub mod headers;
 #[cfg(feature = "redis")]
 pub mod hybrid_store;
+pub mod inflight;
+pub mod insight;
+pub mod leases;
 pub mod metrics;
+#[cfg(feature = "redis")]
+pub mod redis_leases;
 #[cfg(feature = "redis")]
 pub mod redis_store;
 pub mod settle;

@@ -14,6 +14,7 @@
 //! | `floodgate_store_errors_total` | counter | `kind` = timeout, circuit_open, unavailable, refused: decision-store faults |
 //! | `floodgate_store_keys` | gauge | `policy`: keys held (in-process store) |
 //! | `floodgate_store_evicted_total` | counter | `policy`: live keys evicted to respect the key cap |
+//! | `floodgate_inflight_leases` | gauge | `policy`: in-flight leases held through this node (`max_in_flight` policies) |
 //! | `floodgate_proxy_request_duration_seconds` | histogram | proxy: whole request, first byte in to response head out |
 //! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect (unreachable), response (closed, reset or malformed response), timeout (no response head in time) |
 //! | `floodgate_store_events_total` | counter | `event`: the store's own counters (hybrid: `lease_admit` = checks admitted from a local lease, `round_trip` = calls to the shared counter) |
@@ -52,6 +53,8 @@ pub mod names {
     pub const STORE_KEYS: &str = "floodgate_store_keys";
     /// Counter `{policy}`: live keys evicted to respect the key cap.
     pub const STORE_EVICTED: &str = "floodgate_store_evicted";
+    /// Gauge `{policy}`: in-flight leases held through this node.
+    pub const INFLIGHT_LEASES: &str = "floodgate_inflight_leases";
 }
 
 /// Labels of [`names::DECISIONS`].
@@ -232,6 +235,7 @@ pub struct Metrics {
     client_connections: Family<OutcomeLabels, Counter>,
     fleet: Family<EventLabels, Counter>,
     store_events: Family<EventLabels, Counter>,
+    leases: Family<PolicyLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -367,7 +371,14 @@ impl Metrics {
             "Decision store events (hybrid: lease_admit, round_trip)",
             store_events.clone(),
         );
+        let leases = Family::<PolicyLabels, Gauge>::default();
+        registry.register(
+            names::INFLIGHT_LEASES,
+            "In-flight leases held through this node, per max_in_flight policy",
+            leases.clone(),
+        );
         Metrics {
+            leases,
             fleet,
             store_events,
             registry,
@@ -393,6 +404,17 @@ impl Metrics {
         if let Some(c) = self.decisions.get(policy) {
             c[outcome as usize].inc();
         }
+    }
+
+    /// The gauge of in-flight leases of the policy named `policy`
+    /// ([`names::INFLIGHT_LEASES`]); attach it with
+    /// [`LeasePolicy::attach_gauge`](crate::inflight::LeasePolicy::attach_gauge).
+    pub fn lease_gauge(&self, policy: &str) -> Gauge {
+        self.leases
+            .get_or_create(&PolicyLabels {
+                policy: policy.to_string(),
+            })
+            .clone()
     }
 
     /// Count a request outcome.

@@ -19,6 +19,7 @@ use floodgate_core::Decision;
 use floodgate_core::multi::MultiDecision;
 use floodgate_redis::{Error, RedisLimiter, RedisStore, Source, multi};
 
+use crate::redis_leases::RedisLeases;
 use crate::settle::{Reservation, Reserved, Settled};
 use crate::store::{BoxFuture, DecisionStore, PolicyInfo, StoreCheck, StoreError, StoreErrorKind};
 
@@ -27,6 +28,7 @@ use crate::store::{BoxFuture, DecisionStore, PolicyInfo, StoreCheck, StoreError,
 pub struct RedisDecisionStore {
     store: Arc<RedisStore>,
     limiters: Vec<RedisLimiter>,
+    leases: RedisLeases,
 }
 
 /// The user key under which `c`'s state is kept: policy name, 0x1f, key.
@@ -63,7 +65,11 @@ impl RedisDecisionStore {
                     .map_err(|e| refused(format!("policy {:?}: {e}", p.name)))
             })
             .collect::<Result<_, _>>()?;
-        Ok(RedisDecisionStore { store, limiters })
+        Ok(RedisDecisionStore {
+            leases: RedisLeases::new(store.clone()),
+            store,
+            limiters,
+        })
     }
 
     /// The Redis connection (for its counters).
@@ -113,6 +119,8 @@ impl DecisionStore for RedisDecisionStore {
     fn shared(&self) -> bool {
         true
     }
+
+    crate::redis_leases::redis_lease_methods!();
 
     fn reserve<'a>(
         &'a self,

@@ -20,6 +20,7 @@ use floodgate_core::{AnyAlgorithm, Clock, ConfigError, KeyedLimiter, Nanos, Spec
 use smallvec::SmallVec;
 
 pub use crate::fault::{StoreError, StoreErrorKind};
+use crate::inflight::{InFlightSpec, LeaseAnswer, LeaseOp, LeasePolicy, LocalLeases};
 pub use crate::settle::{Reservation, Reserved, Settled};
 
 /// A boxed, sendable future.
@@ -47,6 +48,9 @@ pub struct PolicyInfo {
     /// `policy_member` as a header value: the whole `RateLimit-Policy` field when this is
     /// the only policy a request is checked against (the usual case).
     pub policy_value: Option<http::HeaderValue>,
+    /// Set for a `max_in_flight` policy ([`crate::inflight`]), which holds leases
+    /// instead of being checked at a rate (its `spec` and `algorithm` are then unused).
+    pub in_flight: Option<Arc<LeasePolicy>>,
 }
 
 impl PolicyInfo {
@@ -78,7 +82,29 @@ impl PolicyInfo {
             sf_name,
             policy_member,
             policy_value,
+            in_flight: None,
         }
+    }
+
+    /// A `max_in_flight` policy at `index` named `name` (see [`crate::inflight`]); it
+    /// advertises `q=N;qu="concurrent-requests"`. Its `spec` and `algorithm` are
+    /// placeholders no check reads (a store still builds its rate state for them: empty).
+    pub fn in_flight(index: usize, name: String, spec: InFlightSpec) -> PolicyInfo {
+        let placeholder = Spec::new(
+            floodgate_core::Kind::Gcra,
+            floodgate_core::Rate::per_second(1).expect("1/s is valid"),
+        );
+        let algorithm = placeholder.build().expect("1/s GCRA is valid");
+        let lease = Arc::new(LeasePolicy::new(index, name.clone(), spec));
+        let mut info = PolicyInfo::with_fields(
+            index,
+            name,
+            placeholder,
+            algorithm,
+            Advertised::concurrent(spec.limit),
+        );
+        info.in_flight = Some(lease);
+        info
     }
 }
 
@@ -155,6 +181,31 @@ pub trait DecisionStore: Send + Sync + 'static {
     fn events(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// An in-flight lease operation ([`crate::inflight`]) of `policy` on `key`: acquire
+    /// (the lease, or the denial when `N` are held), renew (by the policy's TTL from now)
+    /// or release (`true` when the lease was live; `false`, nothing freed, when it was
+    /// released before, expired or never issued). Default: refused (a store without
+    /// leases). [`crate::leases`] has the calls by name.
+    fn lease<'a>(
+        &'a self,
+        policy: &'a LeasePolicy,
+        key: &'a [u8],
+        op: LeaseOp,
+    ) -> BoxFuture<'a, Result<LeaseAnswer, StoreError>> {
+        let _ = (key, op);
+        Box::pin(std::future::ready(Err(no_leases(policy))))
+    }
+}
+
+fn no_leases(policy: &LeasePolicy) -> StoreError {
+    StoreError::refused(
+        "custom",
+        format!(
+            "policy {:?} limits requests in flight, and this store keeps no leases",
+            policy.name
+        ),
+    )
 }
 
 impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
@@ -185,6 +236,14 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
     }
     fn events(&self) -> Vec<(&'static str, u64)> {
         (**self).events()
+    }
+    fn lease<'a>(
+        &'a self,
+        policy: &'a LeasePolicy,
+        key: &'a [u8],
+        op: LeaseOp,
+    ) -> BoxFuture<'a, Result<LeaseAnswer, StoreError>> {
+        (**self).lease(policy, key, op)
     }
 }
 
@@ -240,6 +299,7 @@ type CoreChecks<'c> = SmallVec<[Check<'c, Vec<u8>, AnyAlgorithm>; 2]>;
 pub struct LocalStore {
     limiters: Vec<Arc<KeyedLimiter<Vec<u8>, AnyAlgorithm>>>,
     clock: Arc<dyn Clock>,
+    leases: LocalLeases,
 }
 
 impl std::fmt::Debug for LocalStore {
@@ -267,7 +327,11 @@ impl LocalStore {
             .iter()
             .map(|p| KeyedLimiter::new(p.algorithm.clone(), max_keys).map(Arc::new))
             .collect::<Result<_, _>>()?;
-        Ok(LocalStore { limiters, clock })
+        Ok(LocalStore {
+            limiters,
+            clock,
+            leases: LocalLeases::new(max_keys),
+        })
     }
 
     /// A store over limiters that already exist, one per policy in index order (a
@@ -276,7 +340,12 @@ impl LocalStore {
         limiters: Vec<Arc<KeyedLimiter<Vec<u8>, AnyAlgorithm>>>,
         clock: Arc<dyn Clock>,
     ) -> LocalStore {
-        LocalStore { limiters, clock }
+        let max_keys = limiters.first().map_or(1_000_000, |l| l.max_keys());
+        LocalStore {
+            limiters,
+            clock,
+            leases: LocalLeases::new(max_keys),
+        }
     }
 
     /// The limiter of the policy at `index`, if any.
@@ -353,6 +422,17 @@ impl LocalStore {
             .collect()
     }
 
+    /// What a check of `key` costing `cost` under `policy` would answer now, consuming
+    /// nothing and inserting nothing (the admin API's key lookup).
+    pub fn peek(
+        &self,
+        policy: &PolicyInfo,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<floodgate_core::Decision, StoreError> {
+        Ok(self.limiter(policy)?.peek(key, self.clock.now(), cost))
+    }
+
     fn limiter(
         &self,
         policy: &PolicyInfo,
@@ -410,5 +490,19 @@ impl DecisionStore for LocalStore {
                 }
             })
             .collect()
+    }
+
+    fn lease<'a>(
+        &'a self,
+        policy: &'a LeasePolicy,
+        key: &'a [u8],
+        op: LeaseOp,
+    ) -> BoxFuture<'a, Result<LeaseAnswer, StoreError>> {
+        Box::pin(std::future::ready(self.leases.lease(
+            policy,
+            key,
+            op,
+            &*self.clock,
+        )))
     }
 }

@@ -18,6 +18,7 @@ use crate::limiter::{Inner, RateLimiter};
 use crate::metrics::Metrics;
 use crate::policy::{CompiledRoute, Policy, PolicyInfo, Route};
 use crate::store::{DecisionStore, LocalStore};
+use floodgate_engine::insight::{Insight, KeyDisplay};
 
 /// Why a limiter could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +72,8 @@ pub struct RateLimiterBuilder {
     store: Option<Arc<dyn DecisionStore>>,
     store_name: &'static str,
     fleet: Option<Fleet>,
+    surface: &'static str,
+    key_display: KeyDisplay,
 }
 
 impl Default for RateLimiterBuilder {
@@ -94,6 +97,8 @@ impl Default for RateLimiterBuilder {
             store: None,
             store_name: "memory",
             fleet: None,
+            surface: "layer",
+            key_display: KeyDisplay::Plain,
         }
     }
 }
@@ -189,6 +194,15 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// How the admin API shows keys (default plain; they may be personal data), and the
+    /// surface it names (`layer` by default; the proxy says `proxy`). See
+    /// [`floodgate_engine::insight`].
+    pub fn admin_keys(mut self, surface: &'static str, display: KeyDisplay) -> Self {
+        self.surface = surface;
+        self.key_display = display;
+        self
+    }
+
     /// This node is one of a fleet sharing the limits with `fleet`'s strategy (see
     /// [`crate::fleet`]): `local` enforces [`local_share`](crate::fleet::local_share) of every policy,
     /// `sticky` lets [`RateLimiter::owner_of`] say which node owns a request's key, and
@@ -210,6 +224,12 @@ impl RateLimiterBuilder {
             let mut algorithm = p.validate().map_err(policy_err)?;
             if self.policies[..index].iter().any(|q| q.name == p.name) {
                 return Err(BuildError::DuplicatePolicy(p.name.clone()));
+            }
+            if let Some(f) = p.in_flight {
+                // N in flight is a fleet-wide count on a shared store, and this node's
+                // own count in process (the local strategy does not divide it)
+                infos.push(PolicyInfo::in_flight(index, p.name.clone(), f));
+                continue;
             }
             let mut spec = p.spec.clone();
             if let Some(f) = self
@@ -319,9 +339,17 @@ impl RateLimiterBuilder {
             }
         };
         let names: Vec<String> = infos.iter().map(|p| p.name.clone()).collect();
+        let insight = Arc::new(Insight::new(self.surface, self.key_display));
+        let policy_insights = infos.iter().map(|p| insight.policy(p)).collect();
+        let metrics = Arc::new(Metrics::new(&names));
+        for lease in infos.iter().filter_map(|p| p.in_flight.as_ref()) {
+            lease.attach_gauge(metrics.lease_gauge(&lease.name));
+        }
         Ok(RateLimiter {
             inner: Arc::new(Inner {
-                metrics: Arc::new(Metrics::new(&names)),
+                metrics,
+                insight,
+                policy_insights,
                 policies: self.policies,
                 infos,
                 routes: compiled,

@@ -38,8 +38,14 @@ pub fn peer_from_extension(ext: &Extensions) -> Option<IpAddr> {
     ext.get::<PeerAddr>().map(|p| p.0.ip())
 }
 
-/// Which forwarding header trusted proxies write.
+/// Which forwarding header trusted proxies write (config form, feature `serde`:
+/// `x-forwarded-for` or `forwarded`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "kebab-case")
+)]
 pub enum ForwardedHeader {
     /// `X-Forwarded-For: client, proxy1, proxy2`.
     #[default]

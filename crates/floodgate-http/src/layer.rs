@@ -2,7 +2,9 @@
 //! `Service<http::Request<B>>` (an axum `Router`, a hyper service via `TowerToHyperService`,
 //! a tonic server) in a [`RateLimitService`].
 //!
-//! Responses become `Response<Either<B, Full<Bytes>>>`: the inner service's body, or
+//! Responses become `Response<Either<LeaseBody<B>, Full<Bytes>>>`: the inner service's
+//! body (holding the request's in-flight leases, released when it ends or is dropped:
+//! [`LeaseBody`]), or
 //! floodgate's own short body for denials (for a gRPC call, a trailers-only gRPC status:
 //! [`ReplyFormat::Grpc`](crate::deny::ReplyFormat::Grpc)). Every clone of the layer and
 //! the service shares one [`RateLimiter`].
@@ -21,6 +23,7 @@ use http_body_util::{Either, Full};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::leases::LeaseBody;
 use crate::limiter::{Outcome, Prepared, RateLimiter};
 use crate::settle::{SettleHandle, SettleSpec};
 
@@ -76,7 +79,7 @@ where
     ReqBody: Send + 'static,
     ResBody: Send + 'static,
 {
-    type Response = Response<Either<ResBody, Full<Bytes>>>;
+    type Response = Response<Either<LeaseBody<ResBody>, Full<Bytes>>>;
     type Error = S::Error;
     type Future = ResponseFuture<Self::Response, S::Error>;
 
@@ -92,7 +95,7 @@ where
             Prepared::Bypass => {
                 return Box::pin(async move {
                     let resp = inner.call(req).await?;
-                    Ok(resp.map(Either::Left))
+                    Ok(resp.map(|b| Either::Left(LeaseBody::plain(b))))
                 });
             }
             Prepared::Respond(r) => return Box::pin(async move { Ok(r.map(Either::Right)) }),
@@ -105,16 +108,17 @@ where
         // the in-process store decides here: no future of its own, and no clone of the
         // limiter (whose shared count every clone would bounce between the cores) unless
         // the request is to be held
-        let outcome = match self.limiter.local_store() {
+        // (a plan taking in-flight leases may wait in a queue: it takes the other way)
+        let outcome = match self.limiter.local_store().filter(|_| !plan.has_leases()) {
             Some(local) => match self.limiter.check_now(local, plan, req.headers()) {
                 Outcome::Respond(r) => return Box::pin(async move { Ok(r.map(Either::Right)) }),
-                Outcome::Pass { headers, delay } if delay.is_zero() => {
+                Outcome::Pass { headers, delay, .. } if delay.is_zero() => {
                     // called here: the future holds the inner one, not the request
                     let forwarded = inner.call(req);
                     return Box::pin(async move {
                         let mut resp = forwarded.await?;
                         headers.insert_into(resp.headers_mut());
-                        Ok(resp.map(Either::Left))
+                        Ok(resp.map(|b| Either::Left(LeaseBody::plain(b))))
                     });
                 }
                 held => Ok(held),
@@ -131,15 +135,22 @@ where
             };
             match outcome {
                 Outcome::Respond(r) => Ok(r.map(Either::Right)),
-                Outcome::Pass { headers, delay } => {
+                Outcome::Pass {
+                    headers,
+                    delay,
+                    leases,
+                } => {
                     if !delay.is_zero() && !limiter.hold(delay).await {
                         let mut r = limiter.queue_full_response(req.headers());
                         headers.insert_into(r.headers_mut());
                         return Ok(r.map(Either::Right));
                     }
+                    // the leases are held until the response body ends or is dropped
+                    // (the client went away, a timeout): this future holds them until
+                    // the inner service answers, the body after
                     let mut resp = inner.call(req).await?;
                     headers.insert_into(resp.headers_mut());
-                    Ok(resp.map(Either::Left))
+                    Ok(resp.map(|b| Either::Left(LeaseBody::new(b, leases))))
                 }
             }
         })
@@ -154,15 +165,19 @@ async fn settled_call<S, ReqBody, ResBody>(
     mut plan: crate::limiter::Plan,
     mut inner: S,
     mut req: Request<ReqBody>,
-) -> Result<Response<Either<ResBody, Full<Bytes>>>, S::Error>
+) -> Result<Response<Either<LeaseBody<ResBody>, Full<Bytes>>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
 {
     let (spec, estimate) = plan.settle.take().expect("a settling plan");
     let (outcome, reservation) = limiter.reserve(plan, req.headers()).await;
-    let (headers, delay) = match outcome {
+    let (headers, delay, leases) = match outcome {
         Outcome::Respond(r) => return Ok(r.map(Either::Right)),
-        Outcome::Pass { headers, delay } => (headers, delay),
+        Outcome::Pass {
+            headers,
+            delay,
+            leases,
+        } => (headers, delay, leases),
     };
     if !delay.is_zero() && !limiter.hold(delay).await {
         // not forwarded: the reservation comes back whole
@@ -200,7 +215,8 @@ where
         Some(s) => handle.settled_headers(&s).insert_into(resp.headers_mut()),
         None => headers.insert_into(resp.headers_mut()),
     }
-    Ok(resp.map(Either::Left))
+    // the leases are held until the response body ends or is dropped
+    Ok(resp.map(|b| Either::Left(LeaseBody::new(b, leases))))
 }
 
 impl RateLimiter {

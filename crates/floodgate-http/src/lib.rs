@@ -8,7 +8,11 @@ pub mod limiter;
 pub mod policy;
 pub mod settle;
 
-pub use floodgate_engine::{deny, fault, fleet, headers, metrics, store};
+#[cfg(feature = "admin")]
+pub use floodgate_engine::admin;
+pub use floodgate_engine::{
+    deny, fault, fleet, headers, inflight, insight, leases, metrics, store,
+};
 #[cfg(feature = "redis")]
 pub use floodgate_engine::{hybrid_store, redis_store};
 
@@ -23,7 +27,7 @@ pub use key::{
 };
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{RateLimiter, Verdict};
-pub use policy::{Policy, PolicyInfo, Route};
+pub use policy::{InFlightSpec, Policy, PolicyInfo, Route};
 #[cfg(feature = "redis")]
 pub use redis_store::RedisDecisionStore;
 pub use settle::{SettleHandle, SettleOnTrailers, SettleSpec};

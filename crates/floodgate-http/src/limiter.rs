@@ -22,9 +22,11 @@ use crate::headers::{self, HeaderOptions, RateHeaders, X_RATELIMIT_DELAY_MS, cei
 use crate::key::{
     ClientIpConfig, KeyError, MissingKey, PeerFn, RequestInfo, in_nets, resolve_client_ip,
 };
+use crate::leases::{self, Admission, LeaseGuard};
 use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
 use crate::policy::{CompiledRoute, Policy, PolicyInfo};
 use crate::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
+use floodgate_engine::insight::{Insight, PolicyInsight};
 use floodgate_engine::settle::{Reservation, SettleSpec, Settled};
 use smallvec::SmallVec;
 
@@ -51,6 +53,10 @@ pub(crate) struct Inner {
     pub(crate) waiting: AtomicUsize,
     pub(crate) max_key_len: usize,
     pub(crate) metrics: Arc<Metrics>,
+    /// Who is being limited (the admin API's source).
+    pub(crate) insight: Arc<Insight>,
+    /// Each policy's insight, by index.
+    pub(crate) policy_insights: Vec<Arc<PolicyInsight>>,
     pub(crate) fleet: Option<Fleet>,
 }
 
@@ -80,10 +86,23 @@ pub struct Plan {
     enforced: Checks,
     /// Dry-run policies (rare: empty, and so unallocated, as a rule).
     shadow: Vec<(usize, Vec<u8>, u64)>,
+    /// `max_in_flight` policies: `(policy index, key, dry run)`, leased before the rest
+    /// is checked (empty, and so unallocated, as a rule).
+    leases: Vec<(usize, Vec<u8>, bool)>,
     start: std::time::Instant,
     /// A route settling its cost after the response: its spec and the estimate.
     pub(crate) settle: Option<(Arc<SettleSpec>, u64)>,
 }
+
+impl Plan {
+    /// Whether the plan takes leases (so it cannot be decided without waiting).
+    pub(crate) fn has_leases(&self) -> bool {
+        !self.leases.is_empty()
+    }
+}
+
+/// The leases a request holds while it runs.
+pub type Leases = Vec<LeaseGuard>;
 
 /// A store's answer to one list of checks (`None` for an empty list).
 type Answer = Result<Option<MultiDecision>, StoreError>;
@@ -97,6 +116,8 @@ pub(crate) enum Outcome {
         headers: RateHeaders,
         /// How long to hold the request first.
         delay: Duration,
+        /// In-flight leases to hold until the response ends.
+        leases: Leases,
     },
     /// As [`Verdict::Respond`].
     Respond(Response<Full<Bytes>>),
@@ -105,9 +126,14 @@ pub(crate) enum Outcome {
 impl Outcome {
     fn into_verdict(self) -> Verdict {
         match self {
-            Outcome::Pass { headers, delay } => Verdict::Pass {
+            Outcome::Pass {
+                headers,
+                delay,
+                leases,
+            } => Verdict::Pass {
                 headers: headers.into_map(),
                 delay,
+                leases,
             },
             Outcome::Respond(r) => Verdict::Respond(r),
         }
@@ -132,6 +158,9 @@ pub enum Verdict {
         headers: HeaderMap,
         /// How long to hold the request first.
         delay: Duration,
+        /// In-flight leases (`max_in_flight` policies): hold them until the response
+        /// has been sent, then drop them (dropping releases).
+        leases: Leases,
     },
     /// Answer with this response instead of calling the service.
     Respond(Response<Full<Bytes>>),
@@ -150,6 +179,35 @@ impl RateLimiter {
             .metrics
             .update_store_events(&self.inner.store.events());
         self.inner.metrics.encode()
+    }
+
+    /// Who is being limited: top keys and per-second decisions of every policy.
+    pub fn insight(&self) -> &Arc<Insight> {
+        &self.inner.insight
+    }
+
+    #[cfg(feature = "admin")]
+    /// Answer an admin API request (`/admin...`; `None` for other paths), key lookups
+    /// read from this limiter's store ([`floodgate_engine::admin`]).
+    pub fn admin(
+        &self,
+        req: &floodgate_engine::admin::AdminRequest<'_>,
+    ) -> Option<floodgate_engine::admin::AdminReply> {
+        let inner = &*self.inner;
+        let peek = floodgate_engine::admin::StorePeek {
+            policies: &inner.infos,
+            local: inner.local.as_deref(),
+            store_name: inner.store_name,
+        };
+        floodgate_engine::admin::respond(&inner.insight, &peek, req)
+    }
+
+    /// Count a policy's decision: in the metrics, and for its key in the insight.
+    fn record(&self, idx: usize, key: &[u8], outcome: DecisionOutcome, cost: u64) {
+        self.inner.metrics.decision(idx, outcome);
+        if let Some(p) = self.inner.policy_insights.get(idx) {
+            p.record(key, outcome, cost);
+        }
     }
 
     /// The policies, in index order.
@@ -266,6 +324,7 @@ impl RateLimiter {
             Prepared::Bypass => Verdict::Pass {
                 headers: HeaderMap::new(),
                 delay: Duration::ZERO,
+                leases: Leases::new(),
             },
             Prepared::Respond(r) => Verdict::Respond(r),
             Prepared::Check(plan) => self.check(plan, req.headers()).await.into_verdict(),
@@ -320,6 +379,7 @@ impl RateLimiter {
         let mut plan = Plan {
             enforced: Checks::new(),
             shadow: Vec::new(),
+            leases: Vec::new(),
             start,
             settle,
         };
@@ -350,13 +410,15 @@ impl RateLimiter {
                     MissingKey::Fallback(k) => k.clone(),
                 },
             };
-            if policy.dry_run {
+            if inner.infos[idx].in_flight.is_some() {
+                plan.leases.push((idx, key, policy.dry_run));
+            } else if policy.dry_run {
                 plan.shadow.push((idx, key, cost));
             } else {
                 plan.enforced.push((idx, key, cost));
             }
         }
-        if plan.enforced.is_empty() && plan.shadow.is_empty() {
+        if plan.enforced.is_empty() && plan.shadow.is_empty() && plan.leases.is_empty() {
             inner.metrics.request(RequestOutcome::MissingKeyAllowed);
             return Prepared::Bypass;
         }
@@ -418,7 +480,7 @@ impl RateLimiter {
     ) -> Outcome {
         let enforced = self.run_local(local, &plan.enforced);
         let shadow = self.run_local(local, &plan.shadow);
-        self.finish(plan, enforced, shadow, req_headers)
+        self.finish(plan, enforced, shadow, &[], req_headers)
     }
 
     /// The decision store.
@@ -433,6 +495,14 @@ impl RateLimiter {
         plan: Plan,
         req_headers: &HeaderMap,
     ) -> (Outcome, Option<Reservation>) {
+        let (leases, leased) = if plan.has_leases() {
+            match self.take_leases(&plan, req_headers).await {
+                Ok(taken) => taken,
+                Err(denied) => return (denied, None),
+            }
+        } else {
+            (Leases::new(), SmallVec::new())
+        };
         let (enforced, reservation) = if plan.enforced.is_empty() {
             (Ok(None), None)
         } else {
@@ -443,10 +513,20 @@ impl RateLimiter {
             }
         };
         let shadow = self.run_checks(&plan.shadow).await;
-        (
-            self.finish(plan, enforced, shadow, req_headers),
-            reservation,
-        )
+        let outcome = match self.finish(plan, enforced, shadow, &leased, req_headers) {
+            Outcome::Pass {
+                headers,
+                delay,
+                leases: _,
+            } => Outcome::Pass {
+                headers,
+                delay,
+                leases,
+            },
+            // denied by a rate, or the store failed: `leases` drop here, released
+            denied => denied,
+        };
+        (outcome, reservation)
     }
 
     /// The RateLimit fields of settled policies (each as a request of cost 0 sees it),
@@ -460,14 +540,133 @@ impl RateLimiter {
         headers::render(&items, &self.inner.headers)
     }
 
-    /// Decide on `plan` with whatever store this limiter has.
+    /// Decide on `plan` with whatever store this limiter has: its leases first (a
+    /// request denied for concurrency is charged nothing), then its rates (a request
+    /// they deny gives its leases back at once: see [`crate::inflight`]).
     pub(crate) async fn check(&self, plan: Plan, req_headers: &HeaderMap) -> Outcome {
-        if let Some(local) = self.local_store() {
-            return self.check_now(local, plan, req_headers);
+        let (leases, leased) = if plan.has_leases() {
+            match self.take_leases(&plan, req_headers).await {
+                Ok(taken) => taken,
+                Err(denied) => return denied,
+            }
+        } else {
+            (Leases::new(), SmallVec::new())
+        };
+        let outcome = if let Some(local) = self.local_store() {
+            let enforced = self.run_local(local, &plan.enforced);
+            let shadow = self.run_local(local, &plan.shadow);
+            self.finish(plan, enforced, shadow, &leased, req_headers)
+        } else {
+            let enforced = self.run_checks(&plan.enforced).await;
+            let shadow = self.run_checks(&plan.shadow).await;
+            self.finish(plan, enforced, shadow, &leased, req_headers)
+        };
+        match outcome {
+            Outcome::Pass {
+                headers,
+                delay,
+                leases: _,
+            } => Outcome::Pass {
+                headers,
+                delay,
+                leases,
+            },
+            // denied by a rate, or the store failed: `leases` drop here, released
+            denied => denied,
         }
-        let enforced = self.run_checks(&plan.enforced).await;
-        let shadow = self.run_checks(&plan.shadow).await;
-        self.finish(plan, enforced, shadow, req_headers)
+    }
+
+    /// Take the plan's leases, in order: all of them with their decisions (for the
+    /// headers), or the answer to send (denied, or the store failed under
+    /// [`StoreFailure::Deny`]), the leases already taken released.
+    async fn take_leases(
+        &self,
+        plan: &Plan,
+        req_headers: &HeaderMap,
+    ) -> Result<(Leases, SmallVec<[(usize, Decision); 1]>), Outcome> {
+        let inner = &*self.inner;
+        let m = &inner.metrics;
+        let mut guards = Leases::with_capacity(plan.leases.len());
+        let mut items: SmallVec<[(usize, Decision); 1]> = SmallVec::new();
+        for (idx, key, dry_run) in &plan.leases {
+            let Some(policy) = inner.infos[*idx].in_flight.as_ref() else {
+                continue;
+            };
+            match leases::acquire(&inner.store, policy, key).await {
+                Ok(Admission::Leased {
+                    guard,
+                    decision,
+                    waited,
+                }) => {
+                    if waited.is_zero() {
+                        m.decision(*idx, DecisionOutcome::Passed);
+                    } else {
+                        m.decision(*idx, DecisionOutcome::Delayed);
+                        m.delay_seconds.observe(waited);
+                    }
+                    guards.push(guard);
+                    items.push((*idx, decision));
+                }
+                Ok(Admission::Denied {
+                    decision,
+                    queue_full,
+                }) => {
+                    items.push((*idx, decision));
+                    if *dry_run {
+                        tracing::info!(policy = %policy.name, key = %String::from_utf8_lossy(key), "dry run: would reject (in flight)");
+                        m.decision(*idx, DecisionOutcome::RejectedDryRun);
+                        continue;
+                    }
+                    tracing::debug!(policy = %policy.name, key = %String::from_utf8_lossy(key), queue_full, "rejected: in flight");
+                    m.decision(*idx, DecisionOutcome::Rejected);
+                    m.request(if queue_full {
+                        RequestOutcome::QueueFull
+                    } else {
+                        RequestOutcome::Rejected
+                    });
+                    drop(guards);
+                    let rendered: SmallVec<[(&PolicyInfo, Decision); 2]> =
+                        items.iter().map(|(i, d)| (&inner.infos[*i], *d)).collect();
+                    let headers = headers::render(&rendered, &inner.headers);
+                    return Err(Outcome::Respond(self.denial(
+                        Some(decision),
+                        &policy.name,
+                        headers,
+                        ReplyFormat::of(req_headers),
+                    )));
+                }
+                Err(e) => {
+                    if let Some(denied) = self.store_failed(&e, req_headers) {
+                        return Err(denied);
+                    }
+                    // allowed without this lease
+                }
+            }
+        }
+        Ok((guards, items))
+    }
+
+    /// Count and log a store fault; the answer when the limiter fails closed, `None`
+    /// when it lets the request through (counted as `store_error_allowed` by the caller
+    /// that ends the request).
+    fn store_failed(&self, e: &StoreError, req_headers: &HeaderMap) -> Option<Outcome> {
+        let inner = &*self.inner;
+        let m = &inner.metrics;
+        m.store_error(e);
+        tracing::warn!(error = %e, kind = e.label(), store = inner.store_name, "decision store failed");
+        match inner.store_failure {
+            StoreFailure::Allow => None,
+            StoreFailure::Deny => {
+                m.request(RequestOutcome::StoreErrorDenied);
+                Some(Outcome::Respond(short_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "rate limiter unavailable",
+                    None,
+                    None,
+                    ReplyFormat::of(req_headers),
+                )))
+            }
+        }
     }
 
     /// The outcome of `plan` from the store's answers.
@@ -476,6 +675,7 @@ impl RateLimiter {
         plan: Plan,
         enforced: Answer,
         shadow: Answer,
+        leased: &[(usize, Decision)],
         req_headers: &HeaderMap,
     ) -> Outcome {
         let inner = &*self.inner;
@@ -484,33 +684,20 @@ impl RateLimiter {
         let (enforced, shadow) = match (enforced, shadow) {
             (Ok(e), Ok(s)) => (e, s),
             (Err(e), _) | (_, Err(e)) => {
-                m.store_error(&e);
-                tracing::warn!(error = %e, kind = e.label(), store = inner.store_name, "decision store failed");
-                return match inner.store_failure {
-                    StoreFailure::Allow => {
-                        m.request(RequestOutcome::StoreErrorAllowed);
-                        Outcome::Pass {
-                            headers: RateHeaders::default(),
-                            delay: Duration::ZERO,
-                        }
+                return self.store_failed(&e, req_headers).unwrap_or_else(|| {
+                    m.request(RequestOutcome::StoreErrorAllowed);
+                    Outcome::Pass {
+                        headers: RateHeaders::default(),
+                        delay: Duration::ZERO,
+                        leases: Leases::new(),
                     }
-                    StoreFailure::Deny => {
-                        m.request(RequestOutcome::StoreErrorDenied);
-                        Outcome::Respond(short_response(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "rate limiter unavailable",
-                            None,
-                            None,
-                            ReplyFormat::of(req_headers),
-                        ))
-                    }
-                };
+                });
             }
         };
         // every policy's decision, enforced first, for the headers
         let mut items: SmallVec<[(&PolicyInfo, Decision); 2]> = SmallVec::new();
         if let Some(e) = &enforced {
-            for ((idx, key, _), d) in plan.enforced.iter().zip(&e.decisions) {
+            for ((idx, key, cost), d) in plan.enforced.iter().zip(&e.decisions) {
                 let outcome = if !d.allowed {
                     tracing::debug!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "rejected");
                     DecisionOutcome::Rejected
@@ -521,13 +708,16 @@ impl RateLimiter {
                 };
                 // a denied multi-check's other decisions are cost-0 views: count only the binding ones
                 if e.allowed || !d.allowed {
-                    m.decision(*idx, outcome);
+                    self.record(*idx, key, outcome, *cost);
                 }
                 items.push((&inner.infos[*idx], *d));
             }
         }
+        for (idx, d) in leased {
+            items.push((&inner.infos[*idx], *d));
+        }
         if let Some(s) = &shadow {
-            for ((idx, key, _), d) in plan.shadow.iter().zip(&s.decisions) {
+            for ((idx, key, cost), d) in plan.shadow.iter().zip(&s.decisions) {
                 let outcome = if !d.allowed {
                     tracing::info!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "dry run: would reject");
                     DecisionOutcome::RejectedDryRun
@@ -537,7 +727,7 @@ impl RateLimiter {
                     DecisionOutcome::Passed
                 };
                 if s.allowed || !d.allowed {
-                    m.decision(*idx, outcome);
+                    self.record(*idx, key, outcome, *cost);
                 }
                 items.push((&inner.infos[*idx], *d));
             }
@@ -564,13 +754,18 @@ impl RateLimiter {
                 } else if inner.headers.delay {
                     headers.push(&X_RATELIMIT_DELAY_MS, ceil_millis(delay).into());
                 }
-                Outcome::Pass { headers, delay }
+                Outcome::Pass {
+                    headers,
+                    delay,
+                    leases: Leases::new(),
+                }
             }
             None => {
                 m.request(RequestOutcome::Passed);
                 Outcome::Pass {
                     headers,
                     delay: Duration::ZERO,
+                    leases: Leases::new(),
                 }
             }
         }

@@ -6,7 +6,8 @@
 //! the request costs under each. The route with the longest matching prefix wins; a
 //! request that matches no route is not limited at all.
 
-use floodgate_core::{AnyAlgorithm, ConfigError, Spec};
+use floodgate_core::{AnyAlgorithm, ConfigError, Kind, Rate, Spec};
+pub use floodgate_engine::inflight::InFlightSpec;
 use floodgate_engine::settle::SettleSpec;
 pub use floodgate_engine::store::PolicyInfo;
 use http::Method;
@@ -25,6 +26,9 @@ pub struct Policy {
     /// Dry-run (shadow): decisions are computed, counted, logged and shown in headers,
     /// but never reject or delay a request.
     pub dry_run: bool,
+    /// Set for a `max_in_flight` policy: at most `N` requests of one key in flight, held
+    /// as leases ([`floodgate_engine::inflight`]); `spec` is then unused.
+    pub in_flight: Option<InFlightSpec>,
 }
 
 impl Policy {
@@ -35,6 +39,26 @@ impl Policy {
             spec,
             key: KeySource::ip(),
             dry_run: false,
+            in_flight: None,
+        }
+    }
+
+    /// A `max_in_flight` policy counting by client IP: at most `spec.limit` requests of
+    /// one key in flight at once (see [`floodgate_engine::inflight`]).
+    ///
+    /// ```
+    /// use floodgate_http::{InFlightSpec, Policy};
+    /// use std::time::Duration;
+    ///
+    /// let gpu = Policy::max_in_flight("gpu", InFlightSpec::new(4, Duration::from_secs(30))?);
+    /// assert_eq!(gpu.in_flight.unwrap().limit, 4);
+    /// # Ok::<(), floodgate_core::ConfigError>(())
+    /// ```
+    pub fn max_in_flight(name: impl Into<String>, spec: InFlightSpec) -> Policy {
+        let placeholder = Spec::new(Kind::Gcra, Rate::per_second(1).expect("1/s is valid"));
+        Policy {
+            in_flight: Some(spec),
+            ..Policy::new(name, placeholder)
         }
     }
 
@@ -63,6 +87,10 @@ impl Policy {
                 "policy name {:?} must be 1 to 64 printable ASCII characters without quotes or backslashes",
                 self.name
             )));
+        }
+        if let Some(f) = &self.in_flight {
+            // the fields were validated by InFlightSpec::new; a literal may skip it
+            floodgate_core::inflight::check_limit(f.limit)?;
         }
         self.spec.build()
     }

@@ -17,7 +17,7 @@ pub mod wire;
 
 // the layer's modules, under the paths the proxy's modules name them by
 use floodgate_http::{
-    HybridStore, RateLimiter, RedisDecisionStore, builder, deny, fault, fleet, headers, key, layer,
+    HybridStore, RateLimiter, RedisDecisionStore, builder, deny, fault, fleet, key, layer, leases,
     limiter, metrics, policy, store,
 };
 

@@ -46,6 +46,7 @@ use crate::layer::RateLimitService;
 use crate::limiter::RateLimiter;
 pub use crate::settings::{DEFAULT_HEAD_TIMEOUT, ProxyError, ProxySettings};
 use crate::sticky::{FleetService, Sticky};
+use floodgate_http::admin::AdminRequest;
 
 /// A bound proxy, ready to [`run`](Proxy::run).
 pub struct Proxy {
@@ -100,7 +101,12 @@ impl Proxy {
         };
         let listener = bind(settings.listen).await?;
         let admin = match settings.admin {
-            Some(a) => Some(bind(a).await?),
+            Some(a) => {
+                if !a.ip().is_loopback() {
+                    tracing::warn!(admin = %a, "the admin listener is not on loopback: it shows keys and the config to whoever reaches it (see the book's admin page on protecting it)");
+                }
+                Some(bind(a).await?)
+            }
             None => None,
         };
         let serving = if settings.workers == 0 {
@@ -150,7 +156,7 @@ impl Proxy {
         let limiter = self.limiter.clone();
         let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let limiter = limiter.clone();
-            async move { Ok::<_, Infallible>(admin(&limiter, req.uri().path())) }
+            async move { Ok::<_, Infallible>(admin(&limiter, &req)) }
         });
         let mut next = 0usize;
         tokio::pin!(shutdown);
@@ -344,7 +350,22 @@ async fn accept_opt(
     }
 }
 
-fn admin(limiter: &RateLimiter, path: &str) -> Response<Full<Bytes>> {
+/// The admin listener: `/metrics`, `/healthz`, and the admin API and page under `/admin`
+/// ([`floodgate_http::admin`]).
+fn admin<B>(limiter: &RateLimiter, req: &Request<B>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    let asked = AdminRequest {
+        method: req.method().as_str(),
+        path,
+        query: req.uri().query(),
+    };
+    if let Some(reply) = limiter.admin(&asked) {
+        let mut r = Response::new(Full::new(Bytes::from(reply.body)));
+        *r.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
+        return r;
+    }
     let (status, ctype, body) = match path {
         "/metrics" => (
             StatusCode::OK,
@@ -359,7 +380,7 @@ fn admin(limiter: &RateLimiter, path: &str) -> Response<Full<Bytes>> {
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: try /metrics or /healthz\n".to_string(),
+            "not found: try /metrics, /healthz or /admin\n".to_string(),
         ),
     };
     let mut r = Response::new(Full::new(Bytes::from(body)));

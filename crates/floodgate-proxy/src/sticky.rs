@@ -37,6 +37,7 @@ use crate::deny::{ReplyFormat, short_response};
 use crate::forward::{Forward, ForwardBody, strip_hop_by_hop};
 use crate::key::PeerAddr;
 use crate::layer::RateLimitService;
+use crate::leases::LeaseBody;
 use crate::limiter::RateLimiter;
 use crate::settings::ProxyError;
 use crate::upstream::UpstreamBody;
@@ -49,8 +50,9 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// How long an unreachable owner is skipped (its keys decided locally) before retrying.
 pub const DOWN_FOR: Duration = Duration::from_secs(1);
 
-/// The proxy's response body.
-pub type FleetBody = Either<ForwardBody, Full<Bytes>>;
+/// The proxy's response body: the layer's (the upstream's, holding the request's
+/// in-flight leases, or the limiter's own), or the fleet's.
+pub type FleetBody = Either<LeaseBody<ForwardBody>, Full<Bytes>>;
 
 struct Peer {
     addr: String,
@@ -253,7 +255,7 @@ impl Sticky {
                 strip_hop_by_hop(&mut parts.headers);
                 Sent::Response(Response::from_parts(
                     parts,
-                    Either::Left(Either::Left(UpstreamBody::unpooled(body))),
+                    Either::Left(LeaseBody::plain(Either::Left(UpstreamBody::unpooled(body)))),
                 ))
             }
             Ok(Err(mut e)) => match e.take_message() {
@@ -289,8 +291,7 @@ impl Sticky {
 }
 
 fn error(status: StatusCode, detail: &str) -> Response<FleetBody> {
-    short_response(status, detail, None, None, ReplyFormat::Text)
-        .map(|b| Either::Left(Either::Right(b)))
+    short_response(status, detail, None, None, ReplyFormat::Text).map(Either::Right)
 }
 
 /// The proxy's service: sticky routing (when configured) in front of the rate limiter

@@ -4,6 +4,7 @@
 mod breaker;
 mod deny_cache;
 pub mod error;
+pub mod inflight;
 pub mod keys;
 mod limiter;
 pub mod multi;
@@ -13,6 +14,7 @@ mod store;
 pub mod throttle;
 
 pub use error::Error;
+pub use inflight::RedisInFlight;
 pub use keys::KeySpace;
 pub use limiter::{Fault, Outcome, RedisLimiter, Source};
 pub use scripts::{Now, ScriptCall};

@@ -170,5 +170,18 @@ async fn three_master_cluster() {
         denied += u32::from(!expect.allowed);
     }
     assert!(admitted > 0 && denied > 0, "{admitted} {denied}");
+    // in-flight leases: one key per call, so any slot; the core's decisions
+    let leases = floodgate_redis::RedisInFlight::new(cluster.clone(), 2).unwrap();
+    let core = floodgate_core::inflight::KeyedInFlight::<Vec<u8>>::new(2, 64).unwrap();
+    let ttl = floodgate_core::inflight::LeaseTtl::new(Duration::from_secs(5)).unwrap();
+    for u in &users {
+        for _ in 0..3 {
+            let (got, expect) = (
+                leases.acquire_at(u, t, ttl).await.unwrap(),
+                core.acquire(u, t, ttl),
+            );
+            assert_eq!(got.map(|l| l.decision), expect.map(|l| l.decision), "{u:?}");
+        }
+    }
     drop(nodes); // SIGKILL all three and remove their directories
 }

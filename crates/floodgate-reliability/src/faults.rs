@@ -3,8 +3,8 @@
 //!
 //! Every case starts fresh processes: a `redis-server --save "" --appendonly no` on a
 //! free loopback port (behind an in-process [`DelayLine`] for the slow-network case), a
-//! backend, and two proxies on that Redis, one failing open (`store_error = "allow"`),
-//! one failing closed (`store_error = "deny"`, 503). Load runs through both for the whole
+//! backend, and two proxies on that Redis, one failing open (`fault_policy = "fail-open"`),
+//! one failing closed (`fault_policy = "fail-closed"`, 503). Load runs through both for the whole
 //! case: per proxy, `workers` clients with their own keys (`w0`, `w1`, ...; always
 //! admitted) and one `hog` whose every request costs the whole limit (denied, 429, after
 //! its first). Timeline: healthy, fault injected, fault held, recovery, then the tail.
@@ -142,7 +142,7 @@ impl Fault {
 pub struct Settings {
     /// The `floodgate` binary.
     pub bin: PathBuf,
-    /// `[redis] timeout` of the proxies.
+    /// `store.redis.timeout` of the proxies.
     pub store_timeout: Duration,
     /// `upstream_timeout` of the proxies.
     pub upstream_timeout: Duration,
@@ -240,21 +240,22 @@ fn config(upstream: std::net::SocketAddr, store: &str, deny: bool, s: &Settings)
     let ms = |d: Duration| d.as_millis();
     format!(
         r#"upstream = "http://{upstream}"
-store = "{store}"
 upstream_timeout = "{}ms"
 connect_timeout = "{}ms"
 shutdown_grace = "1s"
 
-[redis]
+[store]
+type = "redis"
+
+[store.redis]
+url = "{store}"
 prefix = "fg-faults-{}:"
 timeout = "{}ms"
-
-[deny]
-store_error = "{}"
-retry_after_jitter = "0s"
+fault_policy = "{}"
 
 [headers]
 legacy = "delta"
+retry_after_jitter = "0s"
 
 [[policy]]
 name = "count"
@@ -275,7 +276,7 @@ policies = ["count"]
         ms(s.connect_timeout),
         if deny { "deny" } else { "allow" },
         ms(s.store_timeout),
-        if deny { "deny" } else { "allow" },
+        if deny { "fail-closed" } else { "fail-open" },
     )
 }
 

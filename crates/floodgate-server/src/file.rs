@@ -1,11 +1,14 @@
 //! The config file as written: YAML or TOML, deserialized as-is. [`crate::config`] turns
-//! it into checked settings and rules; nothing here is validated beyond its type.
+//! it into checked settings and rules; the descriptors are validated there.
 //!
 //! The descriptor shape is Envoy's ratelimit service's (`domain`, `descriptors` of `key`,
 //! optional `value`, `rate_limit: {unit, requests_per_unit, name, replaces, unlimited}`,
 //! `shadow_mode`, `detailed_metric`, `value_to_metric`, nested `descriptors`), so an
 //! Envoy ratelimit file is a valid floodgate file. Extensions are listed on each field.
+//! `store`, `fleet` and `headers` are the sections floodgate proxy reads too
+//! (`floodgate_engine::config`), checked as they are deserialized.
 
+use floodgate_engine::config::{FleetSection, HeadersSection, StoreSection};
 use serde::Deserialize;
 
 /// The whole file.
@@ -15,15 +18,16 @@ pub struct FileConfig {
     /// Where the three front doors listen.
     #[serde(default)]
     pub listen: ListenFile,
-    /// Where limiter state lives.
+    /// Where limiter state lives (shared with floodgate proxy: `floodgate_engine::config`).
     #[serde(default)]
-    pub store: StoreFile,
-    /// Several floodgate servers sharing limits.
+    pub store: StoreSection,
+    /// Several floodgate servers sharing limits (shared with floodgate proxy).
     #[serde(default)]
-    pub fleet: FleetFile,
-    /// Response headers (RateLimit draft fields, Retry-After jitter, Envoy's X-RateLimit).
+    pub fleet: FleetSection,
+    /// Response headers: RateLimit draft fields, Retry-After jitter, the legacy
+    /// X-RateLimit trio (shared with floodgate proxy).
     #[serde(default)]
-    pub headers: HeadersFile,
+    pub headers: HeadersSection,
     /// Caps on requests (descriptor counts, sizes).
     #[serde(default)]
     pub limits: LimitsFile,
@@ -32,6 +36,9 @@ pub struct FileConfig {
     pub defaults: DefaultsFile,
     /// `error` (default) or `allow` (Envoy's behaviour: every descriptor OK, no limit).
     pub unknown_domain: Option<String>,
+    /// How the admin page and API (`/admin` on the HTTP listener) show keys: `plain`
+    /// (default), `truncated` or `hashed`.
+    pub admin_keys: Option<String>,
     /// Named limits for the HTTP API's `{"key": ..., "policy": NAME}` form.
     #[serde(default)]
     pub policies: std::collections::BTreeMap<String, RateLimitFile>,
@@ -55,69 +62,6 @@ pub struct ListenFile {
     pub http: Option<String>,
     /// RESP (`CL.THROTTLE`). Default `127.0.0.1:16379`; never 6379.
     pub resp: Option<String>,
-}
-
-/// `store:` where state lives.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreFile {
-    /// `memory` (default) or `redis`.
-    #[serde(rename = "type")]
-    pub kind: Option<String>,
-    /// In-process store: most keys per rate limit (default 100 000); `CL.THROTTLE` keys
-    /// (default 1 000 000) are set by `resp_max_keys`.
-    pub max_keys: Option<u64>,
-    /// In-process store: most keys `CL.THROTTLE` holds.
-    pub resp_max_keys: Option<u64>,
-    /// Redis settings (used when `type: redis`).
-    #[serde(default)]
-    pub redis: RedisFile,
-}
-
-/// `store.redis:`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisFile {
-    /// `redis://[user:pass@]host:port[/db]` or `rediss://`. Default `redis://127.0.0.1:6379`.
-    pub url: Option<String>,
-    /// Key prefix (default `floodgate:`).
-    pub prefix: Option<String>,
-    /// Per-call timeout, e.g. `50ms` (default 50 ms).
-    pub timeout: Option<String>,
-    /// Connect timeout (default 1 s).
-    pub connect_timeout: Option<String>,
-    /// `fail-open` (default) or `fail-closed`.
-    pub fault_policy: Option<String>,
-    /// How long the circuit breaker stays open after a failure (default 250 ms).
-    pub breaker_open_for: Option<String>,
-    /// Keys in each limit's local cache of denials (default 100 000; 0 disables).
-    pub deny_cache_keys: Option<u64>,
-}
-
-/// `fleet:` how several servers behind one balancer share each limit.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FleetFile {
-    /// `single` (default), `local`, `shared` or `hybrid`.
-    pub strategy: Option<String>,
-    /// Number of servers in the fleet.
-    pub nodes: Option<u64>,
-    /// Hybrid: most units leased per round trip (default 10).
-    pub lease: Option<u64>,
-    /// Hybrid: a lease's lifetime (default 1 s).
-    pub lease_ttl: Option<String>,
-}
-
-/// `headers:`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HeadersFile {
-    /// Emit `RateLimit-Policy` and `RateLimit` (default true).
-    pub ratelimit: Option<bool>,
-    /// Emit Envoy ratelimit's `X-RateLimit-Limit/Remaining/Reset` (default false).
-    pub x_ratelimit: Option<bool>,
-    /// Retry-After = ceil(retry + uniform(0, jitter)); default `1s`, `0s` disables.
-    pub retry_after_jitter: Option<String>,
 }
 
 /// `limits:` caps on what one request may carry.

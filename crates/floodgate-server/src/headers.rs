@@ -18,10 +18,9 @@
 //!   the binding limit: its capacity, what is left right now, the time back to full.
 
 use floodgate_core::Decision;
-use floodgate_core::decision::ceil_secs;
 use floodgate_core::ratelimit_fields::retry_after_secs;
 use floodgate_engine::PolicyInfo;
-use floodgate_engine::headers::{binding, ratelimit, ratelimit_policy};
+use floodgate_engine::headers::{binding, legacy_reset, ratelimit, ratelimit_policy};
 
 use crate::config::HeaderSettings;
 
@@ -71,12 +70,15 @@ pub fn render(
     if let Some(r) = retry {
         out.push((RETRY_AFTER, r.to_string()));
     }
-    if settings.x_ratelimit
+    if let Some(fmt) = settings.legacy
         && let Some((_, d)) = binding(applied)
     {
         out.push(("X-RateLimit-Limit", d.limit.to_string()));
         out.push(("X-RateLimit-Remaining", d.remaining.to_string()));
-        out.push(("X-RateLimit-Reset", ceil_secs(d.reset_after).to_string()));
+        out.push((
+            "X-RateLimit-Reset",
+            legacy_reset(fmt, d.reset_after).to_string(),
+        ));
     }
     out
 }
@@ -103,7 +105,7 @@ mod tests {
     fn settings(jitter_ms: u64) -> HeaderSettings {
         HeaderSettings {
             ratelimit: true,
-            x_ratelimit: true,
+            legacy: Some(floodgate_engine::headers::ResetFormat::Delta),
             retry_after_jitter: Duration::from_millis(jitter_ms),
         }
     }

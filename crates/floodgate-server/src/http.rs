@@ -11,6 +11,8 @@
 //!   cost later ([`settle`]).
 //! * `GET /metrics`: Prometheus (OpenMetrics text).
 //! * `GET /healthz`: `200 {"status":"serving"}`, `503` while shutting down.
+//! * `GET /admin`, `/admin/api/...`: who is being limited (floodgate-engine's admin page
+//!   and API, [`floodgate_engine::admin`]).
 //!
 //! Bad requests get `400` (`413` for a body above `limits.max_request_bytes`, `404` for an
 //! unknown domain or policy, `405` for a wrong method), always with `{"error": "..."}`.
@@ -25,6 +27,7 @@ use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use floodgate_engine::admin::AdminRequest;
 use floodgate_engine::metrics::RequestOutcome;
 use serde_json::{Value, json};
 
@@ -55,7 +58,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         )
         .route("/metrics", get(metrics).fallback(method_not_allowed))
         .route("/healthz", get(healthz).fallback(method_not_allowed))
-        .fallback(not_found)
+        .fallback(fallback)
         .with_state(state)
 }
 
@@ -63,10 +66,30 @@ pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response 
     (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
+/// Paths of no route: the admin page and API under `/admin` (rendered by
+/// floodgate-engine), else 404.
+async fn fallback(State(s): State<Arc<HttpState>>, req: axum::extract::Request) -> Response {
+    let uri = req.uri();
+    let asked = AdminRequest {
+        method: req.method().as_str(),
+        path: uri.path(),
+        query: uri.query(),
+    };
+    match s.engine.admin(&asked) {
+        Some(reply) => (
+            StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK),
+            [(header::CONTENT_TYPE, reply.content_type)],
+            reply.body,
+        )
+            .into_response(),
+        None => not_found().await,
+    }
+}
+
 async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
-        "no such endpoint; try POST /v1/check, GET /metrics, GET /healthz",
+        "no such endpoint; try POST /v1/check, GET /metrics, GET /healthz, GET /admin",
     )
 }
 

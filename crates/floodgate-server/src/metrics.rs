@@ -26,6 +26,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use floodgate_engine::insight::{Insight, KeyDisplay};
 use floodgate_engine::metrics::{
     DecisionLabels, DecisionOutcome, EventLabels, KindLabels, OutcomeLabels, PolicyLabels,
     RequestOutcome, STORE_ERROR_KINDS, names,
@@ -107,11 +108,19 @@ pub struct Metrics {
     pub last_reload_success: Gauge,
     /// The config generation served.
     pub generation: Gauge,
+    /// Who is being limited: the admin API's source, fed where decisions are counted.
+    pub insight: Arc<Insight>,
 }
 
 impl Metrics {
-    /// A registry with every metric registered; `redis` adds the store's counters.
+    /// A registry with every metric registered; `redis` adds the store's counters. The
+    /// admin API shows keys plain.
     pub fn new(redis: Option<Arc<RedisStore>>) -> Metrics {
+        Metrics::with_keys(redis, KeyDisplay::Plain)
+    }
+
+    /// As [`new`](Self::new), the admin API showing keys as `keys`.
+    pub fn with_keys(redis: Option<Arc<RedisStore>>, keys: KeyDisplay) -> Metrics {
         let mut registry = Registry::default();
         let decisions = Family::<DecisionLabels, Counter>::default();
         registry.register(
@@ -191,6 +200,7 @@ impl Metrics {
             store_events,
             last_reload_success,
             generation,
+            insight: Arc::new(Insight::new("server", keys)),
         }
     }
 

@@ -33,6 +33,10 @@ impl Reloader {
     /// A reloader of `path` into `engine`; `startup` are the file's settings at startup.
     pub fn new(path: PathBuf, engine: Arc<Engine>, startup: Settings) -> Reloader {
         let text = std::fs::read_to_string(&path).ok();
+        if let Some(t) = &text {
+            let insight = &engine.metrics().insight;
+            insight.set_config(config::shown(&path, t));
+        }
         Reloader {
             path,
             engine,
@@ -49,8 +53,10 @@ impl Reloader {
     /// Reload now. Returns the new generation, or the error (already logged and counted).
     pub fn reload(&self) -> Result<u64, String> {
         let metrics = self.engine.metrics().clone();
+        let insight = metrics.insight.clone();
         let fail = |message: String| {
             tracing::error!(file = %self.path.display(), error = %message, "config reload rejected; the previous config keeps serving");
+            insight.reloaded(self.engine.current().id, false, message.clone());
             metrics
                 .reloads
                 .get_or_create(&ResultLabels { result: "error" })
@@ -78,6 +84,8 @@ impl Reloader {
         match self.engine.reload(cfg.rules) {
             Ok(id) => {
                 tracing::info!(file = %self.path.display(), generation = id, "config reloaded");
+                insight.set_config(config::shown(&self.path, &text));
+                insight.reloaded(id, true, format!("reloaded from {}", self.path.display()));
                 metrics
                     .reloads
                     .get_or_create(&ResultLabels { result: "ok" })

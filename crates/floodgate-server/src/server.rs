@@ -169,7 +169,7 @@ pub async fn start(
             (store, fault, ThrottleStore::Redis(s.clone()), Some(s))
         }
     };
-    let metrics = Arc::new(Metrics::new(redis));
+    let metrics = Arc::new(Metrics::with_keys(redis, settings.admin_keys));
     let max_bytes = config.rules.caps.max_request_bytes;
     let engine = Engine::new(config.rules, store, fault, metrics.clone()).map_err(|message| {
         StartError::Rules {

@@ -3,78 +3,48 @@
 
 use super::*;
 
-macro_rules! de_str {
-    ($name:ident, $t:ty, $what:literal, $f:expr) => {
-        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$t, D::Error> {
-            let s = String::deserialize(d)?;
-            parse_with::<$t, _>($what, &s, $f).map_err(serde::de::Error::custom)
-        }
-    };
-}
-
-de_str!(de_rate, Rate, "rate", |s: &str| s.parse::<Rate>());
-de_str!(de_duration, Duration, "duration", |s: &str| {
-    floodgate_core::rate::parse_duration(s)
-});
-de_str!(de_kind, Kind, "algorithm", |s: &str| s.parse::<Kind>());
-de_str!(de_upstream, Uri, "upstream", parse_upstream);
-de_str!(de_store, StoreSpec, "store", |s: &str| s
-    .parse::<StoreSpec>());
-de_str!(de_strategy, Strategy, "strategy", |s: &str| s
-    .parse::<Strategy>());
-
 pub(super) fn de_opt_duration<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Duration>, D::Error> {
-    de_duration(d).map(Some)
+    floodgate_core::de::duration(d).map(Some)
 }
 
-/// `fn $name`: the timeout field `$field`, a duration above zero (a timeout of 0 would
-/// fail every request or connection).
-macro_rules! de_timeout {
-    ($name:ident, $field:literal) => {
-        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-            let t = de_duration(d)?;
-            if t.is_zero() {
-                return Err(serde::de::Error::custom(concat!(
-                    $field,
-                    ": a timeout of 0 would fail every request; give a duration above zero, e.g. \"30s\""
-                )));
-            }
-            Ok(Some(t))
-        }
-    };
+pub(super) fn de_opt_timeout<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    floodgate_core::de::timeout(d).map(Some)
 }
 
-de_timeout!(de_upstream_timeout, "upstream_timeout");
-de_timeout!(de_connect_timeout, "connect_timeout");
-de_timeout!(de_head_timeout, "head_timeout");
-de_timeout!(de_send_timeout, "send_timeout");
-de_timeout!(de_body_timeout, "body_timeout");
-
-/// `fn $name`: the connection cap `$field`, at least 1 (0 would refuse every client).
-macro_rules! de_cap {
-    ($name:ident, $field:literal) => {
-        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
-            let n = usize::deserialize(d)?;
-            if n == 0 {
-                return Err(serde::de::Error::custom(concat!(
-                    $field,
-                    ": a cap of 0 would refuse every connection; give at least 1"
-                )));
-            }
-            Ok(Some(n))
-        }
-    };
+pub(super) fn de_opt_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    floodgate_core::de::positive_count(d).map(Some)
 }
 
-de_cap!(de_max_connections, "max_connections");
-de_cap!(de_max_connections_per_client, "max_connections_per_client");
-de_timeout!(de_redis_timeout, "redis.timeout");
-de_timeout!(de_redis_connect_timeout, "redis.connect_timeout");
+/// A connection cap, at least 1 (0 would refuse every client).
+pub(super) fn de_cap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    let n = usize::deserialize(d)?;
+    if n == 0 {
+        return Err(serde::de::Error::custom(
+            "a cap of 0 would refuse every connection; give at least 1",
+        ));
+    }
+    Ok(Some(n))
+}
+
+fn de_upstream<'de, D: Deserializer<'de>>(d: D) -> Result<Uri, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_upstream(&s).map_err(serde::de::Error::custom)
+}
 
 pub(super) fn de_opt_upstream<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uri>, D::Error> {
     de_upstream(d).map(Some)
+}
+
+pub(super) fn de_key_display<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<floodgate_http::insight::KeyDisplay, D::Error> {
+    String::deserialize(d)?
+        .parse()
+        .map_err(|e: String| serde::de::Error::custom(format!("admin_keys: {e}")))
 }
 
 /// An optional header name (`estimate_header`, `cost_header`, `cost_trailer`).
@@ -141,37 +111,7 @@ pub fn parse_upstream(s: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
-pub(super) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
-        _ => url.to_string(),
-    }
-}
-
-/// Where decisions are made.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum StoreSpec {
-    /// In-process (default).
-    #[default]
-    Memory,
-    /// A Redis server (`redis://host:port/db`).
-    Redis(String),
-}
-
-impl FromStr for StoreSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<StoreSpec, String> {
-        if s == "memory" {
-            Ok(StoreSpec::Memory)
-        } else if s.starts_with("redis://") || s.starts_with("rediss://") {
-            Ok(StoreSpec::Redis(s.to_string()))
-        } else {
-            Err(format!(
-                "{s:?}: expected \"memory\" or a redis://host:port URL"
-            ))
-        }
-    }
-}
+pub(super) use floodgate_http::insight::redact::redact_url as redact;
 
 /// A policy key in config form.
 #[derive(Debug, Clone)]

@@ -3,21 +3,27 @@
 //! the string forms (rates, durations, keys, stores) in `de`.
 //!
 //! Every table rejects unknown fields, and every error names the file, the line and
-//! column, and the field (`floodgate.toml:7:8: invalid rate "10/q": unknown unit "q"; ...`).
+//! column, and the field (`floodgate.toml:7:8: policy[0].rate: invalid rate "10/q": unknown
+//! unit "q"; ...`), in the form floodgate server's errors take too
+//! ([`floodgate_engine::config::ConfigError`]). `[store]`, `[fleet]` and `[headers]` are the
+//! sections both share (`floodgate_engine::config`); a key read in an old spelling is
+//! listed in [`Config::renamed`] and logged when the file is loaded.
 //!
 //! Every field, with its default, is in the book's configuration reference
 //! (`docs/proxy.md`, "Configuration"), which a test holds to these types: the reference
 //! exists once.
 
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::ops::Range;
-use std::path::{Path, PathBuf};
-use std::str::FromStr;
+use std::path::Path;
 use std::time::Duration;
 
 use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Kind, Rate, Spec};
+use floodgate_engine::config::fault_policy_legacy;
+/// The sections shared with floodgate server.
+pub use floodgate_engine::config::{
+    FleetNodes, FleetSection, HeadersSection, RedisSection, Renamed, StoreKind, StoreSection,
+};
 use http::{HeaderName, Method, StatusCode, Uri};
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
@@ -25,53 +31,15 @@ use toml::Spanned;
 
 use crate::builder::{BuildError, RateLimiterBuilder};
 use crate::fault::StoreFailure;
-use crate::fleet::{Fleet, FleetError, Strategy};
-use crate::headers::{HeaderOptions, ResetFormat};
+use crate::fleet::{Fleet, Strategy};
 use crate::key::MissingKey;
 use crate::key::{ClientIpConfig, ForwardedHeader, KeyPart, KeySource};
 use crate::policy::{Policy, Route};
+use floodgate_http::insight::KeyDisplay;
 
-/// A config error located in its file.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigFileError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is invalid at a place.
-    #[error("{path}:{line}:{column}: {message}")]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        column: usize,
-        /// What is wrong, naming the field.
-        message: String,
-    },
-}
-
-fn locate(src: &str, span: Option<Range<usize>>) -> (usize, usize) {
-    let Some(span) = span else { return (1, 1) };
-    let at = span.start.min(src.len());
-    let before = &src[..at];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rfind('\n').map_or(at, |i| at - i - 1) + 1;
-    (line, column)
-}
-
-fn parse_with<T, E: fmt::Display>(
-    what: &str,
-    s: &str,
-    f: impl FnOnce(&str) -> Result<T, E>,
-) -> Result<T, String> {
-    f(s).map_err(|e| format!("{what}: {e}"))
-}
+/// A config error located in its file: `FILE:LINE:COLUMN: FIELD: MESSAGE`, as floodgate
+/// server's.
+pub use floodgate_engine::config::ConfigError as ConfigFileError;
 
 mod de;
 mod sections;
@@ -79,7 +47,7 @@ mod sections;
 mod tests;
 
 use de::*;
-pub use de::{KeySpec, StoreSpec, parse_upstream};
+pub use de::{KeySpec, parse_upstream};
 pub use sections::*;
 
 /// The whole file.
@@ -91,35 +59,39 @@ pub struct Config {
     /// The backend, `http://host:port`.
     #[serde(default, deserialize_with = "de_opt_upstream")]
     pub upstream: Option<Uri>,
-    /// Admin listener (`/metrics`, `/healthz`).
+    /// Admin listener (`/metrics`, `/healthz`, `/admin`).
     pub admin: Option<SocketAddr>,
-    /// `memory` or `redis://...`.
-    #[serde(default, deserialize_with = "de_store")]
-    pub store: StoreSpec,
-    /// Keys per policy in the in-process store.
+    /// How the admin API and page show keys: `plain` (default), `truncated`, `hashed`.
+    #[serde(default, deserialize_with = "de_key_display")]
+    pub admin_keys: KeyDisplay,
+    /// Where decisions are made (shared with floodgate server).
+    #[serde(default)]
+    pub store: StoreSection,
+    /// Old spelling of `store.max_keys`.
+    #[serde(default, deserialize_with = "de_opt_count")]
     pub max_keys: Option<usize>,
     /// Time allowed for the upstream's response head (default 30 s), else 504.
-    #[serde(default, deserialize_with = "de_upstream_timeout")]
+    #[serde(default, deserialize_with = "de_opt_timeout")]
     pub upstream_timeout: Option<Duration>,
     /// Time allowed to connect to the upstream (default 5 s), else 502.
-    #[serde(default, deserialize_with = "de_connect_timeout")]
+    #[serde(default, deserialize_with = "de_opt_timeout")]
     pub connect_timeout: Option<Duration>,
     /// How long a client connection may wait for a request head with no request in
     /// flight (default 30 s), else it is closed.
-    #[serde(default, deserialize_with = "de_head_timeout")]
+    #[serde(default, deserialize_with = "de_opt_timeout")]
     pub head_timeout: Option<Duration>,
     /// How long a write to a client may make no progress (default 30 s), else the
     /// connection is closed.
-    #[serde(default, deserialize_with = "de_send_timeout")]
+    #[serde(default, deserialize_with = "de_opt_timeout")]
     pub send_timeout: Option<Duration>,
     /// How long a client's request body may stall (default 30 s), else 408.
-    #[serde(default, deserialize_with = "de_body_timeout")]
+    #[serde(default, deserialize_with = "de_opt_timeout")]
     pub body_timeout: Option<Duration>,
     /// Most client connections at once (default 16 384).
-    #[serde(default, deserialize_with = "de_max_connections")]
+    #[serde(default, deserialize_with = "de_cap")]
     pub max_connections: Option<usize>,
     /// Most client connections at once from one address (default 1 024).
-    #[serde(default, deserialize_with = "de_max_connections_per_client")]
+    #[serde(default, deserialize_with = "de_cap")]
     pub max_connections_per_client: Option<usize>,
     /// Most idle upstream connections kept per worker (default 1 024).
     pub upstream_max_idle: Option<usize>,
@@ -135,7 +107,7 @@ pub struct Config {
     /// Denials and failures.
     #[serde(default)]
     pub deny: DenySection,
-    /// Response headers.
+    /// Response headers (shared with floodgate server).
     #[serde(default)]
     pub headers: HeadersSection,
     /// Leaky-queue holding.
@@ -144,17 +116,21 @@ pub struct Config {
     /// Bypass lists.
     #[serde(default)]
     pub allowlist: AllowlistSection,
-    /// The Redis store's settings (with `store = "redis://..."`).
+    /// Old spelling of `[store.redis]`.
+    pub redis: Option<RedisSection>,
+    /// A fleet of proxies sharing the limits (shared with floodgate server; the proxy
+    /// knows its peers by address).
     #[serde(default)]
-    pub redis: RedisSection,
-    /// A fleet of proxies sharing the limits.
-    pub fleet: Option<Spanned<FleetSection>>,
+    pub fleet: FleetSection,
     /// The policies.
     #[serde(rename = "policy", default)]
     pub policies: Vec<Spanned<PolicySection>>,
     /// The routes.
     #[serde(rename = "route", default)]
     pub routes: Vec<RouteSection>,
+    /// Keys read in an old spelling (logged by [`Config::load`]).
+    #[serde(skip)]
+    pub renamed: Vec<Renamed>,
 }
 
 impl Config {
@@ -178,30 +154,24 @@ impl Config {
 
     /// Parse `src` (read from `path`, for messages).
     pub fn parse(src: &str, path: &Path) -> Result<Config, ConfigFileError> {
-        let invalid = |span: Option<Range<usize>>, message: String| {
-            let (line, column) = locate(src, span);
-            ConfigFileError::Invalid {
-                path: path.to_path_buf(),
-                line,
-                column,
-                message,
-            }
+        let invalid = |span: Option<std::ops::Range<usize>>, message: String| {
+            ConfigFileError::at(path, src, span.map_or(0, |s| s.start), "", message)
         };
-        let cfg: Config = toml::from_str(src)
-            .map_err(|e: toml::de::Error| invalid(e.span(), e.message().trim_end().to_string()))?;
+        let in_section = |section: &str, message: String| {
+            ConfigFileError::in_section(path, src, section, message)
+        };
+        let mut cfg: Config = floodgate_engine::config::from_toml(path, src)?;
+        cfg.read_old_spellings()
+            .map_err(|(s, m)| in_section(s, m))?;
         // checks that span several fields, located at their table
         let mut names: Vec<&str> = Vec::new();
         for (i, p) in cfg.policies.iter().enumerate() {
             let span = Some(p.span());
             let pol = p.get_ref();
-            pol.spec()
-                .map_err(|m| invalid(span.clone(), format!("policy[{i}] {:?}: {m}", pol.name)))?;
-            Policy::new(
-                pol.name.clone(),
-                pol.spec().unwrap_or_else(|_| unreachable!()),
-            )
-            .validate()
-            .map_err(|m| invalid(span.clone(), format!("policy[{i}]: {m}")))?;
+            pol.policy()
+                .map_err(|m| invalid(span.clone(), format!("policy[{i}] {:?}: {m}", pol.name)))?
+                .validate()
+                .map_err(|m| invalid(span.clone(), format!("policy[{i}]: {m}")))?;
             if names.contains(&pol.name.as_str()) {
                 return Err(invalid(
                     span,
@@ -278,27 +248,24 @@ impl Config {
                 "client_ip.ipv6_prefix must be 0..=128".into(),
             ));
         }
-        if cfg.max_keys == Some(0) {
-            return Err(invalid(None, "max_keys must be at least 1".into()));
+        if cfg.store.resp_max_keys.is_some() {
+            return Err(in_section(
+                "store",
+                "resp_max_keys is floodgate server's (keys of CL.THROTTLE, its RESP door); floodgate proxy has none".into(),
+            ));
         }
         if cfg.delay.max_waiting == Some(0) {
             return Err(invalid(None, "delay.max_waiting must be at least 1".into()));
         }
-        if let Some(f) = &cfg.fleet {
-            let span = Some(f.span());
-            let at = |e: FleetError| invalid(span.clone(), format!("fleet: {e}"));
-            let strategy = f.get_ref().fleet().map_err(at)?.strategy();
-            let redis = matches!(cfg.store, StoreSpec::Redis(_));
-            if strategy.needs_shared_store() && !redis {
-                return Err(at(FleetError::NeedsSharedStore(strategy)));
-            }
-            if !strategy.needs_shared_store() && redis {
-                return Err(at(FleetError::NeedsLocalStore(strategy)));
-            }
+        if let Some(strategy) = cfg.fleet.strategy {
+            cfg.fleet.fleet().map_err(|m| in_section("fleet", m))?;
+            cfg.fleet
+                .check_store(&cfg.store)
+                .map_err(|e| in_section("fleet", e.to_string()))?;
             if strategy == Strategy::Hybrid
                 && let Some((i, p)) = cfg.policies.iter().enumerate().find(|(_, p)| {
                     let p = p.get_ref();
-                    p.algorithm == Kind::LeakyQueue && !p.nodelay
+                    p.algorithm == Kind::LeakyQueue && !p.nodelay && p.max_in_flight.is_none()
                 })
             {
                 return Err(invalid(
@@ -313,34 +280,110 @@ impl Config {
         Ok(cfg)
     }
 
+    /// The file `src` as the admin API shows it: its tables as JSON, secrets redacted
+    /// (`null` if it does not parse).
+    pub fn shown(src: &str) -> serde_json::Value {
+        floodgate_engine::config::shown(Path::new("floodgate.toml"), src)
+    }
+
     /// Read and parse a file.
     pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
-        let src = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Io {
+        let src = std::fs::read_to_string(path).map_err(|e| ConfigFileError::Read {
             path: path.to_path_buf(),
-            source,
+            message: e.to_string(),
         })?;
-        Config::parse(&src, path)
+        let cfg = Config::parse(&src, path)?;
+        floodgate_engine::config::warn_renamed(path, &cfg.renamed);
+        Ok(cfg)
+    }
+
+    /// Move what old spellings say into the shared sections, noting each in `renamed`:
+    /// `store = "redis://…"`, `max_keys`, `[redis]`, `deny.store_error` and
+    /// `deny.retry_after_jitter`. An error names the section and says what to write.
+    fn read_old_spellings(&mut self) -> Result<(), (&'static str, String)> {
+        let shorthand = !self.store.renamed.is_empty();
+        let mut renamed = std::mem::take(&mut self.store.renamed);
+        renamed.append(&mut self.headers.renamed);
+        if let Some(mut r) = self.redis.take() {
+            if self.store.redis.is_some() && !shorthand {
+                return Err((
+                    "redis",
+                    "set [store.redis] or its old spelling [redis], not both".into(),
+                ));
+            }
+            if r.url == RedisSection::default().url
+                && let Some(s) = &self.store.redis
+            {
+                r.url = s.url.clone();
+            }
+            self.store.redis = Some(r);
+            renamed.push(Renamed::new("[redis]", "[store.redis]"));
+        }
+        if let Some(n) = self.max_keys.take() {
+            if self.store.max_keys.is_some() {
+                return Err((
+                    "max_keys",
+                    "set store.max_keys or its old spelling max_keys, not both".into(),
+                ));
+            }
+            self.store.max_keys = Some(n);
+            renamed.push(Renamed::new("max_keys", "store.max_keys"));
+        }
+        if let Some(f) = self.deny.store_error.take() {
+            let mut r = self.store.redis();
+            if r.fault_policy != StoreFailure::Allow && r.fault_policy != f {
+                return Err((
+                    "deny",
+                    "set store.redis.fault_policy or its old spelling deny.store_error, not both"
+                        .into(),
+                ));
+            }
+            r.fault_policy = f;
+            self.store.redis = Some(r);
+            let (old, new) = match f {
+                StoreFailure::Allow => ("allow", "fail-open"),
+                StoreFailure::Deny => ("deny", "fail-closed"),
+            };
+            renamed.push(Renamed::new(
+                format!("deny.store_error = \"{old}\""),
+                format!("store.redis.fault_policy = \"{new}\""),
+            ));
+        }
+        if let Some(j) = self.deny.retry_after_jitter.take() {
+            if self.headers.retry_after_jitter.is_some() {
+                return Err(("deny", "set headers.retry_after_jitter or its old spelling deny.retry_after_jitter, not both".into()));
+            }
+            self.headers.retry_after_jitter = Some(j);
+            renamed.push(Renamed::new(
+                "deny.retry_after_jitter",
+                "headers.retry_after_jitter",
+            ));
+        }
+        self.renamed = renamed;
+        Ok(())
     }
 
     /// The `[fleet]`, validated (`None` without one).
     pub fn fleet(&self) -> Option<Fleet> {
         // validated in parse()
-        self.fleet.as_ref().and_then(|f| f.get_ref().fleet().ok())
+        self.fleet.fleet().ok().flatten()
     }
 
     /// Build the limiter with its store: in-process, or connect to Redis (with the
     /// `hybrid` fleet strategy, a [`crate::HybridStore`] on it).
     pub async fn build(&self) -> Result<crate::RateLimiter, BuildConfigError> {
         let builder = self.limiter_builder();
-        let StoreSpec::Redis(url) = &self.store else {
+        if self.store.kind != StoreKind::Redis {
             return Ok(builder.build()?);
-        };
+        }
+        let redis = self.store.redis();
+        let url = &redis.url;
         let redacted = redact(url);
         let fail = |message: String| BuildConfigError::Store {
             url: redacted.clone(),
             message,
         };
-        let rc = self.redis.store_config();
+        let rc = redis.store_config();
         let infos = builder.policy_infos()?;
         let store = floodgate_redis::RedisStore::connect(url, rc)
             .await
@@ -349,9 +392,8 @@ impl Config {
         let fleet = self.fleet();
         let builder = match &fleet {
             Some(f) if f.strategy() == Strategy::Hybrid => {
-                let hybrid =
-                    crate::HybridStore::new(store, &infos, f, self.max_keys.unwrap_or(1_000_000))
-                        .map_err(|e| fail(e.kind.to_string()))?;
+                let hybrid = crate::HybridStore::new(store, &infos, f, self.store.max_keys())
+                    .map_err(|e| fail(e.kind.to_string()))?;
                 builder.store(std::sync::Arc::new(hybrid), "hybrid")
             }
             _ => {
@@ -386,21 +428,15 @@ impl Config {
             }
         }
         let mut b = crate::RateLimiter::builder()
+            .admin_keys("proxy", self.admin_keys)
             .client_ip(ClientIpConfig {
                 trusted_proxies,
-                header: match self.client_ip.header {
-                    HeaderChoice::XForwardedFor => ForwardedHeader::XForwardedFor,
-                    HeaderChoice::Forwarded => ForwardedHeader::Forwarded,
-                },
+                header: self.client_ip.header,
                 ipv4_prefix: self.client_ip.ipv4_prefix.unwrap_or(32),
                 ipv6_prefix: self.client_ip.ipv6_prefix.unwrap_or(64),
             })
             .deny_status(self.deny.status.unwrap_or(StatusCode::TOO_MANY_REQUESTS))
-            .retry_after_jitter(
-                self.deny
-                    .retry_after_jitter
-                    .unwrap_or(Duration::from_secs(1)),
-            )
+            .retry_after_jitter(self.headers.retry_after_jitter())
             .missing_key(match self.deny.missing_key {
                 MissingKeyChoice::Deny => MissingKey::Deny,
                 MissingKeyChoice::Allow => MissingKey::Allow,
@@ -417,21 +453,10 @@ impl Config {
                     .missing_key_status
                     .unwrap_or(StatusCode::BAD_REQUEST),
             )
-            .store_failure(match self.deny.store_error {
-                StoreErrorChoice::Allow => StoreFailure::Allow,
-                StoreErrorChoice::Deny => StoreFailure::Deny,
-            })
-            .headers(HeaderOptions {
-                ratelimit: self.headers.ratelimit,
-                legacy: match self.headers.legacy {
-                    LegacyChoice::Off => None,
-                    LegacyChoice::Delta => Some(ResetFormat::Delta),
-                    LegacyChoice::Epoch => Some(ResetFormat::Epoch),
-                },
-                delay: self.headers.delay,
-            })
+            .store_failure(self.store.redis().fault_policy)
+            .headers(self.headers.options())
             .max_waiting(self.delay.max_waiting.unwrap_or(10_000))
-            .max_keys(self.max_keys.unwrap_or(1_000_000));
+            .max_keys(self.store.max_keys());
         for n in &self.allowlist.ips {
             b = b.allow_net(*n);
         }
@@ -440,10 +465,12 @@ impl Config {
         }
         for p in &self.policies {
             let p = p.get_ref();
-            // validated in parse()
-            let spec = p.spec().unwrap_or_else(|_| Spec::new(p.algorithm, p.rate));
+            // validated in parse(); were it not, a route naming it fails to build
+            let Ok(policy) = p.policy() else {
+                continue;
+            };
             b = b.policy(
-                Policy::new(p.name.clone(), spec)
+                policy
                     .key(p.key.clone().map_or_else(KeySource::ip, |k| k.0))
                     .dry_run(p.dry_run),
             );

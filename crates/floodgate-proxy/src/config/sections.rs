@@ -1,7 +1,9 @@
-//! The tables of the config file besides the top level: `[client_ip]`, `[deny]`,
-//! `[headers]`, `[delay]`, `[allowlist]`, `[fleet]`, `[redis]`, `[[policy]]`, `[[route]]`.
+//! The proxy's own tables of the config file: `[client_ip]`, `[deny]`, `[delay]`,
+//! `[allowlist]`, `[[policy]]`, `[[route]]` (`[store]`, `[fleet]` and `[headers]` are the
+//! sections shared with floodgate server: `floodgate_engine::config`).
 
 use super::*;
+use crate::policy::InFlightSpec;
 
 /// `[client_ip]`.
 #[derive(Debug, Deserialize, Default)]
@@ -12,21 +14,11 @@ pub struct ClientIpSection {
     pub trusted_proxies: Vec<IpNet>,
     /// `x-forwarded-for` (default) or `forwarded`.
     #[serde(default)]
-    pub header: HeaderChoice,
+    pub header: ForwardedHeader,
     /// 0..=32, default 32.
     pub ipv4_prefix: Option<u8>,
     /// 0..=128, default 64.
     pub ipv6_prefix: Option<u8>,
-}
-
-/// Which forwarding header.
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-#[allow(missing_docs)]
-pub enum HeaderChoice {
-    #[default]
-    XForwardedFor,
-    Forwarded,
 }
 
 /// `[deny]`.
@@ -36,7 +28,7 @@ pub struct DenySection {
     /// Rate-limit denial status (default 429).
     #[serde(default, deserialize_with = "de_opt_status")]
     pub status: Option<StatusCode>,
-    /// Retry-After jitter span (default 1 s).
+    /// Old spelling of `headers.retry_after_jitter`.
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub retry_after_jitter: Option<Duration>,
     /// deny | allow | fallback.
@@ -47,9 +39,9 @@ pub struct DenySection {
     pub missing_key_status: Option<StatusCode>,
     /// The key for `missing_key = "fallback"`.
     pub fallback_key: Option<String>,
-    /// allow | deny when the store fails.
-    #[serde(default)]
-    pub store_error: StoreErrorChoice,
+    /// Old spelling of `store.redis.fault_policy`: allow | deny when the store fails.
+    #[serde(default, deserialize_with = "fault_policy_legacy")]
+    pub store_error: Option<StoreFailure>,
 }
 
 /// `missing_key`.
@@ -61,49 +53,6 @@ pub enum MissingKeyChoice {
     Deny,
     Allow,
     Fallback,
-}
-
-/// `store_error`.
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-#[allow(missing_docs)]
-pub enum StoreErrorChoice {
-    #[default]
-    Allow,
-    Deny,
-}
-
-/// `[headers]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HeadersSection {
-    /// RateLimit-Policy and RateLimit.
-    pub ratelimit: bool,
-    /// off | delta | epoch.
-    pub legacy: LegacyChoice,
-    /// X-RateLimit-Delay-Ms.
-    pub delay: bool,
-}
-
-impl Default for HeadersSection {
-    fn default() -> Self {
-        HeadersSection {
-            ratelimit: true,
-            legacy: LegacyChoice::Off,
-            delay: true,
-        }
-    }
-}
-
-/// `legacy`.
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-#[allow(missing_docs)]
-pub enum LegacyChoice {
-    #[default]
-    Off,
-    Delta,
-    Epoch,
 }
 
 /// `[delay]`.
@@ -124,93 +73,6 @@ pub struct AllowlistSection {
     /// Header-derived keys.
     #[serde(default)]
     pub keys: Vec<String>,
-}
-
-/// `[fleet]`: this proxy is one of N sharing the limits (see [`crate::fleet`]).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FleetSection {
-    /// sticky | local | shared | hybrid.
-    #[serde(deserialize_with = "de_strategy")]
-    pub strategy: Strategy,
-    /// Every node's advertised `host:port`, this one included.
-    pub nodes: Vec<String>,
-    /// This node's advertised `host:port`.
-    #[serde(rename = "self")]
-    pub self_node: String,
-    /// Hybrid: the most units leased per round trip (default 10).
-    pub lease: Option<u64>,
-    /// Hybrid: lease lifetime (default 1 s).
-    #[serde(default, deserialize_with = "de_opt_duration")]
-    pub lease_ttl: Option<Duration>,
-}
-
-impl FleetSection {
-    /// The validated fleet.
-    pub fn fleet(&self) -> Result<Fleet, FleetError> {
-        Fleet::new(
-            self.strategy,
-            self.nodes.iter().cloned(),
-            self.self_node.clone(),
-        )?
-        .with_lease(
-            self.lease.unwrap_or(crate::fleet::DEFAULT_LEASE),
-            self.lease_ttl.unwrap_or(crate::fleet::DEFAULT_LEASE_TTL),
-        )
-    }
-}
-
-/// `[redis]`.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct RedisSection {
-    /// Key prefix (default `floodgate:`).
-    pub prefix: Option<String>,
-    /// Per-call timeout (default 50 ms); a slower answer is a store error.
-    #[serde(default, deserialize_with = "de_redis_timeout")]
-    pub timeout: Option<Duration>,
-    /// Time allowed to connect (default 1 s).
-    #[serde(default, deserialize_with = "de_redis_connect_timeout")]
-    pub connect_timeout: Option<Duration>,
-    /// After a failed call, Redis is left alone this long, then probed (default 250 ms;
-    /// 0 probes at once).
-    #[serde(default, deserialize_with = "de_opt_duration")]
-    pub breaker_open_for: Option<Duration>,
-    /// Denials remembered locally per policy, each saving a round trip until its retry
-    /// time (default 100 000; 0 turns the cache off).
-    pub deny_cache_keys: Option<usize>,
-    /// `redis` (Redis `TIME`, default: one clock for every process) or `caller`.
-    #[serde(default)]
-    pub time: RedisTime,
-}
-
-impl RedisSection {
-    /// The Redis store's settings: these, over the defaults.
-    pub fn store_config(&self) -> floodgate_redis::StoreConfig {
-        let d = floodgate_redis::StoreConfig::default();
-        floodgate_redis::StoreConfig {
-            prefix: self.prefix.clone().unwrap_or(d.prefix.clone()),
-            timeout: self.timeout.unwrap_or(d.timeout),
-            connect_timeout: self.connect_timeout.unwrap_or(d.connect_timeout),
-            breaker_open_for: self.breaker_open_for.unwrap_or(d.breaker_open_for),
-            deny_cache_keys: self.deny_cache_keys.unwrap_or(d.deny_cache_keys),
-            time: match self.time {
-                RedisTime::Redis => floodgate_redis::TimeSource::Redis,
-                RedisTime::Caller => floodgate_redis::TimeSource::Caller,
-            },
-            ..d
-        }
-    }
-}
-
-/// `[redis] time`.
-#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-#[allow(missing_docs)]
-pub enum RedisTime {
-    #[default]
-    Redis,
-    Caller,
 }
 
 /// Why a configured limiter could not be built.
@@ -236,11 +98,11 @@ pub struct PolicySection {
     /// Name (printable ASCII).
     pub name: String,
     /// Algorithm (default leaky-queue, as nginx).
-    #[serde(default = "default_kind", deserialize_with = "de_kind")]
+    #[serde(default = "default_kind")]
     pub algorithm: Kind,
-    /// COUNT/PERIOD.
-    #[serde(deserialize_with = "de_rate")]
-    pub rate: Rate,
+    /// COUNT/PERIOD (required, unless `max_in_flight` is set).
+    #[serde(default)]
+    pub rate: Option<Rate>,
     /// nginx / redis-cell burst: capacity - 1.
     pub burst: Option<u64>,
     /// Units admitted at once from rest.
@@ -255,7 +117,22 @@ pub struct PolicySection {
     /// Shadow mode.
     #[serde(default)]
     pub dry_run: bool,
+    /// At most this many requests of one key in flight at once (instead of a rate).
+    pub max_in_flight: Option<u64>,
+    /// max_in_flight: how long a lease lives unless its response ends first (default 30 s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub lease_ttl: Option<Duration>,
+    /// max_in_flight: requests that may wait for a place on this node (default 0).
+    pub queue: Option<usize>,
+    /// max_in_flight: the longest a queued request waits (default 1 s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub queue_timeout: Option<Duration>,
 }
+
+/// The lease TTL of a `max_in_flight` policy without `lease_ttl`.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+/// The queue timeout of a `max_in_flight` policy with a `queue` and no `queue_timeout`.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn default_kind() -> Kind {
     Kind::LeakyQueue
@@ -313,8 +190,45 @@ fn default_prefix() -> String {
 }
 
 impl PolicySection {
+    /// The policy this table defines, validated (its key and dry-run flag not yet set).
+    pub(super) fn policy(&self) -> Result<Policy, String> {
+        let Some(n) = self.max_in_flight else {
+            if self.lease_ttl.is_some() || self.queue.is_some() || self.queue_timeout.is_some() {
+                return Err(
+                    "lease_ttl, queue and queue_timeout apply only with max_in_flight".into(),
+                );
+            }
+            return Ok(Policy::new(self.name.clone(), self.spec()?));
+        };
+        if self.rate.is_some()
+            || self.burst.is_some()
+            || self.capacity.is_some()
+            || self.nodelay
+            || self.delay.is_some()
+        {
+            return Err("max_in_flight limits requests at once, not a rate: remove rate, burst, capacity, nodelay and delay (a rate goes in a policy of its own, listed on the same route)".into());
+        }
+        let queue = self.queue.unwrap_or(0);
+        let spec = InFlightSpec::new(n, self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL))
+            .and_then(|s| {
+                s.with_queue(
+                    queue,
+                    self.queue_timeout.unwrap_or(if queue > 0 {
+                        DEFAULT_QUEUE_TIMEOUT
+                    } else {
+                        Duration::ZERO
+                    }),
+                )
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(Policy::max_in_flight(self.name.clone(), spec))
+    }
+
     pub(super) fn spec(&self) -> Result<Spec, String> {
-        let mut spec = Spec::new(self.algorithm, self.rate);
+        let rate = self
+            .rate
+            .ok_or("rate is required (COUNT/PERIOD such as \"10/s\"), or max_in_flight")?;
+        let mut spec = Spec::new(self.algorithm, rate);
         spec.capacity = match (self.burst, self.capacity) {
             (Some(_), Some(_)) => {
                 return Err("set burst or capacity, not both (capacity = burst + 1)".into());

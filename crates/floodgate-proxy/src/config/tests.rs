@@ -15,7 +15,7 @@ fn redis_section_sets_the_store() {
         Path::new("x.toml"),
     )
     .unwrap();
-    let rc = cfg.redis.store_config();
+    let rc = cfg.store.redis().store_config();
     assert_eq!(rc.prefix, "p:");
     assert_eq!(rc.timeout, Duration::from_millis(20));
     assert_eq!(rc.connect_timeout, Duration::from_secs(2));
@@ -177,7 +177,7 @@ fn fleet_errors_are_clear_and_located() {
         );
         assert!(
             e.contains(&format!(
-                "strategy \"{strategy}\" needs a shared store: set store = \"redis://"
+                "strategy \"{strategy}\" needs a shared store: set store type redis"
             )),
             "{e}"
         );
@@ -253,4 +253,69 @@ fn fleet_local_enforces_the_share_and_sticky_names_owners() {
         .body(())
         .unwrap();
     assert!(l.owner_of(&req).is_none());
+}
+
+/// The old spellings still work, give what the new ones give, and are listed as renamed.
+#[test]
+fn old_spellings_read_as_the_shared_sections_and_are_named() {
+    let old = format!(
+        "store = \"redis://127.0.0.1:6379/\"\nmax_keys = 10\n[deny]\nstore_error = \"deny\"\nretry_after_jitter = \"0s\"\n[redis]\ntimeout = \"20ms\"\n{POLICY}"
+    );
+    let new = format!(
+        "[store]\ntype = \"redis\"\nmax_keys = 10\n[store.redis]\nurl = \"redis://127.0.0.1:6379/\"\ntimeout = \"20ms\"\nfault_policy = \"fail-closed\"\n[headers]\nretry_after_jitter = \"0s\"\n{POLICY}"
+    );
+    let old = Config::parse(&old, Path::new("old.toml")).unwrap();
+    let new = Config::parse(&new, Path::new("new.toml")).unwrap();
+    assert_eq!(old.store.redis(), new.store.redis());
+    assert_eq!(
+        (old.store.kind, old.store.max_keys()),
+        (new.store.kind, new.store.max_keys())
+    );
+    assert_eq!(
+        old.headers.retry_after_jitter,
+        new.headers.retry_after_jitter
+    );
+    assert!(new.renamed.is_empty());
+    let renamed: Vec<String> = old.renamed.iter().map(|r| r.to_string()).collect();
+    for new_key in [
+        "store.redis.url",
+        "[store.redis]",
+        "store.max_keys",
+        "store.redis.fault_policy = \"fail-closed\"",
+        "headers.retry_after_jitter",
+    ] {
+        assert!(
+            renamed.iter().any(|r| r.contains(new_key)),
+            "{new_key}: {renamed:?}"
+        );
+    }
+    let e = err(&format!("max_keys = 5\n[store]\nmax_keys = 6\n{POLICY}"));
+    assert!(
+        e.starts_with("floodgate.toml:1:1: max_keys: set store.max_keys or its old spelling"),
+        "{e}"
+    );
+    let e = err(&format!("[store]\nresp_max_keys = 6\n{POLICY}"));
+    assert!(e.contains("floodgate proxy has none"), "{e}");
+    let e = err(&format!(
+        "[store]\ntype = \"redis\"\n[store.redis]\ntimeout = \"0s\"\n{POLICY}"
+    ));
+    assert!(
+        e.starts_with("floodgate.toml:4:11: store.redis.timeout: a timeout of 0"),
+        "{e}"
+    );
+}
+
+#[test]
+fn client_ip_header_reads_as_the_layers_type() {
+    let cfg = Config::parse(
+        &format!("[client_ip]\nheader = \"forwarded\"\n{POLICY}"),
+        Path::new("x.toml"),
+    )
+    .unwrap();
+    assert_eq!(cfg.client_ip.header, ForwardedHeader::Forwarded);
+    let e = err(&format!("[client_ip]\nheader = \"via\"\n{POLICY}"));
+    assert!(
+        e.starts_with("floodgate.toml:2:10: client_ip.header: unknown variant `via`"),
+        "{e}"
+    );
 }

@@ -5,15 +5,16 @@
 //! the store) and [`Rules`] (hot-reloadable: domains, policies, headers, caps).
 //!
 //! The file's parts are checked by job: `settings` (listen addresses, the store, the
-//! fleet) and `rules` (domains, descriptors, limits, policies, headers, caps).
+//! fleet) and `rules` (domains, descriptors, limits, policies, headers, caps). `store`,
+//! `fleet` and `headers` are the sections floodgate proxy shares
+//! (`floodgate_engine::config`): checked while deserialized, their errors read
+//! `FILE:LINE:COLUMN: FIELD: MESSAGE` as the proxy's do.
 
 mod rules;
 mod settings;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use floodgate_core::rate::parse_duration;
 use thiserror::Error;
 
 use crate::file::FileConfig;
@@ -40,14 +41,10 @@ pub enum ConfigFileError {
         /// The file.
         path: PathBuf,
     },
-    /// Not valid YAML/TOML, or a field of the wrong type or unknown name.
-    #[error("{path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message (with line and column).
-        message: String,
-    },
+    /// Not valid YAML/TOML, a field of the wrong type or unknown name, or a value of the
+    /// shared sections that is wrong: `FILE:LINE:COLUMN: FIELD: MESSAGE`.
+    #[error(transparent)]
+    Parse(#[from] floodgate_engine::config::ConfigError),
     /// Well-formed, but a value is wrong.
     #[error("{path}: {at}: {message}")]
     Invalid {
@@ -67,6 +64,8 @@ pub struct Config {
     pub settings: Settings,
     /// Hot-reloadable rules.
     pub rules: Rules,
+    /// Keys read in an old spelling (logged by [`load`]).
+    pub renamed: Vec<floodgate_engine::config::Renamed>,
 }
 
 /// Read and check `path`.
@@ -75,7 +74,9 @@ pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
         path: path.to_path_buf(),
         source,
     })?;
-    parse(path, &text)
+    let cfg = parse(path, &text)?;
+    floodgate_engine::config::warn_renamed(path, &cfg.renamed);
+    Ok(cfg)
 }
 
 /// Check `text` as the content of `path` (the extension picks the format).
@@ -95,48 +96,38 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigFileError> {
         .extension()
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
-    let perr = |message: String| ConfigFileError::Parse {
-        path: path.to_path_buf(),
-        message,
-    };
-    let file: FileConfig = match ext.as_deref() {
-        Some("yaml" | "yml") => {
-            if text.trim().is_empty() {
-                FileConfig::default()
-            } else {
-                serde_norway::from_str(text).map_err(|e| perr(e.to_string()))?
-            }
-        }
-        Some("toml") => toml::from_str(text).map_err(|e| perr(e.to_string()))?,
+    let mut file: FileConfig = match ext.as_deref() {
+        Some("yaml" | "yml") => floodgate_engine::config::from_yaml(path, text)?,
+        Some("toml") => floodgate_engine::config::from_toml(path, text)?,
         _ => {
             return Err(ConfigFileError::Format {
                 path: path.to_path_buf(),
             });
         }
     };
-    compile(file).map_err(|(at, message)| ConfigFileError::Invalid {
+    settings::check_fleet(&file)
+        .map_err(|m| floodgate_engine::config::ConfigError::in_section(path, text, "fleet", m))?;
+    let mut renamed = std::mem::take(&mut file.store.renamed);
+    renamed.append(&mut file.headers.renamed);
+    let mut cfg = compile(file).map_err(|(at, message)| ConfigFileError::Invalid {
         path: path.to_path_buf(),
         at,
         message,
-    })
+    })?;
+    cfg.renamed = renamed;
+    Ok(cfg)
+}
+
+/// The file `text` (read from `path`) as the admin API shows it: its fields as JSON,
+/// secrets redacted by the engine (`null` when it does not parse).
+pub fn shown(path: &Path, text: &str) -> serde_json::Value {
+    floodgate_engine::config::shown(path, text)
 }
 
 pub(crate) type Invalid = (String, String);
 
 pub(crate) fn invalid(at: impl Into<String>, message: impl Into<String>) -> Invalid {
     (at.into(), message.into())
-}
-
-pub(crate) fn duration(
-    at: &str,
-    field: &str,
-    s: &Option<String>,
-    default: Duration,
-) -> Result<Duration, Invalid> {
-    match s {
-        None => Ok(default),
-        Some(s) => parse_duration(s).map_err(|e| invalid(at, format!("{field}: {e}"))),
-    }
 }
 
 pub(crate) fn positive(
@@ -153,9 +144,14 @@ pub(crate) fn positive(
 }
 /// Check a deserialized file.
 pub fn compile(file: FileConfig) -> Result<Config, Invalid> {
+    settings::check_fleet(&file).map_err(|m| invalid("fleet", m))?;
     let settings = settings::settings(&file)?;
     let rules = rules::rules(file)?;
-    Ok(Config { settings, rules })
+    Ok(Config {
+        settings,
+        rules,
+        renamed: Vec::new(),
+    })
 }
 
 #[cfg(test)]
@@ -163,6 +159,7 @@ mod tests {
     use super::*;
     use floodgate_core::Kind;
     use floodgate_engine::fleet::Strategy;
+    use std::time::Duration;
 
     fn yaml(text: &str) -> Result<Config, ConfigFileError> {
         parse(Path::new("limits.yaml"), text)
@@ -236,11 +233,12 @@ mod tests {
         let e = err(
             "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {unit: second, requests_per_unit: 1}\n",
         );
+        // the shared form: FILE:LINE:COLUMN: FIELD: MESSAGE
         assert!(
-            e.starts_with("limits.yaml: ") && e.contains("unknown field `rate_limt`"),
+            e.starts_with("limits.yaml:4:5: descriptors[0].rate_limt: ")
+                && e.contains("unknown field `rate_limt`"),
             "{e}"
         );
-        assert!(e.contains("line 4"), "{e}");
         let e = err("domain: d\ndescriptors:\n  - key: k\n  - key: k\n");
         assert!(e.contains("duplicate descriptor"), "{e}");
         let e = err("domains: [{domain: a}, {domain: a}]\n");
@@ -265,7 +263,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("l.toml: ") && e.contains("invalid type"),
+            e.starts_with("l.toml:1:10: domain: ") && e.contains("invalid type"),
             "{e}"
         );
         let e = load(Path::new("/nonexistent/limits.yaml"))
@@ -298,6 +296,9 @@ mod tests {
         );
         assert!(err("fleet: {strategy: local}\n").contains("needs nodes"));
         assert!(err("fleet: {strategy: local, nodes: 0}\n").contains("nodes must be at least 1"));
+        // the nodes' addresses count as well as a count (the proxy's form)
+        let c = yaml("fleet: {strategy: local, nodes: [\"10.0.0.1:8081\", \"10.0.0.2:8081\"], self: \"10.0.0.2:8081\"}\n").unwrap();
+        assert_eq!(c.settings.fleet.nodes, 2);
         assert!(err("fleet: {strategy: sticky, nodes: 2}\n").contains("floodgate proxy"));
         assert!(
             err("fleet: {strategy: gossip}\n").contains("expected single, local, shared or hybrid")

@@ -8,7 +8,7 @@ use floodgate_core::rate::parse_duration;
 use floodgate_core::ratelimit_fields::Advertised;
 use floodgate_core::{Kind, Rate, Spec};
 
-use super::{Invalid, duration, invalid, positive};
+use super::{Invalid, invalid, positive};
 use crate::file::{DescriptorFile, FileConfig, RateLimitFile};
 
 /// What to answer for a domain that no rule names.
@@ -25,8 +25,9 @@ pub enum UnknownDomain {
 pub struct HeaderSettings {
     /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
     pub ratelimit: bool,
-    /// Envoy ratelimit's `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
-    pub x_ratelimit: bool,
+    /// The legacy `X-RateLimit-Limit`, `-Remaining`, `-Reset` (Envoy ratelimit's), with the
+    /// reset in seconds from now (`delta`) or at a Unix time (`epoch`); `None`: off.
+    pub legacy: Option<floodgate_engine::headers::ResetFormat>,
     /// Retry-After jitter span: `ceil(retry + uniform(0, jitter))` seconds.
     pub retry_after_jitter: Duration,
 }
@@ -200,14 +201,9 @@ pub(super) fn rules(file: FileConfig) -> Result<Rules, Invalid> {
     };
     let h = &file.headers;
     let headers = HeaderSettings {
-        ratelimit: h.ratelimit.unwrap_or(true),
-        x_ratelimit: h.x_ratelimit.unwrap_or(false),
-        retry_after_jitter: duration(
-            "headers",
-            "retry_after_jitter",
-            &h.retry_after_jitter,
-            Duration::from_secs(1),
-        )?,
+        ratelimit: h.ratelimit,
+        legacy: h.legacy,
+        retry_after_jitter: h.retry_after_jitter(),
     };
     let d = Caps::default();
     let l = &file.limits;

@@ -5,10 +5,12 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use floodgate_engine::StoreFailure;
+use floodgate_engine::config::StoreKind;
 use floodgate_engine::fleet::{DEFAULT_LEASE, DEFAULT_LEASE_TTL, Strategy};
-use floodgate_redis::{FaultPolicy, StoreConfig};
+use floodgate_engine::insight::KeyDisplay;
+use floodgate_redis::StoreConfig;
 
-use super::{Invalid, duration, invalid, positive};
+use super::{Invalid, invalid};
 use crate::file::FileConfig;
 
 /// Settings read once at startup; a reload that changes them is reported and ignored.
@@ -24,6 +26,8 @@ pub struct Settings {
     pub store: StoreSettings,
     /// How a fleet of servers shares each limit.
     pub fleet: FleetSettings,
+    /// How `/admin` shows keys.
+    pub admin_keys: KeyDisplay,
 }
 
 /// How several floodgate servers (behind one balancer) share each limit: the engine's
@@ -123,6 +127,19 @@ fn address(field: &str, s: &Option<String>, default: &str) -> Result<Option<Sock
     Ok(Some(addr))
 }
 
+/// Keys of `CL.THROTTLE` when `store.resp_max_keys` is not given.
+const RESP_MAX_KEYS: usize = 1_000_000;
+
+/// The fleet against the store, and `sticky` (the proxy's: it forwards over HTTP).
+pub(super) fn check_fleet(file: &FileConfig) -> Result<(), String> {
+    if file.fleet.strategy == Some(Strategy::Sticky) {
+        return Err("strategy sticky forwards requests to the key's owner, which floodgate proxy does over HTTP; the server offers local, shared or hybrid".into());
+    }
+    file.fleet
+        .check_store(&file.store)
+        .map_err(|e| e.to_string())
+}
+
 pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
     let l = &file.listen;
     let grpc = address("grpc", &l.grpc, "127.0.0.1:8081")?;
@@ -137,145 +154,44 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
         ));
     }
     let s = &file.store;
-    let kind = s.kind.as_deref().unwrap_or("memory").to_ascii_lowercase();
-    let store = match kind.as_str() {
-        "memory" => StoreSettings::Memory {
-            max_keys: positive("store", "max_keys", s.max_keys, 100_000)?,
-            resp_max_keys: positive("store", "resp_max_keys", s.resp_max_keys, 1_000_000)?,
+    let store = match s.kind {
+        StoreKind::Memory => StoreSettings::Memory {
+            max_keys: s.max_keys(),
+            resp_max_keys: s.resp_max_keys.unwrap_or(RESP_MAX_KEYS),
         },
-        "redis" => {
-            let r = &s.redis;
-            let at = "store.redis";
-            let d = StoreConfig::default();
-            let on_fault = match r.fault_policy.as_deref().map(str::to_ascii_lowercase) {
-                None => StoreFailure::Allow,
-                Some(p) if p == "fail-open" || p == "fail_open" => StoreFailure::Allow,
-                Some(p) if p == "fail-closed" || p == "fail_closed" => StoreFailure::Deny,
-                Some(p) => {
-                    return Err(invalid(
-                        at,
-                        format!("fault_policy {p:?}: expected fail-open or fail-closed"),
-                    ));
-                }
-            };
-            let timeout = duration(at, "timeout", &r.timeout, d.timeout)?;
-            if timeout.is_zero() {
-                return Err(invalid(at, "timeout must be above 0"));
-            }
-            let config = StoreConfig {
-                prefix: r.prefix.clone().unwrap_or(d.prefix.clone()),
-                timeout,
-                connect_timeout: duration(
-                    at,
-                    "connect_timeout",
-                    &r.connect_timeout,
-                    d.connect_timeout,
-                )?,
-                policy: match on_fault {
-                    StoreFailure::Allow => FaultPolicy::FailOpen,
-                    StoreFailure::Deny => FaultPolicy::FailClosed,
-                },
-                breaker_open_for: duration(
-                    at,
-                    "breaker_open_for",
-                    &r.breaker_open_for,
-                    d.breaker_open_for,
-                )?,
-                deny_cache_keys: match r.deny_cache_keys {
-                    None => d.deny_cache_keys,
-                    Some(n) => usize::try_from(n)
-                        .map_err(|_| invalid(at, format!("deny_cache_keys {n} is too large")))?,
-                },
-                ..d
-            };
-            if config.prefix.contains(['{', '}']) {
-                return Err(invalid(
-                    at,
-                    format!("prefix {:?} must not contain '{{' or '}}'", config.prefix),
-                ));
-            }
+        StoreKind::Redis => {
+            let r = s.redis();
             StoreSettings::Redis {
-                url: r
-                    .url
-                    .clone()
-                    .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
-                config,
-                on_fault,
+                config: r.store_config(),
+                on_fault: r.fault_policy,
+                url: r.url,
             }
-        }
-        other => {
-            return Err(invalid(
-                "store.type",
-                format!("{other:?}: expected memory or redis"),
-            ));
         }
     };
     let f = &file.fleet;
-    let at = "fleet";
-    let redis = matches!(store, StoreSettings::Redis { .. });
-    let strategy = f
-        .strategy
-        .as_deref()
-        .unwrap_or("single")
-        .to_ascii_lowercase();
-    let nodes = || -> Result<usize, Invalid> {
-        let n = f.nodes.ok_or_else(|| {
-            invalid(
-                at,
-                format!("strategy {strategy} needs nodes: the number of servers"),
-            )
-        })?;
-        positive(at, "nodes", Some(n), 1)
+    let fleet = match f.strategy {
+        None => FleetSettings::default(),
+        strategy => FleetSettings {
+            strategy,
+            nodes: if matches!(strategy, Some(Strategy::Shared)) {
+                1
+            } else {
+                f.count()
+            },
+            lease: f.lease,
+            lease_ttl: f.lease_ttl,
+        },
     };
-    let strategy = match strategy.as_str() {
-        "single" => None,
-        "sticky" => {
-            return Err(invalid(
-                at,
-                "strategy sticky forwards requests to the key's owner, which floodgate proxy does over HTTP; the server offers local, shared or hybrid",
-            ));
-        }
-        other => Some(other.parse::<Strategy>().map_err(|_| {
-            invalid(
-                at,
-                format!("strategy {other:?}: expected single, local, shared or hybrid"),
-            )
-        })?),
+    let admin_keys = match &file.admin_keys {
+        None => KeyDisplay::Plain,
+        Some(s) => s.parse().map_err(|e: String| invalid("admin_keys", e))?,
     };
-    let mut fleet = FleetSettings {
-        strategy,
-        ..FleetSettings::default()
-    };
-    match strategy {
-        None | Some(Strategy::Sticky) => {}
-        Some(Strategy::Local) if redis => {
-            return Err(invalid(
-                at,
-                "strategy local counts in process: it takes store type memory",
-            ));
-        }
-        Some(s) if s.needs_shared_store() && !redis => {
-            return Err(invalid(
-                at,
-                format!("strategy {s} needs the shared counter: set store type redis"),
-            ));
-        }
-        Some(Strategy::Local) => fleet.nodes = nodes()?,
-        Some(Strategy::Shared) => {}
-        Some(Strategy::Hybrid) => {
-            fleet.nodes = nodes()?;
-            fleet.lease = positive(at, "lease", f.lease, DEFAULT_LEASE)? as u64;
-            fleet.lease_ttl = duration(at, "lease_ttl", &f.lease_ttl, DEFAULT_LEASE_TTL)?;
-            if fleet.lease_ttl.is_zero() {
-                return Err(invalid(at, "lease_ttl must be above 0"));
-            }
-        }
-    }
     Ok(Settings {
         grpc,
         http,
         resp,
         store,
         fleet,
+        admin_keys,
     })
 }

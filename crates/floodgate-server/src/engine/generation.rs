@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_core::{AnyAlgorithm, KeyedLimiter, Kind, Rate, Spec};
+use floodgate_engine::insight::PolicyInsight;
 use floodgate_engine::metrics::DecisionOutcome;
 use floodgate_engine::{
     DecisionStore, HybridStore, LocalStore, PolicyInfo, RedisDecisionStore, TokioWallClock,
@@ -95,6 +96,8 @@ pub struct LimitInst {
     /// none (`usize::MAX`) and is never sent to a store.
     pub policy: PolicyInfo,
     pub(super) counters: LimitCounters,
+    /// Its policy's insight (by name): where its decisions are recorded per key.
+    pub(super) insight: Arc<PolicyInsight>,
 }
 
 impl LimitInst {
@@ -255,6 +258,8 @@ pub(super) fn build(
             None,
         ),
     };
+    let names: Vec<&str> = limits.values().map(|l| l.policy.name.as_str()).collect();
+    metrics.insight.retain(&names);
     Ok(Generation {
         id,
         rules,
@@ -385,6 +390,7 @@ impl Builder<'_> {
         let inst = Arc::new(LimitInst {
             def: def.clone(),
             id: id.clone(),
+            insight: self.metrics.insight.policy(&policy),
             policy,
             counters,
         });

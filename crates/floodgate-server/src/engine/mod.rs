@@ -30,6 +30,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use floodgate_core::Decision;
 use floodgate_engine::StoreFailure;
+use floodgate_engine::admin::{AdminReply, AdminRequest, Peek, PeekError};
 use floodgate_engine::metrics::{DecisionOutcome, RequestOutcome};
 
 use crate::config::{Rules, UnknownDomain};
@@ -127,7 +128,8 @@ pub struct Engine {
 }
 
 /// Count the decisions of one descriptor's limits under their policies, as the layer
-/// does: a denied request's admitted decisions are cost-0 views and not counted.
+/// does (a denied request's admitted decisions are cost-0 views and not counted), and
+/// record each for its key (the values, without the limit's keyspace prefix).
 fn count_decisions(items: &[Item], admitted: bool) {
     for it in items {
         let d = &it.decision;
@@ -142,6 +144,18 @@ fn count_decisions(items: &[Item], admitted: bool) {
             (_, true, true) => DecisionOutcome::Passed,
         };
         it.limit.counters.count(outcome);
+        let key = it
+            .key
+            .strip_prefix(it.limit.id.as_bytes())
+            .and_then(|k| k.strip_prefix(b"|"))
+            .unwrap_or(&it.key);
+        it.limit.insight.record(key, outcome, it.cost);
+    }
+}
+
+impl Peek for Engine {
+    fn peek(&self, policy: &str, key: &[u8]) -> Result<Decision, PeekError> {
+        Engine::peek(self, policy, key)
     }
 }
 
@@ -154,6 +168,7 @@ impl Engine {
         metrics: Arc<Metrics>,
     ) -> Result<Engine, String> {
         let first = generation::build(rules, &store, None, &metrics, 1)?;
+        metrics.insight.reloaded(1, true, "loaded at startup");
         metrics.generation.set(1);
         metrics.set_store(first.store.clone(), first.store_names.clone());
         Ok(Engine {
@@ -330,6 +345,43 @@ impl Engine {
             delay: if over_limit { Duration::ZERO } else { delay },
             fault: decided.fault,
         })
+    }
+
+    /// What a request of cost 1 for `key` would be told by the limit named `policy` (a
+    /// named policy first, else the first limit of that name, whose keys are the
+    /// descriptor values as the admin API lists them), consuming nothing. Only the
+    /// in-process store can be read so.
+    pub fn peek(&self, policy: &str, key: &[u8]) -> Result<Decision, PeekError> {
+        let g = self.current.load_full();
+        let limit = g.policies.get(policy).or_else(|| {
+            let mut named: Vec<&Arc<LimitInst>> =
+                g.limits().filter(|l| l.policy.name == policy).collect();
+            named.sort_by(|a, b| a.id.cmp(&b.id));
+            named.into_iter().next()
+        });
+        let Some(limit) = limit.filter(|l| !l.blocks()) else {
+            let mut known: Vec<&str> = g.limits().map(|l| l.policy.name.as_str()).collect();
+            known.sort_unstable();
+            known.dedup();
+            return Err(PeekError::UnknownPolicy {
+                policy: policy.chars().take(128).collect(),
+                known: known.join(", "),
+            });
+        };
+        let Some(local) = g.local.as_deref() else {
+            return Err(PeekError::Unsupported(
+                "key lookup reads the in-process store; this server's store is Redis".into(),
+            ));
+        };
+        let k = limit.key(g.shared_keyspace, |k| k.extend_from_slice(key));
+        local
+            .peek(&limit.policy, &k, 1)
+            .map_err(|e| PeekError::Unsupported(e.to_string()))
+    }
+
+    /// Answer an admin API request (`/admin...`; `None` for other paths).
+    pub fn admin(&self, req: &AdminRequest<'_>) -> Option<AdminReply> {
+        floodgate_engine::admin::respond(&self.metrics.insight, self, req)
     }
 
     /// Check `key` under the named policy (the HTTP API's key form).

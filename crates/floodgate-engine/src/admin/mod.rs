@@ -1,0 +1,181 @@
+//! The admin API and page: who is being limited, by which policy, since when. Every
+//! surface (the proxy's admin listener, the server's HTTP listener) routes `/admin...`
+//! requests to [`respond`] and writes back the [`AdminReply`]; the JSON and the page are
+//! rendered here only.
+//!
+//! | endpoint | answer |
+//! |---|---|
+//! | `GET /admin` | the page ([`PAGE`]: one HTML file, inline CSS and JS, no external assets) |
+//! | `GET /admin/api/overview?seconds=S&n=N` | every policy: decisions by outcome in each of the last `S` seconds (default 60, at most 180), window boundaries, top `N` keys (default 10), the config (redacted) and its reloads |
+//! | `GET /admin/api/top?policy=P&n=N` | top keys only, of one policy or all |
+//! | `GET /admin/api/key?policy=P&key=K` | one key's state as a `peek` reports it, consuming nothing |
+//! | `GET /admin/api/config` | the config (redacted) and its reload history |
+//!
+//! Bad input (an unknown parameter or policy, a missing or repeated one, a number out of
+//! range, a malformed escape, a query above [`MAX_QUERY_BYTES`] or a key above
+//! [`MAX_KEY_BYTES`]) is a `400` with `{"error": "..."}`; another method than `GET` or
+//! `HEAD` a `405`, an unknown path under `/admin` a `404`, both with the same body.
+
+mod json;
+mod query;
+pub mod text;
+
+use floodgate_core::Decision;
+
+use crate::insight::Insight;
+
+pub use crate::insight::redact::{REDACTED, redact, redact_url};
+
+/// The page, shipped in the binary.
+pub const PAGE: &str = include_str!("page.html");
+
+/// The longest query string taken (bytes).
+pub const MAX_QUERY_BYTES: usize = 4096;
+/// The longest key a lookup takes (bytes).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// The parts of a request the admin API reads.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminRequest<'a> {
+    /// The method (`GET`).
+    pub method: &'a str,
+    /// The path (`/admin/api/top`).
+    pub path: &'a str,
+    /// The query string without `?`, if any.
+    pub query: Option<&'a str>,
+}
+
+/// The answer, for the surface to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminReply {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The `Content-Type`.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: String,
+}
+
+const JSON: &str = "application/json";
+
+impl AdminReply {
+    fn json(status: u16, body: &serde_json::Value) -> AdminReply {
+        AdminReply {
+            status,
+            content_type: JSON,
+            body: body.to_string(),
+        }
+    }
+
+    fn error(status: u16, message: impl Into<String>) -> AdminReply {
+        AdminReply::json(status, &serde_json::json!({ "error": message.into() }))
+    }
+}
+
+/// Why a key's state could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeekError {
+    /// No policy of that name.
+    #[error("unknown policy {policy:?}; policies: {known}")]
+    UnknownPolicy {
+        /// The name asked for.
+        policy: String,
+        /// The names there are.
+        known: String,
+    },
+    /// The store cannot be read without consuming (Redis, hybrid).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Reads one key's state without consuming: the surface's store.
+pub trait Peek {
+    /// What a request of cost 1 for `key` under `policy` would be told now, consuming
+    /// nothing.
+    fn peek(&self, policy: &str, key: &[u8]) -> Result<Decision, PeekError>;
+}
+
+/// [`Peek`] over a limiter's policies and its store: the in-process store is read, any
+/// other store is [`PeekError::Unsupported`].
+#[derive(Debug, Clone, Copy)]
+pub struct StorePeek<'a> {
+    /// The policies, by index.
+    pub policies: &'a [crate::PolicyInfo],
+    /// The in-process store, if that is the store.
+    pub local: Option<&'a crate::LocalStore>,
+    /// The store's name (`redis`, `hybrid`), for the message.
+    pub store_name: &'a str,
+}
+
+impl Peek for StorePeek<'_> {
+    fn peek(&self, policy: &str, key: &[u8]) -> Result<Decision, PeekError> {
+        let Some(info) = self.policies.iter().find(|p| p.name == policy) else {
+            return Err(PeekError::UnknownPolicy {
+                policy: policy.chars().take(128).collect(),
+                known: self
+                    .policies
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        let Some(local) = self.local else {
+            return Err(PeekError::Unsupported(format!(
+                "key lookup reads the in-process store; this one is {:?}",
+                self.store_name
+            )));
+        };
+        local
+            .peek(info, key, 1)
+            .map_err(|e| PeekError::Unsupported(e.to_string()))
+    }
+}
+
+/// Answer a request whose path starts with `/admin`; `None` for any other path (the
+/// surface's own routes).
+pub fn respond(insight: &Insight, peek: &dyn Peek, req: &AdminRequest<'_>) -> Option<AdminReply> {
+    let rest = req.path.strip_prefix("/admin")?;
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return None;
+    }
+    if req.method != "GET" && req.method != "HEAD" {
+        return Some(AdminReply::error(
+            405,
+            format!(
+                "method {} not allowed: the admin API is read-only (GET)",
+                req.method
+            ),
+        ));
+    }
+    let q = match query::Query::parse(req.query.unwrap_or("")) {
+        Ok(q) => q,
+        Err(e) => return Some(AdminReply::error(400, e)),
+    };
+    let answer = match rest {
+        "" | "/" => {
+            return Some(AdminReply {
+                status: 200,
+                content_type: "text/html; charset=utf-8",
+                body: PAGE.to_string(),
+            });
+        }
+        "/api/overview" => json::overview(insight, &q),
+        "/api/top" => json::top(insight, &q),
+        "/api/key" => json::key(insight, peek, &q),
+        "/api/config" => json::config(insight, &q),
+        _ => {
+            return Some(AdminReply::error(
+                404,
+                "no such admin endpoint; try /admin, /admin/api/overview, /admin/api/top, /admin/api/key, /admin/api/config",
+            ));
+        }
+    };
+    Some(match answer {
+        Ok(v) => AdminReply::json(200, &v),
+        Err(e) => AdminReply::error(400, e),
+    })
+}
+
+#[cfg(test)]
+mod tests;

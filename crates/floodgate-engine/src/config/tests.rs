@@ -1,0 +1,283 @@
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::*;
+use crate::StoreFailure;
+use crate::fleet::Strategy;
+use crate::headers::ResetFormat;
+
+/// The shared sections as a file holds them.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct Shared {
+    #[serde(default)]
+    store: StoreSection,
+    #[serde(default)]
+    fleet: FleetSection,
+    #[serde(default)]
+    headers: HeadersSection,
+}
+
+const TOML: &str = r#"[store]
+type = "redis"
+max_keys = 5000
+[store.redis]
+url = "redis://127.0.0.1:6379/2"
+prefix = "fg:"
+timeout = "20ms"
+connect_timeout = "2s"
+breaker_open_for = "0s"
+deny_cache_keys = 0
+time = "caller"
+fault_policy = "fail-closed"
+[fleet]
+strategy = "hybrid"
+nodes = 3
+lease = 5
+lease_ttl = "500ms"
+[headers]
+ratelimit = false
+legacy = "epoch"
+delay = false
+retry_after_jitter = "0s"
+"#;
+
+const YAML: &str = r#"store:
+  type: redis
+  max_keys: 5000
+  redis:
+    url: redis://127.0.0.1:6379/2
+    prefix: "fg:"
+    timeout: 20ms
+    connect_timeout: 2s
+    breaker_open_for: 0s
+    deny_cache_keys: 0
+    time: caller
+    fault_policy: fail-closed
+fleet:
+  strategy: hybrid
+  nodes: 3
+  lease: 5
+  lease_ttl: 500ms
+headers:
+  ratelimit: false
+  legacy: epoch
+  delay: false
+  retry_after_jitter: 0s
+"#;
+
+#[test]
+fn toml_and_yaml_give_equal_sections() {
+    let t: Shared = from_toml(Path::new("f.toml"), TOML).unwrap();
+    let y: Shared = from_yaml(Path::new("f.yaml"), YAML).unwrap();
+    assert_eq!(t, y);
+    let r = t.store.redis();
+    assert_eq!(r.timeout, Duration::from_millis(20));
+    assert_eq!(r.fault_policy, StoreFailure::Deny);
+    assert_eq!(r.store_config().time, floodgate_redis::TimeSource::Caller);
+    assert_eq!(t.store.max_keys(), 5000);
+    assert_eq!(t.fleet.strategy, Some(Strategy::Hybrid));
+    assert_eq!(t.fleet.count(), 3);
+    assert_eq!(t.headers.legacy, Some(ResetFormat::Epoch));
+    // nothing given: the same defaults in both
+    let t: Shared = from_toml(Path::new("f.toml"), "").unwrap();
+    let y: Shared = from_yaml(Path::new("f.yaml"), "").unwrap();
+    assert_eq!(t, y);
+    assert_eq!(t.store.max_keys(), DEFAULT_MAX_KEYS);
+    assert_eq!(
+        t.store.redis().store_config().timeout,
+        Duration::from_millis(50)
+    );
+    assert!(t.headers.ratelimit && t.headers.delay && t.headers.legacy.is_none());
+    assert_eq!(t.fleet, FleetSection::default());
+}
+
+/// A bad value gets one message in both formats, naming the file, line, column and field.
+#[test]
+fn a_bad_value_gets_the_same_message_in_toml_and_yaml() {
+    let cases = [
+        (
+            "timeout = \"20ms\"",
+            "timeout: 20ms",
+            "timeout = \"0s\"",
+            "store.redis.timeout: a timeout of 0 would fail every request",
+        ),
+        (
+            "prefix = \"fg:\"",
+            "prefix: \"fg:\"",
+            "prefix = \"{fg}\"",
+            "store.redis.prefix: \"{fg}\": a prefix must not contain",
+        ),
+        (
+            "fault_policy = \"fail-closed\"",
+            "fault_policy: fail-closed",
+            "fault_policy = \"maybe\"",
+            "store.redis.fault_policy: \"maybe\": expected fail-open or fail-closed",
+        ),
+    ];
+    for (toml_line, yaml_line, bad_toml, want) in cases {
+        let bad_yaml = bad_toml.replace(" = ", ": ");
+        let t = from_toml::<Shared>(Path::new("f.toml"), &TOML.replace(toml_line, bad_toml))
+            .unwrap_err();
+        let y = from_yaml::<Shared>(Path::new("f.yaml"), &YAML.replace(yaml_line, &bad_yaml))
+            .unwrap_err();
+        let (
+            ConfigError::Invalid {
+                line: tl,
+                field: tf,
+                message: tm,
+                ..
+            },
+            ConfigError::Invalid {
+                line: yl,
+                field: yf,
+                message: ym,
+                ..
+            },
+        ) = (&t, &y)
+        else {
+            panic!("{t} / {y}");
+        };
+        assert_eq!((tf, tm), (yf, ym), "{t} / {y}");
+        assert!(t.to_string().contains(want), "{t}");
+        // the value's line in each file
+        let tline = TOML.lines().position(|l| l == toml_line).unwrap() + 1;
+        let yline = YAML.lines().position(|l| l.trim() == yaml_line).unwrap() + 1;
+        assert_eq!((*tl, *yl), (tline, yline), "{t} / {y}");
+        assert!(
+            t.to_string().starts_with(&format!("f.toml:{tline}:")),
+            "{t}"
+        );
+        assert!(
+            y.to_string().starts_with(&format!("f.yaml:{yline}:")),
+            "{y}"
+        );
+    }
+}
+
+#[test]
+fn fleet_nodes_are_a_count_or_addresses() {
+    let f: Shared = from_toml(
+        Path::new("f.toml"),
+        "[fleet]\nstrategy = \"sticky\"\nnodes = [\"10.0.0.1:80\", \"10.0.0.2:80\"]\nself = \"10.0.0.2:80\"\n",
+    )
+    .unwrap();
+    assert_eq!(f.fleet.count(), 2);
+    let fleet = f.fleet.fleet().unwrap().unwrap();
+    assert_eq!(fleet.self_node(), "10.0.0.2:80");
+    let bad = |src: &str| {
+        from_yaml::<Shared>(Path::new("f.yaml"), src)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = bad("fleet: {strategy: local, nodes: 0}\n");
+    assert!(
+        e.starts_with("f.yaml:1:") && e.contains("fleet.nodes: nodes must be at least 1"),
+        "{e}"
+    );
+    let e = bad("fleet: {strategy: local}\n");
+    assert!(e.contains("fleet: strategy local needs nodes"), "{e}");
+    let e = bad("fleet: {strategy: sticky, nodes: 2}\n");
+    assert!(e.contains("not a count"), "{e}");
+    let e = bad("fleet: {strategy: local, nodes: [a]}\n");
+    assert!(e.contains("node \"a\" is not host:port"), "{e}");
+    let e = bad("fleet: {strategy: local, nodes: 2, self: \"a:1\"}\n");
+    assert!(e.contains("give nodes as a list"), "{e}");
+    let e = bad("fleet: {strategy: gossip}\n");
+    assert!(
+        e.contains("unknown strategy \"gossip\"; expected single, local, shared or hybrid"),
+        "{e}"
+    );
+    // a count is enough to divide by, not to know the peers
+    let f: Shared = from_yaml(Path::new("f.yaml"), "fleet: {strategy: local, nodes: 3}\n").unwrap();
+    assert!(f.fleet.fleet().unwrap_err().contains("addresses"));
+    let store = StoreSection::default();
+    assert!(f.fleet.check_store(&store).is_ok());
+    let redis = StoreSection {
+        kind: StoreKind::Redis,
+        ..StoreSection::default()
+    };
+    let e = f.fleet.check_store(&redis).unwrap_err().to_string();
+    assert!(e.contains("it takes store type memory"), "{e}");
+}
+
+#[test]
+fn old_spellings_are_read_and_named() {
+    let s: Shared = from_toml(
+        Path::new("f.toml"),
+        "store = \"redis://h:1/\"\n[headers]\nx_ratelimit = true\n",
+    )
+    .unwrap();
+    assert_eq!(s.store.kind, StoreKind::Redis);
+    assert_eq!(s.store.redis().url, "redis://h:1/");
+    assert_eq!(s.headers.legacy, Some(ResetFormat::Delta));
+    let names: Vec<String> = s
+        .store
+        .renamed
+        .iter()
+        .chain(&s.headers.renamed)
+        .map(|r| r.new.clone())
+        .collect();
+    assert!(
+        names[0].contains("store.redis.url") && names[1].contains("headers.legacy = \"delta\""),
+        "{names:?}"
+    );
+    let lines = warn_renamed(Path::new("f.toml"), &s.headers.renamed);
+    assert_eq!(
+        lines,
+        [
+            "f.toml: headers.x_ratelimit = true is renamed: write headers.legacy = \"delta\" (the old spelling still works)"
+        ]
+    );
+    let e = from_toml::<Shared>(Path::new("f.toml"), "store = \"mem\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("f.toml:1:9: store: \"mem\": expected a store table"),
+        "{e}"
+    );
+    let e = from_yaml::<Shared>(
+        Path::new("f.yaml"),
+        "headers: {legacy: delta, x_ratelimit: true}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("headers: set legacy"), "{e}");
+}
+
+#[test]
+fn cross_section_errors_are_located_at_the_section() {
+    let e = ConfigError::in_section(
+        Path::new("f.toml"),
+        "a = 1\n\n[fleet]\nx = 1\n",
+        "fleet",
+        "boom",
+    );
+    assert_eq!(e.to_string(), "f.toml:3:1: fleet: boom");
+    let e = ConfigError::in_section(
+        Path::new("f.yaml"),
+        "a: 1\nfleet:\n  x: 1\n",
+        "fleet",
+        "boom",
+    );
+    assert_eq!(e.to_string(), "f.yaml:2:1: fleet: boom");
+    let e = from_toml::<Shared>(Path::new("f.toml"), "[store\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("f.toml:1:"), "{e}");
+    let e = from_yaml::<Shared>(Path::new("f.yaml"), "store: [\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("f.yaml:"), "{e}");
+}
+
+/// YAML reads `off` as a string (YAML 1.2), so `legacy: off` needs no quotes.
+#[test]
+fn yaml_off_is_the_legacy_mode_off() {
+    let s: Shared = from_yaml(Path::new("f.yaml"), "headers: {legacy: off}\n").unwrap();
+    assert_eq!(s.headers.legacy, None);
+    let s: Shared = from_yaml(Path::new("f.yaml"), "headers:\n  legacy: delta\n").unwrap();
+    assert_eq!(s.headers.legacy, Some(ResetFormat::Delta));
+}

@@ -1,0 +1,293 @@
+//! Taking and giving back in-flight leases through any [`DecisionStore`]: [`acquire`]
+//! (waiting in the policy's bounded queue), [`LeaseGuard`] (released when dropped) and
+//! [`LeaseBody`] (a response body holding the guards until it ends). The policy and its
+//! semantics: [`crate::inflight`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use floodgate_core::Decision;
+use floodgate_core::inflight::{Lease, LeaseId};
+
+use crate::fault::StoreError;
+use crate::inflight::{Acquired, LeaseAnswer, LeaseOp, LeasePolicy, QUEUE_POLL};
+use crate::store::{BoxFuture, DecisionStore};
+
+/// One acquire through `store`, no queue: the lease or the denial.
+pub async fn acquire_once(
+    store: &dyn DecisionStore,
+    policy: &LeasePolicy,
+    key: &[u8],
+) -> Result<Acquired, StoreError> {
+    store
+        .lease(policy, key, LeaseOp::Acquire)
+        .await?
+        .acquired("store")
+}
+
+/// Renew or release through `store`: whether the lease was live.
+pub async fn lease_done(
+    store: &dyn DecisionStore,
+    policy: &LeasePolicy,
+    key: &[u8],
+    op: LeaseOp,
+) -> Result<bool, StoreError> {
+    store.lease(policy, key, op).await.map(LeaseAnswer::done)
+}
+
+/// The answer of [`acquire`]: a held lease, or why none was taken.
+#[derive(Debug)]
+pub enum Admission {
+    /// Leased (after waiting `waited` in the queue, if at all).
+    Leased {
+        /// The guard releasing it.
+        guard: LeaseGuard,
+        /// The admitting decision.
+        decision: Decision,
+        /// Time spent in the queue.
+        waited: Duration,
+    },
+    /// Denied: `N` in flight (and the queue full, or the wait past its timeout, or no
+    /// queue).
+    Denied {
+        /// The denial (the last one seen, for a request that waited).
+        decision: Decision,
+        /// Whether the queue was full (the request did not wait at all).
+        queue_full: bool,
+    },
+}
+
+/// Take a lease of `policy` on `key` from `store`, waiting in the policy's queue when it
+/// has one (see the module docs). Store faults are returned as they are.
+pub async fn acquire(
+    store: &Arc<dyn DecisionStore>,
+    policy: &Arc<LeasePolicy>,
+    key: &[u8],
+) -> Result<Admission, StoreError> {
+    let first = acquire_once(&**store, policy, key).await?;
+    let denial = match first {
+        Ok(lease) => return Ok(leased(store, policy, key, lease, Duration::ZERO)),
+        Err(d) => d,
+    };
+    let spec = policy.spec;
+    if spec.queue == 0 {
+        return Ok(Admission::Denied {
+            decision: denial,
+            queue_full: false,
+        });
+    }
+    if policy.waiting.fetch_add(1, Ordering::AcqRel) >= spec.queue {
+        policy.waiting.fetch_sub(1, Ordering::AcqRel);
+        return Ok(Admission::Denied {
+            decision: denial,
+            queue_full: true,
+        });
+    }
+    struct Leave<'a>(&'a LeasePolicy);
+    impl Drop for Leave<'_> {
+        fn drop(&mut self) {
+            self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let _leave = Leave(policy);
+    let start = tokio::time::Instant::now();
+    let deadline = start + spec.queue_timeout;
+    let mut last = denial;
+    loop {
+        let wait = last.retry_after.unwrap_or(QUEUE_POLL).min(QUEUE_POLL);
+        let wake = (tokio::time::Instant::now() + wait).min(deadline);
+        tokio::select! {
+            _ = policy.released.notified() => {}
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+        match acquire_once(&**store, policy, key).await? {
+            Ok(lease) => return Ok(leased(store, policy, key, lease, start.elapsed())),
+            Err(d) => last = d,
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(Admission::Denied {
+                decision: last,
+                queue_full: false,
+            });
+        }
+    }
+}
+
+fn leased(
+    store: &Arc<dyn DecisionStore>,
+    policy: &Arc<LeasePolicy>,
+    key: &[u8],
+    lease: Lease,
+    waited: Duration,
+) -> Admission {
+    policy.count(1);
+    Admission::Leased {
+        guard: LeaseGuard {
+            store: store.clone(),
+            policy: policy.clone(),
+            key: key.to_vec(),
+            id: lease.id,
+            released: false,
+        },
+        decision: lease.decision,
+        waited,
+    }
+}
+
+/// A held lease: released when dropped (in process at once; on Redis by a task spawned
+/// on the current tokio runtime, or left to expire at its TTL when there is none).
+pub struct LeaseGuard {
+    store: Arc<dyn DecisionStore>,
+    policy: Arc<LeasePolicy>,
+    key: Vec<u8>,
+    id: LeaseId,
+    released: bool,
+}
+
+impl std::fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("policy", &self.policy.name)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseGuard {
+    /// The lease's id.
+    pub fn id(&self) -> LeaseId {
+        self.id
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Arc<LeasePolicy> {
+        &self.policy
+    }
+
+    /// Extend the lease by the policy's TTL from now (a long request); `false` when it
+    /// had expired (its place may be someone else's: the request runs unleased).
+    pub async fn renew(&self) -> Result<bool, StoreError> {
+        lease_done(
+            &*self.store,
+            &self.policy,
+            &self.key,
+            LeaseOp::Renew(self.id),
+        )
+        .await
+    }
+
+    /// Release now and wait for the store's answer (`true`: a place was freed).
+    pub async fn release(mut self) -> Result<bool, StoreError> {
+        self.released = true;
+        self.policy.count(-1);
+        let r = lease_done(
+            &*self.store,
+            &self.policy,
+            &self.key,
+            LeaseOp::Release(self.id),
+        )
+        .await;
+        self.policy.released.notify_waiters();
+        r
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.policy.count(-1);
+        let (store, policy, key, id) = (
+            self.store.clone(),
+            self.policy.clone(),
+            std::mem::take(&mut self.key),
+            self.id,
+        );
+        let mut fut: BoxFuture<'static, ()> = Box::pin(async move {
+            // a failed release leaves the lease to expire at its TTL: nothing to act on
+            let _ = store.lease(&policy, &key, LeaseOp::Release(id)).await;
+            policy.released.notify_waiters();
+        });
+        // the in-process store answers at once; another is driven by a task
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if fut.as_mut().poll(&mut cx).is_pending()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(fut);
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body holding leases until it ends: released when the body reports its
+    /// end, fails, or is dropped (the client went away, a timeout cut it).
+    pub struct LeaseBody<B> {
+        #[pin]
+        inner: B,
+        guards: Vec<LeaseGuard>,
+    }
+}
+
+impl<B> LeaseBody<B> {
+    /// `inner` holding `guards`.
+    pub fn new(inner: B, guards: Vec<LeaseGuard>) -> LeaseBody<B> {
+        LeaseBody { inner, guards }
+    }
+
+    /// `inner` holding nothing.
+    pub fn plain(inner: B) -> LeaseBody<B> {
+        LeaseBody {
+            inner,
+            guards: Vec::new(),
+        }
+    }
+
+    /// The body inside.
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
+}
+
+impl<B: std::fmt::Debug> std::fmt::Debug for LeaseBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseBody")
+            .field("inner", &self.inner)
+            .field("leases", &self.guards.len())
+            .finish()
+    }
+}
+
+impl<B> http_body::Body for LeaseBody<B>
+where
+    B: http_body::Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        let mut this = self.project();
+        let out = this.inner.as_mut().poll_frame(cx);
+        match &out {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.guards.clear(),
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.guards.clear(),
+            _ => {}
+        }
+        out
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

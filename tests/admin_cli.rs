@@ -1,0 +1,403 @@
+//! Who is being limited, through the real `floodgate proxy` process: three keys at
+//! different rates and one flooding, then the admin API, `floodgate top` and bad input.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+mod common;
+use common::{Proc, free_port, http_get, http_post_json, ok_backend, wait_listening};
+
+const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
+
+/// Start `floodgate proxy` with one fixed-window policy of 20/s keyed on `x-api-key`.
+async fn proxy(dir: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
+    let upstream = ok_backend().await;
+    let (listen, admin) = (free_port(), free_port());
+    let cfg = dir.join("floodgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"{listen}\"\nupstream = \"http://{upstream}\"\nadmin = \"{admin}\"\n\
+             store = \"memory\"\n\n\
+             [[policy]]\nname = \"api\"\nalgorithm = \"fixed-window\"\nrate = \"20/s\"\nkey = \"header:x-api-key\"\n"
+        ),
+    )
+    .unwrap();
+    let child = Command::new(BIN)
+        .args(["proxy", "--threads", "1", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_listening(listen).await;
+    wait_listening(admin).await;
+    (p, listen, admin)
+}
+
+/// Send `n` requests for `key`, `gap` apart (zero: back to back on `par` tasks); the
+/// 429s counted.
+async fn send(listen: SocketAddr, key: &'static str, n: usize, gap: Duration, par: usize) -> u64 {
+    let c = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let tasks: Vec<_> = (0..par)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut denied = 0;
+                for _ in 0..n / par {
+                    let req = http::Request::get(format!("http://{listen}/"))
+                        .header("x-api-key", key)
+                        .body(Empty::new())
+                        .unwrap();
+                    let r = c.request(req).await.unwrap();
+                    denied += u64::from(r.status() == 429);
+                    tokio::time::sleep(gap).await;
+                }
+                denied
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    total
+}
+
+/// `floodgate top http://ADMIN --once --policy POLICY`.
+fn top_once(admin: SocketAddr, policy: &str) -> std::process::Output {
+    Command::new(BIN)
+        .args([
+            "top",
+            &format!("http://{admin}"),
+            "--once",
+            "--policy",
+            policy,
+        ])
+        .output()
+        .unwrap()
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flooding_key_leads_the_top_keys_within_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, listen, admin) = proxy(dir.path()).await;
+    let start = Instant::now();
+    // three keys under the limit at different rates, one flooding (bounded: 600 requests)
+    let (a, b, c, flood) = tokio::join!(
+        send(listen, "alice", 6, Duration::from_millis(200), 1),
+        send(listen, "bob", 12, Duration::from_millis(100), 1),
+        send(listen, "carol", 18, Duration::from_millis(66), 1),
+        send(listen, "mallory", 600, Duration::ZERO, 4),
+    );
+    assert!(start.elapsed() < Duration::from_secs(30));
+    assert!(flood > 100, "the flood was denied only {flood} times");
+    let observed: HashMap<&str, u64> =
+        [("alice", a), ("bob", b), ("carol", c), ("mallory", flood)].into();
+
+    let (status, body) = http_get(admin, "/admin/api/top?policy=api&n=5").await;
+    assert_eq!(status, 200, "{body}");
+    let v = json(&body);
+    let denied = &v["policies"][0]["denied"];
+    let first = &denied["keys"][0];
+    assert_eq!(first["key"], "mallory", "{body}");
+    let (count, error, bound) = (
+        first["count"].as_u64().unwrap(),
+        first["error"].as_u64().unwrap(),
+        denied["bound"].as_u64().unwrap(),
+    );
+    // the stated bound: true <= count <= true + error, error <= N / k
+    assert!(
+        count >= flood && count - flood <= error && error <= bound,
+        "{body}"
+    );
+    assert_eq!(
+        denied["total"].as_u64().unwrap(),
+        observed.values().sum::<u64>()
+    );
+    let admitted = &v["policies"][0]["admitted"]["keys"];
+    assert_eq!(admitted.as_array().unwrap().len(), 4, "{body}");
+
+    // the overview: per-second decisions add up, window boundaries are 1 s apart
+    let (status, body) = http_get(admin, "/admin/api/overview?seconds=60").await;
+    assert_eq!(status, 200);
+    let v = json(&body);
+    let p = &v["policies"][0];
+    let sum = |k: &str| -> u64 {
+        p["timeline"][k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(sum("rejected"), observed.values().sum::<u64>());
+    assert_eq!(sum("passed") + sum("rejected"), 6 + 12 + 18 + 600);
+    let b = p["boundaries_ms"].as_array().unwrap();
+    assert!(
+        b.len() >= 59
+            && b.windows(2)
+                .all(|w| w[1].as_u64().unwrap() - w[0].as_u64().unwrap() == 1_000)
+    );
+    // the config file's tables, and the startup load
+    assert_eq!(v["config"]["policy"][0]["rate"], "20/s", "{}", v["config"]);
+    assert_eq!(v["reloads"][0]["generation"], 1);
+
+    // one key's state, as a peek reports it, consuming nothing
+    let (status, body) = http_get(admin, "/admin/api/key?policy=api&key=nobody").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["remaining"], 19);
+    let (_, again) = http_get(admin, "/admin/api/key?policy=api&key=nobody").await;
+    assert_eq!(json(&again)["remaining"], 19);
+
+    // the page
+    let (status, page) = http_get(admin, "/admin").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<title>floodgate admin</title>"));
+
+    // floodgate top prints the same table, the flooding key first
+    let out = top_once(admin, "api");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rank1 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap();
+    assert!(rank1.contains("mallory"), "{text}");
+    assert!(text.contains("policy api: denials"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_admin_input_is_a_400_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, _listen, admin) = proxy(dir.path()).await;
+    let huge_key = format!("/admin/api/key?policy=api&key={}", "k".repeat(2_000));
+    let huge_query = format!("/admin/api/top?x={}", "q".repeat(5_000));
+    for (path, words) in [
+        ("/admin/api/top?policy=nope", "unknown policy"),
+        ("/admin/api/key?policy=api", "key is required"),
+        ("/admin/api/key?policy=api&key=%zz", "percent-escape"),
+        (huge_key.as_str(), "longer"),
+        (huge_query.as_str(), "longer"),
+        ("/admin/api/overview?seconds=-1", "from 1 to 180"),
+    ] {
+        let (status, body) = http_get(admin, path).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        let e = json(&body)["error"].as_str().unwrap().to_string();
+        assert!(e.contains(words), "{path}: {e}");
+    }
+    let (status, _) = http_get(admin, "/admin/api/elsewhere").await;
+    assert_eq!(status, 404);
+    // still serving
+    assert_eq!(http_get(admin, "/healthz").await.0, 200);
+    // floodgate top against an unknown policy: the API's message, exit status 2
+    let out = top_once(admin, "nope");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
+}
+
+/// `floodgate server` with one descriptor limit of 5/s (fixed window) named `per_user`;
+/// its HTTP listener's address.
+fn server(dir: &std::path::Path) -> (Proc, SocketAddr) {
+    use std::io::{BufRead, BufReader};
+    let cfg = dir.join("limits.yaml");
+    std::fs::write(
+        &cfg,
+        "admin_keys: plain\nstore:\n  type: memory\n  redis: {url: \"redis://admin:hunter2@127.0.0.1:6379\"}\n\
+         domains:\n  - domain: edge\n    descriptors:\n      - key: user\n        \
+         rate_limit: {name: per_user, rate: 5/s, algorithm: fixed-window}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["server", "--config"])
+        .arg(&cfg)
+        .args([
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--resp",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let http = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http="))
+        .unwrap_or_else(|| panic!("no http= in {line:?}"))
+        .parse()
+        .unwrap();
+    (Proc(child), http)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_serves_the_same_api_and_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, http) = server(dir.path());
+    let check = |user: &str| {
+        format!(r#"{{"domain": "edge", "descriptors": [[{{"key": "user", "value": "{user}"}}]]}}"#)
+    };
+    let mut flood_denied = 0;
+    for i in 0..30 {
+        flood_denied += u64::from(http_post_json(http, "/v1/check", check("mallory")).await == 429);
+        if i % 10 == 0 {
+            assert_eq!(http_post_json(http, "/v1/check", check("alice")).await, 200);
+        }
+    }
+    assert!(flood_denied >= 20, "{flood_denied}");
+    let (status, body) = http_get(http, "/admin/api/top?policy=per_user").await;
+    assert_eq!(status, 200, "{body}");
+    let v = json(&body);
+    assert_eq!(v["surface"], "server");
+    let first = &v["policies"][0]["denied"]["keys"][0];
+    // a descriptor's key is its values, each after its length
+    assert_eq!(first["key"], "7:mallory", "{body}");
+    assert_eq!(first["count"].as_u64().unwrap(), flood_denied);
+    // the lookup reads the limit's in-process state for the same key
+    let (status, body) = http_get(http, "/admin/api/key?policy=per_user&key=5:alice").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["limit"], 5);
+    let (status, body) = http_get(http, "/admin/api/overview").await;
+    assert_eq!(status, 200);
+    let v = json(&body);
+    assert_eq!(v["policies"][0]["name"], "per_user");
+    assert_eq!(
+        v["config"]["store"]["redis"]["url"],
+        "redis://***@127.0.0.1:6379"
+    );
+    assert!(!body.contains("hunter2"));
+    assert_eq!(v["reloads"][0]["generation"], 1);
+    let (status, page) = http_get(http, "/admin").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("/admin/api/overview"));
+    let (status, body) = http_get(http, "/admin/api/key?policy=nope&key=x").await;
+    assert_eq!(status, 400);
+    assert!(
+        json(&body)["error"].as_str().unwrap().contains("per_user"),
+        "{body}"
+    );
+    // floodgate top against the server
+    let out = Command::new(BIN)
+        .args(["top", &format!("http://{http}"), "--count", "1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("7:mallory"));
+}
+
+/// Debian's `chromium`, or `None` (the browser test then skips with a message, unless
+/// `FLOODGATE_REQUIRE_CHROMIUM=1`, as `.ci/run` sets, makes it fail).
+fn chromium() -> Option<&'static str> {
+    let found = Command::new("chromium")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return Some("chromium");
+    }
+    assert!(
+        std::env::var("FLOODGATE_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
+        "FLOODGATE_REQUIRE_CHROMIUM=1 but no chromium on PATH (apt-get install chromium)"
+    );
+    eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+    None
+}
+
+/// Run headless chromium on `url` for `virtual_ms` of page time and return the DOM it
+/// rendered (killed after 60 s of real time).
+fn dump_dom(browser: &str, url: &str, profile: &std::path::Path, virtual_ms: u64) -> String {
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--virtual-time-budget={virtual_ms}"))
+        .args(["--dump-dom", url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.wait();
+    reader.join().unwrap()
+}
+
+/// The part of `dom` from the element with `id` to the end of its `close` tag.
+fn element<'a>(dom: &'a str, id: &str, close: &str) -> &'a str {
+    let start = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no element {id} in the page: {dom}"));
+    let end = dom[start..].find(close).map_or(dom.len(), |e| start + e);
+    &dom[start..end]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_page_shows_the_flooding_key_in_a_browser() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, listen, admin) = proxy(dir.path()).await;
+    // under load: a bounded flood and two keys under the limit
+    let (flood, _, _) = tokio::join!(
+        send(listen, "mallory", 300, Duration::ZERO, 3),
+        send(listen, "alice", 4, Duration::from_millis(100), 1),
+        send(listen, "bob", 4, Duration::from_millis(100), 1),
+    );
+    assert!(flood > 0);
+    let url = format!("http://{admin}/admin");
+    let profile = dir.path().join("chromium");
+    let dom = tokio::task::spawn_blocking(move || dump_dom(browser, &url, &profile, 3_000))
+        .await
+        .unwrap();
+    // the page polled the API and drew the policy: its charts and its top-keys table
+    let rates = element(&dom, "chart-api", "</svg>");
+    assert!(rates.contains("decisions/s"), "{rates}");
+    assert!(rates.contains("<polyline"), "{rates}");
+    let denials = element(&dom, "denials-api", "</svg>");
+    assert!(denials.contains("most denied: mallory"), "{denials}");
+    assert!(denials.contains("data-boundary"), "{denials}");
+    let top = element(&dom, "top-api", "</table>");
+    let first_row = top.split("<tr>").nth(2).unwrap_or_default();
+    assert!(first_row.contains("<code>mallory</code>"), "{top}");
+    assert!(first_row.contains(&format!(">{flood}<")), "{top}");
+    // and showed no error
+    assert!(dom.contains(r#"id="status"></span>"#), "{dom}");
+}
