@@ -10,6 +10,9 @@ use pyo3::types::PyDict;
 use crate::args::{Cost, config_err, instant, key_bytes, uint};
 use crate::decision::PyDecision;
 use crate::limiter::PyLimiter;
+mod settle;
+
+pub use settle::PyReservation;
 
 /// Keys are byte strings: a `str` key is its UTF-8 encoding, so `"alice"` and `b"alice"`
 /// are the same key.
@@ -31,6 +34,16 @@ pub struct PyKeyedLimiter {
 }
 
 impl PyKeyedLimiter {
+    /// The core store.
+    pub(crate) fn core(&self) -> &Core {
+        &self.inner
+    }
+
+    /// The limiter's own clock.
+    pub(crate) fn clock(&self) -> &MonotonicClock {
+        &self.clock
+    }
+
     /// One decision, the key's bytes borrowed from the `str`/`bytes` object (no copy).
     ///
     /// The GIL is *held*: a decision is a hash probe and a few arithmetic operations under
@@ -92,6 +105,28 @@ impl PyKeyedLimiter {
     #[pyo3(signature = (key, now=None, cost=Cost(1)))]
     fn peek(&self, key: &Bound<'_, PyAny>, now: Option<f64>, cost: Cost) -> PyResult<PyDecision> {
         Ok(self.decide(key, now, cost, false)?.into())
+    }
+
+    /// Admit a request for `key` at an `estimate` (default 1; 0 charges nothing now and is
+    /// admitted only while a unit is left) at `now`, returning a `Reservation` to settle
+    /// with the actual cost (`r.settle(300)`, or `with ... as r: r.cost = 300`).
+    #[pyo3(signature = (key, estimate=Cost(1), now=None))]
+    fn reserve(
+        slf: &Bound<'_, Self>,
+        key: &Bound<'_, PyAny>,
+        estimate: Cost,
+        now: Option<f64>,
+    ) -> PyResult<PyReservation> {
+        let this = slf.get();
+        let key = key_bytes(key)?.to_vec();
+        let now = instant(now, &this.clock)?;
+        let (decision, reservation) = this.inner.reserve(key, now, estimate.0);
+        Ok(PyReservation::new(
+            slf.clone().unbind(),
+            decision,
+            estimate.0,
+            reservation,
+        ))
     }
 
     /// Give `key` its own quota (a limiter instance used as a template), at run time.

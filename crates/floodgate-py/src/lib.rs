@@ -33,6 +33,7 @@ fn _floodgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::PyLeakyQueue>()?;
     m.add_class::<limiter::PyGcra>()?;
     m.add_class::<keyed::PyKeyedLimiter>()?;
+    m.add_class::<keyed::PyReservation>()?;
     m.add("RedisError", m.py().get_type::<throttle::RedisError>())?;
     m.add(
         "RedisTimeoutError",

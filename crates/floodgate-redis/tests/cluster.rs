@@ -183,5 +183,31 @@ async fn three_master_cluster() {
             assert_eq!(got.map(|l| l.decision), expect.map(|l| l.decision), "{u:?}");
         }
     }
+    // reserve and settle: one key per call, so any slot; the core's answers, the key's
+    // expiry set again
+    for alg in &algs {
+        let l = RedisLimiter::new(cluster.clone(), alg.clone()).unwrap();
+        for u in &users {
+            let user = [b"settle:".as_slice(), u].concat();
+            let mut state = Default::default();
+            for (step, (est, actual)) in [(1u64, 3u64), (2, 0), (1, 1)].into_iter().enumerate() {
+                let now = Nanos(t.0 + 20_000_000_000 + step as u64 * 10_000_000);
+                let (got, charge) = l
+                    .reserve_at(&user, floodgate_redis::Now::Caller(now), est)
+                    .await
+                    .unwrap();
+                let expect = floodgate_core::Settle::reserve(alg, &mut state, now, est);
+                assert_eq!(got, expect, "{alg:?} {u:?} reserve {step}");
+                let Some(charge) = charge else { continue };
+                let got = l
+                    .settle_at(&user, floodgate_redis::Now::Caller(now), charge, actual)
+                    .await
+                    .unwrap();
+                let expect =
+                    floodgate_core::Settle::settle(alg, &mut state, now, charge, actual).unwrap();
+                assert_eq!(got, expect, "{alg:?} {u:?} settle {step}");
+            }
+        }
+    }
     drop(nodes); // SIGKILL all three and remove their directories
 }

@@ -7,6 +7,8 @@
 //!   one domain is configured, `policy` when one policy is. Answers `200` when allowed,
 //!   `429` when over limit, with the decision as JSON and the headers a proxy should copy
 //!   both in the body (`headers`) and on the response itself.
+//! * `POST /v1/reserve` and `POST /v1/settle`: admit at an estimate, settle the actual
+//!   cost later ([`settle`]).
 //! * `GET /metrics`: Prometheus (OpenMetrics text).
 //! * `GET /healthz`: `200 {"status":"serving"}`, `503` while shutting down.
 //! * `GET /admin`, `/admin/api/...`: who is being limited (floodgate-engine's admin page
@@ -29,7 +31,9 @@ use floodgate_engine::admin::AdminRequest;
 use floodgate_engine::metrics::RequestOutcome;
 use serde_json::{Value, json};
 
-use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Matched, Outcome};
+use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Generation, Matched, Outcome};
+
+pub mod settle;
 
 /// State shared by the HTTP handlers.
 #[derive(Debug)]
@@ -44,13 +48,21 @@ pub struct HttpState {
 pub fn router(state: Arc<HttpState>) -> Router {
     Router::new()
         .route("/v1/check", post(check).fallback(method_not_allowed))
+        .route(
+            "/v1/reserve",
+            post(settle::reserve).fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/settle",
+            post(settle::settle).fallback(method_not_allowed),
+        )
         .route("/metrics", get(metrics).fallback(method_not_allowed))
         .route("/healthz", get(healthz).fallback(method_not_allowed))
         .fallback(fallback)
         .with_state(state)
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
@@ -108,7 +120,7 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
 }
 
 /// Milliseconds, rounded up (never earlier than the truth).
-fn ms(d: Duration) -> u64 {
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
@@ -153,6 +165,34 @@ fn entries<'a>(v: &'a Value, at: &str) -> Result<Vec<Entry<'a>>, (StatusCode, St
         .collect()
 }
 
+/// A check's error as an HTTP status and message.
+pub(crate) fn to_http(e: CheckError) -> (StatusCode, String) {
+    let status = if e.is_not_found() {
+        StatusCode::NOT_FOUND
+    } else if e.is_internal() {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    (status, e.to_string())
+}
+
+/// The policy named, or the only one configured.
+pub(crate) fn policy_or_default(
+    generation: &Generation,
+    named: Option<&str>,
+) -> Result<String, (StatusCode, String)> {
+    let policies = &generation.rules.policies;
+    match named {
+        Some(p) => Ok(p.to_string()),
+        None if policies.len() == 1 => Ok(policies.keys().next().cloned().unwrap_or_default()),
+        None => Err(bad(format!(
+            "policy is required; configured policies: {}",
+            policies.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
 /// Check the JSON body; `Ok` carries the outcome, `Err` the status and message.
 async fn run_check(engine: &Engine, body: &[u8]) -> Result<Outcome, (StatusCode, String)> {
     let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
@@ -178,16 +218,6 @@ async fn run_check(engine: &Engine, body: &[u8]) -> Result<Outcome, (StatusCode,
         }
     };
     let generation = engine.current();
-    let to_http = |e: CheckError| {
-        let status = if e.is_not_found() {
-            StatusCode::NOT_FOUND
-        } else if e.is_internal() {
-            StatusCode::INTERNAL_SERVER_ERROR
-        } else {
-            StatusCode::BAD_REQUEST
-        };
-        (status, e.to_string())
-    };
     match (obj.get("descriptors"), string("key")?) {
         (Some(_), Some(_)) => Err(bad(
             "give either descriptors (with domain) or key (with policy), not both",
@@ -201,28 +231,7 @@ async fn run_check(engine: &Engine, body: &[u8]) -> Result<Outcome, (StatusCode,
                     "domain goes with descriptors; the key form takes a policy",
                 ));
             }
-            let policy = match string("policy")? {
-                Some(p) => p.to_string(),
-                None if generation.rules.policies.len() == 1 => generation
-                    .rules
-                    .policies
-                    .keys()
-                    .next()
-                    .cloned()
-                    .unwrap_or_default(),
-                None => {
-                    return Err(bad(format!(
-                        "policy is required; configured policies: {}",
-                        generation
-                            .rules
-                            .policies
-                            .keys()
-                            .cloned()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-            };
+            let policy = policy_or_default(&generation, string("policy")?)?;
             engine
                 .check_policy(&policy, key, cost)
                 .await
@@ -361,6 +370,22 @@ pub fn outcome_json(o: &Outcome) -> Value {
     })
 }
 
+/// `200` or `429` with `json` and the outcome's headers on the response itself.
+pub(crate) fn outcome_response(outcome: &Outcome, json: Value) -> Response {
+    let status = if outcome.over_limit {
+        StatusCode::TOO_MANY_REQUESTS
+    } else {
+        StatusCode::OK
+    };
+    let mut resp = (status, axum::Json(json)).into_response();
+    for (k, v) in &outcome.headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(*k), HeaderValue::try_from(v.as_str())) {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+    resp
+}
+
 async fn check(State(s): State<Arc<HttpState>>, body: Body) -> Response {
     let start = Instant::now();
     let engine = &s.engine;
@@ -379,19 +404,7 @@ async fn check(State(s): State<Arc<HttpState>>, body: Body) -> Response {
     };
     match run_check(engine, &bytes).await {
         Ok(outcome) => {
-            let status = if outcome.over_limit {
-                StatusCode::TOO_MANY_REQUESTS
-            } else {
-                StatusCode::OK
-            };
-            let mut resp = (status, axum::Json(outcome_json(&outcome))).into_response();
-            for (k, v) in &outcome.headers {
-                if let (Ok(k), Ok(v)) =
-                    (HeaderName::try_from(*k), HeaderValue::try_from(v.as_str()))
-                {
-                    resp.headers_mut().insert(k, v);
-                }
-            }
+            let resp = outcome_response(&outcome, outcome_json(&outcome));
             engine
                 .metrics()
                 .request("http", outcome.request_outcome(), start.elapsed());

@@ -228,11 +228,10 @@ pub async fn start(
         });
     }
     if let Some(listener) = resp_l {
-        let svc = Arc::new(RespService::new(
-            throttle,
-            metrics.clone(),
-            RespLimits::default(),
-        ));
+        let svc = Arc::new(
+            RespService::new(throttle, metrics.clone(), RespLimits::default())
+                .with_engine(engine.clone()),
+        );
         tasks.spawn(crate::resp::serve(listener, svc, shutdown_rx.clone()));
     }
 

@@ -9,7 +9,8 @@ Every algorithm of the Rust core as a class taking keyword arguments in seconds:
     d = bucket.check()          # Decision(allowed=..., limit=..., remaining=..., retry_after=...)
 
 Classes: FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket (alias
-LeakyMeter), LeakyQueue, GCRA, all subclasses of Limiter; KeyedLimiter for per-key limits;
+LeakyMeter), LeakyQueue, GCRA, all subclasses of Limiter; KeyedLimiter for per-key limits
+(KeyedLimiter.reserve returns a Reservation, settled with the actual cost);
 Decision; ConfigError (a ValueError). throttle() is redis-cell's CL.THROTTLE on any Redis
 (RedisError, RedisTimeoutError when Redis cannot answer).
 """
@@ -26,6 +27,7 @@ from floodgate._floodgate import (
     Limiter,
     RedisError,
     RedisTimeoutError,
+    Reservation,
     SlidingCounter,
     SlidingLog,
     TokenBucket,
@@ -45,6 +47,7 @@ __all__ = [
     "Limiter",
     "RedisError",
     "RedisTimeoutError",
+    "Reservation",
     "SlidingCounter",
     "SlidingLog",
     "TokenBucket",

@@ -169,6 +169,10 @@ class KeyedLimiter:
         """Return ``key`` to the default quota."""
     def set_algorithm(self, algorithm: Limiter) -> None:
         """Replace the default quota; per-key state is kept."""
+    def reserve(
+        self, key: str | bytes, estimate: int = 1, now: float | None = None
+    ) -> Reservation:
+        """Admit at ``estimate``; settle the actual cost on the returned Reservation."""
     def sweep(self, now: float | None = None) -> int:
         """Drop keys back at full capacity (loses nothing); returns how many."""
     def stats(self) -> dict[str, int]:
@@ -178,3 +182,29 @@ class KeyedLimiter:
     @property
     def algorithm(self) -> Limiter: ...
     def __len__(self) -> int: ...
+
+@final
+class Reservation:
+    """A request admitted (or not) at an estimate by ``KeyedLimiter.reserve``, settled
+    once with its actual cost: ``r.settle(300)``, or as a context manager whose ``cost``,
+    when set, is settled when the block ends (unset: the estimate stays)."""
+
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def decision(self) -> Decision: ...
+    @property
+    def estimate(self) -> int: ...
+    @property
+    def charged(self) -> int | None: ...
+    @property
+    def refunded(self) -> int | None: ...
+    @property
+    def cost(self) -> int | None: ...
+    @cost.setter
+    def cost(self, cost: int) -> None: ...
+    def settle(self, actual: int, now: float | None = None) -> Decision:
+        """Settle once; the key's state after it. ValueError: denied, settled already,
+        or ``actual`` not a whole number >= 0."""
+    def __enter__(self) -> Reservation: ...
+    def __exit__(self, *exc: object) -> bool: ...

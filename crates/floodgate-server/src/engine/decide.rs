@@ -44,7 +44,7 @@ impl Default for FaultPolicy {
 
 impl FaultPolicy {
     /// The decision of `limit` when the store could not decide.
-    fn decision(&self, limit: &LimitInst) -> Decision {
+    pub(super) fn decision(&self, limit: &LimitInst) -> Decision {
         let cap = limit.policy.algorithm.limit();
         match self.failure {
             StoreFailure::Allow => Decision::allow(cap, 0, Duration::ZERO),
@@ -106,7 +106,7 @@ pub(super) struct Decided {
     pub(super) fault: Option<StoreFailure>,
 }
 
-fn fault(
+pub(super) fn fault(
     e: StoreError,
     policy: &FaultPolicy,
     metrics: &Metrics,

@@ -20,6 +20,7 @@ pub mod decide;
 pub mod error;
 pub mod generation;
 pub mod matching;
+pub mod settle;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -122,6 +123,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
     reload_lock: std::sync::Mutex<()>,
+    /// Reservations made over the wire, not settled yet.
+    reservations: settle::Reservations,
 }
 
 /// Count the decisions of one descriptor's limits under their policies, as the layer
@@ -175,6 +178,7 @@ impl Engine {
             metrics,
             next_id: AtomicU64::new(2),
             reload_lock: std::sync::Mutex::new(()),
+            reservations: settle::Reservations::default(),
         })
     }
 

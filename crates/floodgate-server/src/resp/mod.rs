@@ -1,6 +1,7 @@
 //! Front door 2: a small Redis-protocol (RESP2) listener answering redis-cell's
 //! `CL.THROTTLE key max_burst count period [quantity]`, so any Redis client can use
-//! floodgate as a throttle service. Also `PING`, `ECHO`, `QUIT`, `COMMAND` (an empty
+//! floodgate as a throttle service; `FG.RESERVE` and `FG.SETTLE` reserve at an estimate
+//! and settle the actual cost on the config's policies (`settle`). Also `PING`, `ECHO`, `QUIT`, `COMMAND` (an empty
 //! list, enough for `redis-cli`), `CLIENT ...` and `SELECT` (accepted and ignored, as
 //! client libraries send them on connect); anything else is an unknown-command error.
 //!
@@ -11,6 +12,7 @@
 //! and anything that is not RESP. It never panics on any input (property-tested).
 
 mod protocol;
+mod settle;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -80,6 +82,8 @@ pub struct RespService {
     store: ThrottleStore,
     metrics: Arc<Metrics>,
     limits: RespLimits,
+    /// The server's policies, for `FG.RESERVE` and `FG.SETTLE`.
+    engine: Option<Arc<crate::engine::Engine>>,
 }
 
 impl RespService {
@@ -89,7 +93,14 @@ impl RespService {
             store,
             metrics,
             limits,
+            engine: None,
         }
+    }
+
+    /// Also answer `FG.RESERVE` and `FG.SETTLE` on `engine`'s policies.
+    pub fn with_engine(mut self, engine: Arc<crate::engine::Engine>) -> RespService {
+        self.engine = Some(engine);
+        self
     }
 
     /// Execute one command on a connection speaking `conn`. Returns the reply and whether
@@ -108,6 +119,8 @@ impl RespService {
         };
         match name.as_str() {
             "CL.THROTTLE" => (self.throttle(args).await, false),
+            "FG.RESERVE" => (self.reserve(args).await, false),
+            "FG.SETTLE" => (self.settle(args).await, false),
             "PING" => match args.len() {
                 1 => (Reply::Simple("PONG"), false),
                 2 => (Reply::Bulk(args[1].clone()), false),
