@@ -82,7 +82,8 @@ pub const MAX_LEASE_TTL: Duration = Duration::from_secs(86_400);
 pub const MAX_IN_FLIGHT: u64 = 1_000_000;
 
 /// A lease's identity within its table. Ids are never reused by a table, so a stale id
-/// can never release someone else's lease.
+/// can never release someone else's lease. Every store issues ids below 2^63 (so they
+/// are also non-negative `i64`s, as the RESP door replies them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LeaseId(pub u64);
 
@@ -255,6 +256,24 @@ impl<K: Hash + Eq> KeyedInFlight<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.acquire_with_limit(key, now, ttl, self.limit)
+    }
+
+    /// [`acquire`](Self::acquire) against `limit` instead of the table's own (a caller
+    /// that passes `N` with every call, as `FG.ACQUIRE` does; validate it with
+    /// [`check_limit`]). The leases are shared with calls under other limits: a call
+    /// counts every live lease of the key.
+    pub fn acquire_with_limit<Q>(
+        &self,
+        key: &Q,
+        now: Nanos,
+        ttl: LeaseTtl,
+        limit: u64,
+    ) -> Result<Lease, Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let mut map = self.shard(key).lock();
         if !map.contains_key(key) {
             if map.len() >= self.shard_cap {
@@ -264,8 +283,8 @@ impl<K: Hash + Eq> KeyedInFlight<K> {
         }
         let held = map.get_mut(key).expect("inserted above");
         held.retain(|h| h.1 > now);
-        if held.len() as u64 >= self.limit {
-            return Err(decide(self.limit, held, now, false));
+        if held.len() as u64 >= limit {
+            return Err(decide(limit, held, now, false));
         }
         let id = LeaseId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let expires = now.saturating_add(ttl.get());
@@ -273,7 +292,7 @@ impl<K: Hash + Eq> KeyedInFlight<K> {
         Ok(Lease {
             id,
             expires,
-            decision: decide(self.limit, held, now, true),
+            decision: decide(limit, held, now, true),
         })
     }
 

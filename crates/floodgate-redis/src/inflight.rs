@@ -11,10 +11,10 @@
 //! expired leases. Time is Redis `TIME` by default (one clock for the fleet), or the
 //! caller's ([`TimeSource::Caller`], and the `*_at` methods).
 //!
-//! Lease ids are 64-bit, drawn by each [`RedisInFlight`] from a random seed through a
-//! bijective mix of a counter (so one process never repeats one); an id that is already
-//! held on the key (another process drew it: about 2^-64 per pair) is refused by the
-//! script, and the next id is tried.
+//! Lease ids are 63-bit, drawn by each [`RedisInFlight`] from a random seed through a
+//! bijective mix of a counter (shifted right once: one process repeats one only with
+//! odds of about 2^-63 per pair, as two processes do); an id that is already held on the
+//! key is refused by the script, and the next id is tried.
 //!
 //! # Faults
 //! A call that times out or fails is an [`Error`] whose [`Error::is_fault`] is true; the
@@ -68,7 +68,8 @@ fn random_seed() -> u64 {
 }
 
 impl RedisInFlight {
-    /// At most `limit` leases per key on `store`; `limit` 0 or above
+    /// At most `limit` leases per key on `store` (a `RedisInFlight` is cheap: one per
+    /// limit a caller passes is fine); `limit` 0 or above
     /// [`floodgate_core::inflight::MAX_IN_FLIGHT`] is an error.
     pub fn new(store: Arc<RedisStore>, limit: u64) -> Result<RedisInFlight, Error> {
         let limit = check_limit(limit)?;

@@ -9,6 +9,8 @@
 //!   both in the body (`headers`) and on the response itself.
 //! * `POST /v1/reserve` and `POST /v1/settle`: admit at an estimate, settle the actual
 //!   cost later ([`settle`]).
+//! * `POST /v1/acquire`, `/v1/renew`, `/v1/release`: in-flight leases
+//!   ([`crate::http_leases`]).
 //! * `GET /metrics`: Prometheus (OpenMetrics text).
 //! * `GET /healthz`: `200 {"status":"serving"}`, `503` while shutting down.
 //! * `GET /admin`, `/admin/api/...`: who is being limited (floodgate-engine's admin page
@@ -32,6 +34,8 @@ use floodgate_engine::metrics::RequestOutcome;
 use serde_json::{Value, json};
 
 use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Generation, Matched, Outcome};
+use crate::http_leases;
+use crate::leases::{DoorError, LeaseDoor, ceil_ms};
 
 pub mod settle;
 
@@ -42,6 +46,9 @@ pub struct HttpState {
     pub engine: Arc<Engine>,
     /// Set when shutdown begins: `/healthz` answers 503.
     pub shutting_down: AtomicBool,
+    /// In-flight leases (`/v1/acquire`, `/v1/renew`, `/v1/release`), shared with the
+    /// RESP door.
+    pub leases: Arc<LeaseDoor>,
 }
 
 /// The router.
@@ -55,6 +62,18 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route(
             "/v1/settle",
             post(settle::settle).fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/acquire",
+            post(|s, b| lease(s, "acquire", b)).fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/renew",
+            post(|s, b| lease(s, "renew", b)).fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/release",
+            post(|s, b| lease(s, "release", b)).fallback(method_not_allowed),
         )
         .route("/metrics", get(metrics).fallback(method_not_allowed))
         .route("/healthz", get(healthz).fallback(method_not_allowed))
@@ -89,7 +108,7 @@ async fn fallback(State(s): State<Arc<HttpState>>, req: axum::extract::Request) 
 async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
-        "no such endpoint; try POST /v1/check, GET /metrics, GET /healthz, GET /admin",
+        "no such endpoint; try POST /v1/check, /v1/reserve, /v1/settle, /v1/acquire, /v1/renew or /v1/release, GET /metrics, GET /healthz, GET /admin",
     )
 }
 
@@ -121,7 +140,7 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
 
 /// Milliseconds, rounded up (never earlier than the truth).
 pub(crate) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    ceil_ms(d)
 }
 
 fn bad(msg: impl Into<String>) -> (StatusCode, String) {
@@ -418,6 +437,45 @@ async fn check(State(s): State<Arc<HttpState>>, body: Body) -> Response {
             };
             engine.metrics().request("http", outcome, start.elapsed());
             error(status, msg)
+        }
+    }
+}
+
+/// `POST /v1/acquire`, `/v1/renew`, `/v1/release` ([`http_leases`]).
+async fn lease(State(s): State<Arc<HttpState>>, op: &'static str, body: Body) -> Response {
+    let start = Instant::now();
+    let metrics = s.engine.metrics();
+    let Ok(bytes) = axum::body::to_bytes(body, http_leases::MAX_BODY).await else {
+        metrics.request("http", RequestOutcome::Invalid, start.elapsed());
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {} bytes", http_leases::MAX_BODY),
+        );
+    };
+    match http_leases::run(&s.leases, op, &bytes).await {
+        Ok((status, v)) => {
+            let outcome = if status == StatusCode::OK {
+                RequestOutcome::Passed
+            } else {
+                RequestOutcome::Rejected
+            };
+            metrics.request("http", outcome, start.elapsed());
+            let retry = v["retry_after_ms"].as_u64();
+            let mut resp = (status, axum::Json(v)).into_response();
+            if let Some(retry_ms) = retry {
+                let secs = retry_ms.div_ceil(1000).max(1);
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            resp
+        }
+        Err(e @ DoorError::Store(_)) => {
+            metrics.request("http", RequestOutcome::Error, start.elapsed());
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+        Err(e) => {
+            metrics.request("http", RequestOutcome::Invalid, start.elapsed());
+            error(StatusCode::BAD_REQUEST, e.to_string())
         }
     }
 }

@@ -5,7 +5,8 @@
 //! * [`grpc`]: Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService/
 //!   ShouldRateLimit`) and the gRPC health service, so Envoy, Istio, Contour or Emissary
 //!   can point at floodgate instead of Envoy's ratelimit service.
-//! * [`resp`]: redis-cell's `CL.THROTTLE` over the Redis protocol, for any Redis client.
+//! * [`resp`]: redis-cell's `CL.THROTTLE` over the Redis protocol, for any Redis client,
+//!   and in-flight leases (`FG.ACQUIRE`, `FG.RENEW`, `FG.RELEASE`: [`leases`]).
 //! * [`http`]: `POST /v1/check` with JSON, plus `/metrics` and `/healthz`.
 //!
 //! The rules ([`config`]) take Envoy ratelimit's file shape (domains, nested descriptors,
@@ -40,6 +41,8 @@ pub mod file;
 pub mod grpc;
 pub mod headers;
 pub mod http;
+pub mod http_leases;
+pub mod leases;
 pub mod metrics;
 pub mod reload;
 pub mod resp;

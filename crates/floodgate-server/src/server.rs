@@ -209,9 +209,14 @@ pub async fn start(
             }
         });
     }
+    let resp_svc = Arc::new(
+        RespService::new(throttle, metrics.clone(), RespLimits::default())
+            .with_engine(engine.clone()),
+    );
     let http_state = Arc::new(HttpState {
         engine: engine.clone(),
         shutting_down: false.into(),
+        leases: resp_svc.leases().clone(),
     });
     if let Some(listener) = http_l {
         let app = router(http_state.clone());
@@ -228,11 +233,7 @@ pub async fn start(
         });
     }
     if let Some(listener) = resp_l {
-        let svc = Arc::new(
-            RespService::new(throttle, metrics.clone(), RespLimits::default())
-                .with_engine(engine.clone()),
-        );
-        tasks.spawn(crate::resp::serve(listener, svc, shutdown_rx.clone()));
+        tasks.spawn(crate::resp::serve(listener, resp_svc, shutdown_rx.clone()));
     }
 
     let reloader = Arc::new(Reloader::new(

@@ -7,15 +7,6 @@ use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-async fn client(srv: &Srv) -> redis::aio::MultiplexedConnection {
-    let url = format!("redis://{}/", srv.running.resp.unwrap());
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
 async fn throttle(
     c: &mut redis::aio::MultiplexedConnection,
     args: &[&str],
@@ -30,7 +21,7 @@ async fn throttle(
 #[tokio::test]
 async fn redis_client_gets_redis_cells_answers() {
     let srv = start("").await;
-    let mut c = client(&srv).await;
+    let mut c = resp_client(&srv).await;
     assert_eq!(
         throttle(&mut c, &["k", "15", "30", "60"]).await.unwrap(),
         [0, 16, 15, -1, 2]
@@ -74,7 +65,7 @@ async fn redis_client_gets_redis_cells_answers() {
 #[tokio::test]
 async fn argument_errors_are_redis_cells() {
     let srv = start("").await;
-    let mut c = client(&srv).await;
+    let mut c = resp_client(&srv).await;
     let err = |r: redis::RedisResult<Vec<i64>>| r.unwrap_err().to_string();
     let e = err(throttle(&mut c, &["k", "15", "30"]).await);
     assert!(
@@ -169,7 +160,7 @@ async fn malformed_frames_get_an_error_and_a_close_and_the_server_stays_up() {
     let mut buf = [0u8; 8];
     s.read_exact(&mut buf).await.unwrap();
     assert_eq!(&buf, b"$2\r\nhi\r\n");
-    let mut c = client(&srv).await;
+    let mut c = resp_client(&srv).await;
     assert_eq!(
         throttle(&mut c, &["after", "1", "1", "1"]).await.unwrap()[0],
         0
@@ -187,7 +178,7 @@ async fn concurrent_clients_on_one_key_admit_exactly_the_burst() {
     let srv = start("").await;
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        let mut c = client(&srv).await;
+        let mut c = resp_client(&srv).await;
         tasks.push(tokio::spawn(async move {
             let mut admitted = 0;
             for _ in 0..40 {

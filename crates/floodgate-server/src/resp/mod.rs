@@ -26,6 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::leases::{DoorError, LeaseDoor, ceil_ms, parse_lease_id, parse_limit, parse_ttl_ms};
 use crate::metrics::Metrics;
 
 pub use protocol::{Parsed, ProtocolError, Reply, RespLimits, parse_command};
@@ -69,6 +70,56 @@ fn quote_args(args: &[Vec<u8>]) -> String {
         .collect()
 }
 
+/// The usage of the lease commands.
+pub const LEASE_USAGE: &str = "Usage: FG.ACQUIRE <key> <max_in_flight> <ttl_ms> | FG.RENEW <key> <lease> <ttl_ms> | FG.RELEASE <key> <lease>";
+
+/// `FG.ACQUIRE key max_in_flight ttl_ms`: `[limited, limit, remaining, retry_after_ms,
+/// reset_after_ms, lease]` (`retry_after_ms` and `lease` -1 when there is none; the
+/// durations rounded up to whole milliseconds); `FG.RENEW key lease ttl_ms` and
+/// `FG.RELEASE key lease`: 1 when the lease was live, 0 (a no-op) when it was released
+/// before, expired or never issued.
+async fn lease_command(door: &LeaseDoor, name: &str, args: &[Vec<u8>]) -> Reply {
+    let s = |i: usize| String::from_utf8_lossy(&args[i]).into_owned();
+    let key = args.get(1).map(Vec::as_slice).unwrap_or_default();
+    let run = async {
+        match (name, args.len()) {
+            ("FG.ACQUIRE", 4) => {
+                let (limit, ttl) = (parse_limit(&s(2))?, parse_ttl_ms(&s(3))?);
+                let ms = |d| i64::try_from(ceil_ms(d)).unwrap_or(i64::MAX);
+                let (d, lease) = match door.acquire(key, limit, ttl).await? {
+                    Ok(l) => (l.decision, i64::try_from(l.id.0).unwrap_or(-1)),
+                    Err(d) => (d, -1),
+                };
+                Ok(Reply::Ints(vec![
+                    i64::from(!d.allowed),
+                    ms_limit(d.limit),
+                    ms_limit(d.remaining),
+                    d.retry_after.map_or(-1, ms),
+                    ms(d.reset_after),
+                    lease,
+                ]))
+            }
+            ("FG.RENEW", 4) => {
+                let (id, ttl) = (parse_lease_id(&s(2))?, parse_ttl_ms(&s(3))?);
+                Ok(Reply::Int(i64::from(door.renew(key, id, ttl).await?)))
+            }
+            ("FG.RELEASE", 3) => {
+                let id = parse_lease_id(&s(2))?;
+                Ok(Reply::Int(i64::from(door.release(key, id).await?)))
+            }
+            _ => Err(DoorError::Invalid(LEASE_USAGE.into())),
+        }
+    };
+    match run.await {
+        Ok(r) => r,
+        Err(e) => Reply::Error(format!("ERR {e}")),
+    }
+}
+
+fn ms_limit(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 /// Per-connection protocol state.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Conn {
@@ -84,12 +135,17 @@ pub struct RespService {
     limits: RespLimits,
     /// The server's policies, for `FG.RESERVE` and `FG.SETTLE`.
     engine: Option<Arc<crate::engine::Engine>>,
+    leases: Arc<LeaseDoor>,
 }
 
 impl RespService {
     /// A service over `store`.
     pub fn new(store: ThrottleStore, metrics: Arc<Metrics>, limits: RespLimits) -> RespService {
         RespService {
+            leases: Arc::new(match &store {
+                ThrottleStore::Memory(cells) => LeaseDoor::memory(cells.max_keys()),
+                ThrottleStore::Redis(s) => LeaseDoor::Redis(s.clone()),
+            }),
             store,
             metrics,
             limits,
@@ -101,6 +157,12 @@ impl RespService {
     pub fn with_engine(mut self, engine: Arc<crate::engine::Engine>) -> RespService {
         self.engine = Some(engine);
         self
+    }
+
+    /// The in-flight leases `FG.ACQUIRE`, `FG.RENEW` and `FG.RELEASE` use (on the same
+    /// store as `CL.THROTTLE`); the HTTP door shares them.
+    pub fn leases(&self) -> &Arc<LeaseDoor> {
+        &self.leases
     }
 
     /// Execute one command on a connection speaking `conn`. Returns the reply and whether
@@ -121,6 +183,18 @@ impl RespService {
             "CL.THROTTLE" => (self.throttle(args).await, false),
             "FG.RESERVE" => (self.reserve(args).await, false),
             "FG.SETTLE" => (self.settle(args).await, false),
+            "FG.ACQUIRE" | "FG.RENEW" | "FG.RELEASE" => {
+                let start = Instant::now();
+                let reply = lease_command(&self.leases, &name, args).await;
+                let outcome = match &reply {
+                    Reply::Ints(v) if v[0] == 1 => RequestOutcome::Rejected,
+                    Reply::Ints(_) | Reply::Int(_) => RequestOutcome::Passed,
+                    Reply::Error(e) if e.starts_with("ERR store") => RequestOutcome::Error,
+                    _ => RequestOutcome::Invalid,
+                };
+                self.metrics.request("resp", outcome, start.elapsed());
+                (reply, false)
+            }
             "PING" => match args.len() {
                 1 => (Reply::Simple("PONG"), false),
                 2 => (Reply::Bulk(args[1].clone()), false),

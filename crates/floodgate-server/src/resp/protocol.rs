@@ -168,6 +168,8 @@ pub enum Reply {
     Bulk(Vec<u8>),
     /// `*n` of integers.
     Ints(Vec<i64>),
+    /// `:n`, one integer.
+    Int(i64),
     /// `*0`.
     EmptyArray,
     /// The `HELLO` reply: a map in RESP3 (`%n`), a flat array in RESP2.
@@ -208,6 +210,7 @@ impl Reply {
                     out.extend_from_slice(format!(":{i}\r\n").as_bytes());
                 }
             }
+            Reply::Int(i) => out.extend_from_slice(format!(":{i}\r\n").as_bytes()),
             Reply::EmptyArray => out.extend_from_slice(b"*0\r\n"),
             Reply::Hello { resp3, proto } => {
                 let fields: [(&str, Option<&str>, i64); 7] = [

@@ -168,3 +168,13 @@ pub async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// A `redis` crate connection to the server's RESP door.
+pub async fn resp_client(srv: &Srv) -> redis::aio::MultiplexedConnection {
+    let url = format!("redis://{}/", srv.running.resp.unwrap());
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
