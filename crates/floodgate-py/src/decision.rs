@@ -28,6 +28,13 @@ impl std::hash::Hash for PyDecision {
     }
 }
 
+impl PyDecision {
+    /// The core decision.
+    pub fn inner(&self) -> &Decision {
+        &self.inner
+    }
+}
+
 impl From<Decision> for PyDecision {
     #[inline]
     fn from(inner: Decision) -> Self {

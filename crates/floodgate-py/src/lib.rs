@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 mod args;
 mod decision;
+mod inflight;
 mod keyed;
 mod limiter;
 mod throttle;
@@ -34,6 +35,9 @@ fn _floodgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::PyGcra>()?;
     m.add_class::<keyed::PyKeyedLimiter>()?;
     m.add_class::<keyed::PyReservation>()?;
+    m.add_class::<inflight::PyInFlight>()?;
+    m.add_class::<inflight::PyLease>()?;
+    m.add("InFlightFull", m.py().get_type::<inflight::InFlightFull>())?;
     m.add("RedisError", m.py().get_type::<throttle::RedisError>())?;
     m.add(
         "RedisTimeoutError",

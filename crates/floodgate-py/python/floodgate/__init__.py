@@ -11,6 +11,7 @@ Every algorithm of the Rust core as a class taking keyword arguments in seconds:
 Classes: FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket (alias
 LeakyMeter), LeakyQueue, GCRA, all subclasses of Limiter; KeyedLimiter for per-key limits
 (KeyedLimiter.reserve returns a Reservation, settled with the actual cost);
+InFlight for at most n calls at once per key (leases: Lease, InFlightFull);
 Decision; ConfigError (a ValueError). throttle() is redis-cell's CL.THROTTLE on any Redis
 (RedisError, RedisTimeoutError when Redis cannot answer).
 """
@@ -20,10 +21,13 @@ from floodgate._floodgate import (
     ConfigError,
     Decision,
     FixedWindow,
+    InFlight,
+    InFlightFull,
     KeyedLimiter,
     LeakyBucket,
     LeakyMeter,
     LeakyQueue,
+    Lease,
     Limiter,
     RedisError,
     RedisTimeoutError,
@@ -40,10 +44,13 @@ __all__ = [
     "Decision",
     "FixedWindow",
     "GCRA",
+    "InFlight",
+    "InFlightFull",
     "KeyedLimiter",
     "LeakyBucket",
     "LeakyMeter",
     "LeakyQueue",
+    "Lease",
     "Limiter",
     "RedisError",
     "RedisTimeoutError",

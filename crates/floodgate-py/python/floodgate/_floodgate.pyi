@@ -154,6 +154,45 @@ class GCRA(Limiter):
         """CL.THROTTLE's parameters: ``count`` per ``period`` seconds, bursts of max_burst + 1."""
 
 @final
+class InFlightFull(RuntimeError):
+    """Raised by InFlight.hold when every place is taken; args[1] is the Decision."""
+
+class Lease:
+    """A held place; released by release() or on leaving a ``with`` block."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def key(self) -> bytes: ...
+    @property
+    def decision(self) -> Decision: ...
+    @property
+    def expires(self) -> float: ...
+    def release(self, now: float | None = None) -> bool:
+        """Give the place back: True the first time, False after."""
+    def renew(self, now: float | None = None) -> bool:
+        """Extend to now + ttl; False when released or expired."""
+    def __enter__(self) -> Lease: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+class InFlight:
+    """At most ``n`` calls of one key in flight at once, as leases living ``ttl`` seconds
+    unless released first; at most ``max_keys`` keys (default 100000). Thread-safe."""
+
+    def __init__(self, n: int, ttl: float, max_keys: int | None = None) -> None: ...
+    def acquire(self, key: str | bytes | None = None, now: float | None = None) -> Lease | None:
+        """A Lease, or None when n are in flight."""
+    def hold(self, key: str | bytes | None = None, now: float | None = None) -> Lease:
+        """A Lease for a ``with`` block; raises InFlightFull when none is free."""
+    def check(self, key: str | bytes | None = None, now: float | None = None) -> Decision: ...
+    def release(self, key: str | bytes, lease_id: int, now: float | None = None) -> bool: ...
+    def renew(self, key: str | bytes, lease_id: int, now: float | None = None) -> bool: ...
+    def in_flight(self, key: str | bytes | None = None, now: float | None = None) -> int: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def ttl(self) -> float: ...
+
 class KeyedLimiter:
     """Per-key limits of ``algorithm`` (a Limiter used as a template), at most ``max_keys``
     keys (default 100000). Keys are str or bytes ("a" and b"a" are the same key).
