@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod concurrency;
 pub mod error;
 pub mod headers;
+pub mod inflight_cap;
 pub mod pacing;
 pub mod polite;
 #[cfg(feature = "reqwest")]

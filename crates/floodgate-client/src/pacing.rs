@@ -319,6 +319,13 @@ impl Pacer {
         };
         for r in advice.iter().take(cfg.max_policies) {
             let Some(reset) = r.reset else { continue };
+            // a concurrency cap is not a rate: not paced (inflight_cap holds it)
+            if policies
+                .iter()
+                .any(|p| p.name == r.name && p.unit == QuotaUnit::ConcurrentRequests)
+            {
+                continue;
+            }
             let t = duration_to_nanos(reset).min(tu.max_wait);
             let until = Nanos(now.0.saturating_add(t));
             let idx = match state.slots.iter().position(|s| s.policy == r.name) {

@@ -30,6 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use floodgate_core::{Clock, MonotonicClock, Nanos, WallClock};
 use http::{HeaderMap, Method, StatusCode};
 use parking_lot::Mutex;
+
+use crate::inflight_cap::{CapPermit, HostCaps, concurrency_denial};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::Notify;
@@ -195,6 +197,8 @@ impl Attempt {
 #[derive(Debug)]
 pub struct Sending {
     permit: Option<Permit>,
+    /// A place in the host's concurrency cap (`qu="concurrent-requests"`), if it has one.
+    cap: Option<CapPermit>,
     probe: Option<Probe>,
     /// The instant the pacer booked this attempt for (on the engine's clock).
     booked: Option<Nanos>,
@@ -244,6 +248,7 @@ pub struct Polite {
     limiter: Option<AdaptiveLimiter>,
     counters: Arc<Counters>,
     first_contacts: FirstContacts,
+    caps: HostCaps,
 }
 
 impl std::fmt::Debug for Polite {
@@ -304,6 +309,7 @@ impl Polite {
             limiter: None,
             counters: Arc::default(),
             first_contacts: Arc::default(),
+            caps: HostCaps::default(),
         })
     }
 
@@ -316,6 +322,12 @@ impl Polite {
     /// The settings.
     pub fn config(&self) -> &PoliteConfig {
         &self.cfg
+    }
+
+    /// The concurrency cap a server advertised for `host` (`qu="concurrent-requests"`),
+    /// if any: at most that many requests are in flight to it.
+    pub fn concurrency_cap(&self, host: &str) -> Option<u64> {
+        self.caps.cap(host)
     }
 
     /// The concurrency limiter, if any.
@@ -397,11 +409,18 @@ impl Polite {
         if status == StatusCode::TOO_MANY_REQUESTS {
             self.counters.throttled.fetch_add(1, Ordering::Relaxed);
         }
+        self.caps.learn(host, &advice.policies);
+        // too many in flight, not too fast: the retry waits for a place (with backoff),
+        // not for the server's Retry-After (its earliest lease's expiry, an upper bound),
+        // and the pace is left alone
+        let in_flight_denial = status == StatusCode::TOO_MANY_REQUESTS
+            && concurrency_denial(&advice.remaining, &advice.policies);
         let retry_after = advice
             .retry_after
-            .filter(|_| self.cfg.retry_after_statuses.contains(&status));
+            .filter(|_| self.cfg.retry_after_statuses.contains(&status) && !in_flight_denial);
         let miss = self.cfg.pacing
             && status == StatusCode::TOO_MANY_REQUESTS
+            && !in_flight_denial
             && pacing_miss(&advice.remaining, retry_after);
         if miss {
             self.counters.pacing_misses.fetch_add(1, Ordering::Relaxed);
@@ -409,7 +428,7 @@ impl Polite {
         {
             let mut pacer = self.pacer.lock();
             if self.cfg.pacing {
-                if status == StatusCode::TOO_MANY_REQUESTS {
+                if status == StatusCode::TOO_MANY_REQUESTS && !in_flight_denial {
                     // the pace was too tight (or the limit is shared): widen it before the
                     // advice rebooks the next send
                     pacer.throttled(host, booked, now);
@@ -456,12 +475,15 @@ impl Polite {
                 tokio::time::sleep(extra).await;
             }
         }
+        // a server's concurrency cap: at most q in flight to the host
+        let cap = self.caps.enter(host, self.cfg.max_wait).await;
         let permit = match self.limiter() {
             Some(l) => Some(l.acquire().await),
             None => None,
         };
         Sending {
             permit,
+            cap,
             probe,
             booked,
         }
@@ -525,9 +547,11 @@ impl Polite {
         attempt.sent += 1;
         let Sending {
             permit,
+            cap,
             probe,
             booked,
         } = sending;
+        drop(cap);
         let verdict = match reply {
             Some((status, headers)) => {
                 if let Some(p) = permit {
