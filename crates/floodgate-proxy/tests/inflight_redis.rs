@@ -19,6 +19,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
 
+mod common;
+
 fn req() -> Request<Full<Bytes>> {
     let mut r = Request::get("/").body(Full::new(Bytes::new())).unwrap();
     r.extensions_mut()
@@ -134,15 +136,5 @@ async fn rates_and_leases_all_or_nothing_on_redis_and_hybrid() {
         HybridStore::with_lease(redis2, &infos, 1, 1, Duration::from_secs(1), 1000).unwrap(),
     );
     check(builder().store(hybrid, "hybrid").build().unwrap(), "hybrid").await;
-    // clean up this test's keys
-    let keys = std::process::Command::new("redis-cli")
-        .args(["-p", "6379", "--scan", "--pattern"])
-        .arg(format!("{prefix}*"))
-        .output()
-        .unwrap();
-    for k in String::from_utf8_lossy(&keys.stdout).lines() {
-        let _ = std::process::Command::new("redis-cli")
-            .args(["-p", "6379", "del", k])
-            .output();
-    }
+    common::delete_redis_keys(&prefix);
 }
