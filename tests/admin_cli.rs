@@ -255,7 +255,7 @@ fn server(dir: &std::path::Path) -> (Proc, SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_serves_the_same_api_and_page() {
     let dir = tempfile::tempdir().unwrap();
-    let (_p, http) = server(dir.path());
+    let (srv, http) = server(dir.path());
     let check = |user: &str| {
         format!(r#"{{"domain": "edge", "descriptors": [[{{"key": "user", "value": "{user}"}}]]}}"#)
     };
@@ -304,6 +304,43 @@ async fn the_server_serves_the_same_api_and_page() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("7:mallory"));
+
+    // reloads, refused and taken, are listed (SIGHUP; the file watcher may also see them)
+    let cfg = dir.path().join("limits.yaml");
+    let good = std::fs::read_to_string(&cfg).unwrap().replace("5/s", "7/s");
+    for (text, ok) in [
+        ("domains: [{domain: edge, descriptors: 3}]\n", false),
+        (good.as_str(), true),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let hup = Command::new("kill")
+            .args(["-HUP", &srv.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(hup.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, body) = http_get(http, "/admin/api/config").await;
+            let v = json(&body);
+            let last = v["reloads"].as_array().unwrap().last().cloned().unwrap();
+            if last["ok"] == ok
+                && (ok || last["generation"] == 1)
+                && (!ok || last["generation"] == 2)
+            {
+                if ok {
+                    assert_eq!(v["policies"][0]["rate"], "7/s", "{body}");
+                } else {
+                    assert!(
+                        last["message"].as_str().unwrap().contains("descriptors"),
+                        "{body}"
+                    );
+                }
+                break;
+            }
+            assert!(Instant::now() < deadline, "reload not listed: {body}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// Debian's `chromium`, or `None` (the browser test then skips with a message, unless
