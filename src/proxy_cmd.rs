@@ -10,7 +10,7 @@ use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Algorithm, Kind, Rate, Spec};
 use floodgate_http::insight::KeyDisplay;
 use floodgate_http::{Policy, RateLimiter, RateLimiterBuilder};
-use floodgate_proxy::config::{Config, parse_upstream};
+use floodgate_proxy::config::{Config, parse_admin, parse_upstream};
 use floodgate_proxy::proxy::{Proxy, ProxySettings, shutdown_signal};
 
 /// Flags of `floodgate proxy`.
@@ -29,8 +29,9 @@ pub struct ProxyArgs {
     #[arg(long)]
     upstream: Option<String>,
     /// Admin listener for /metrics, /healthz and the admin page and API under /admin
-    /// (overrides the config's `admin`); keep it on loopback: it shows keys and config.
-    #[arg(long)]
+    /// (overrides the config's `admin`): ip:port, or a port alone, which binds
+    /// 127.0.0.1 (the page shows keys and config).
+    #[arg(long, value_parser = parse_admin)]
     admin: Option<SocketAddr>,
     /// How /admin shows keys: plain, truncated or hashed (overrides the config's
     /// `admin_keys`).

@@ -88,6 +88,33 @@ pub(super) fn parse_net(s: &str) -> Result<IpNet, String> {
         .map_err(|_| format!("{s:?} is not an IP address or CIDR (e.g. 10.0.0.0/8, 2001:db8::/32)"))
 }
 
+/// The admin listener's address: `ip:port`, or a bare port (`9090`), which binds
+/// loopback (`127.0.0.1:9090`): the admin page shows keys and the config.
+pub fn parse_admin(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| {
+        format!("admin {s:?}: give ip:port (127.0.0.1:9090) or a port alone, which binds 127.0.0.1")
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum AdminValue {
+    Port(u16),
+    Text(String),
+}
+
+pub(super) fn de_admin<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::net::SocketAddr>, D::Error> {
+    match AdminValue::deserialize(d)? {
+        AdminValue::Port(p) => Ok(Some(std::net::SocketAddr::from(([127, 0, 0, 1], p)))),
+        AdminValue::Text(s) => parse_admin(&s).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
 /// An `http://host:port` upstream, without path or query.
 pub fn parse_upstream(s: &str) -> Result<Uri, String> {
     let uri: Uri = s.parse().map_err(|e| format!("{s:?} is not a URL: {e}"))?;

@@ -47,7 +47,7 @@ mod sections;
 mod tests;
 
 use de::*;
-pub use de::{KeySpec, parse_upstream};
+pub use de::{KeySpec, parse_admin, parse_upstream};
 pub use sections::*;
 
 /// The whole file.
@@ -59,7 +59,9 @@ pub struct Config {
     /// The backend, `http://host:port`.
     #[serde(default, deserialize_with = "de_opt_upstream")]
     pub upstream: Option<Uri>,
-    /// Admin listener (`/metrics`, `/healthz`, `/admin`).
+    /// Admin listener (`/metrics`, `/healthz`, `/admin`): `ip:port`, or a port alone,
+    /// which binds 127.0.0.1.
+    #[serde(default, deserialize_with = "de_admin")]
     pub admin: Option<SocketAddr>,
     /// How the admin API and page show keys: `plain` (default), `truncated`, `hashed`.
     #[serde(default, deserialize_with = "de_key_display")]

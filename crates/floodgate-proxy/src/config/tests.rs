@@ -319,3 +319,31 @@ fn client_ip_header_reads_as_the_layers_type() {
         "{e}"
     );
 }
+
+#[test]
+fn admin_listener_binds_loopback_for_a_bare_port_and_keys_display() {
+    let parse = |admin: &str| {
+        Config::parse(
+            &format!("admin = {admin}\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n"),
+            Path::new("x.toml"),
+        )
+    };
+    let lo = |p| Some(SocketAddr::from(([127, 0, 0, 1], p)));
+    assert_eq!(parse("9090").unwrap().admin, lo(9090));
+    assert_eq!(parse("\"9091\"").unwrap().admin, lo(9091));
+    assert_eq!(
+        parse("\"0.0.0.0:9092\"").unwrap().admin,
+        Some(SocketAddr::from(([0, 0, 0, 0], 9092)))
+    );
+    assert!(
+        parse("\"nine\"")
+            .unwrap_err()
+            .to_string()
+            .contains("a port alone, which binds 127.0.0.1")
+    );
+    assert_eq!(parse_admin("9093"), Ok(lo(9093).unwrap()));
+    assert!(
+        err("admin_keys = \"secret\"\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n")
+            .contains("plain, truncated or hashed")
+    );
+}
