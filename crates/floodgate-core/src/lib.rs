@@ -4,6 +4,7 @@
 pub mod algorithm;
 pub mod algorithms;
 pub mod any;
+pub mod cell;
 #[cfg(feature = "serde")]
 pub mod de;
 pub mod decision;

@@ -1,0 +1,8 @@
+#![doc = include_str!("../README.md")]
+
+// The entry points Redis calls (redis-module's `redis_module!` and the commands): not in
+// unit-test builds, whose allocator is the system's, not Redis's.
+#[cfg(not(test))]
+mod commands;
+pub mod throttle;
+pub mod value;

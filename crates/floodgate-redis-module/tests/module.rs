@@ -1,0 +1,312 @@
+//! The module loaded into redis-servers of this test's own: `CL.THROTTLE` call by call
+//! against floodgate-core's GCRA, replication of the effect to a replica, bad input.
+
+mod support;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use floodgate_core::algorithms::{Gcra, GcraState};
+use floodgate_core::{Algorithm, Nanos};
+use redis::{Connection, Value};
+use support::{module_path, start_redis};
+
+fn connect(port: u16) -> Connection {
+    let c = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let conn = c.get_connection().unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    conn
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// `CL.THROTTLE key args...`: the five integers, or the error text.
+fn throttle(c: &mut Connection, key: &str, args: &[u64]) -> Result<Vec<i64>, String> {
+    let mut cmd = redis::cmd("CL.THROTTLE");
+    cmd.arg(key);
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd.query::<Vec<i64>>(c).map_err(|e| e.to_string())
+}
+
+fn raw(c: &mut Connection, args: &[&str]) -> Result<Value, String> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query::<Value>(c).map_err(|e| e.to_string())
+}
+
+fn get(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("GET").arg(key).query(c).unwrap()
+}
+
+fn pexpiretime(c: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
+}
+
+fn tat_of(bytes: &Option<Vec<u8>>) -> GcraState {
+    match bytes {
+        None => GcraState::default(),
+        Some(b) => {
+            assert_eq!(b.len(), 9, "a 9-byte value: {b:?}");
+            assert_eq!(b[0], 1, "tag 1");
+            GcraState {
+                tat: Nanos(u64::from_le_bytes(b[1..].try_into().unwrap())),
+            }
+        }
+    }
+}
+
+/// Log-uniform in `lo..=hi`.
+fn log_range(rng: &mut fastrand::Rng, lo: u64, hi: u64) -> u64 {
+    let v = ((lo as f64).ln() + rng.f64() * ((hi as f64 + 1.0).ln() - (lo as f64).ln())).exp();
+    (v as u64).clamp(lo, hi)
+}
+
+#[test]
+fn cl_throttle_decides_as_floodgate_core_call_by_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_redis, port) = start_redis(Some(&module_path()), dir.path(), &[]);
+    let mut c = connect(port);
+    // the reference's examples on fresh keys
+    assert_eq!(
+        throttle(&mut c, "ex1", &[15, 30, 60]),
+        Ok(vec![0, 16, 15, -1, 2])
+    );
+    assert_eq!(
+        throttle(&mut c, "ex1", &[15, 30, 60]).unwrap()[..4],
+        [0, 16, 14, -1]
+    );
+    assert_eq!(
+        throttle(&mut c, "ex2", &[15, 30, 60, 0]),
+        Ok(vec![0, 16, 16, -1, 0])
+    );
+    assert_eq!(
+        throttle(&mut c, "ex3", &[4, 1, 1, 6]),
+        Ok(vec![1, 5, 5, -1, 0])
+    );
+    assert_eq!(get(&mut c, "ex2"), None, "a peek writes nothing");
+
+    let seed = std::env::var("FLOODGATE_DIFF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(now_ns);
+    eprintln!("seed {seed} (FLOODGATE_DIFF_SEED={seed} replays the parameters)");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let started = Instant::now();
+    let (mut calls, mut exact, mut straddles, mut writes) = (0usize, 0usize, 0usize, 0usize);
+    let mut keys = 0;
+    while calls < 4_000 && started.elapsed() < Duration::from_secs(15) {
+        let (max_burst, count, period) = (
+            rng.u64(0..=100),
+            log_range(&mut rng, 1, 1000),
+            log_range(&mut rng, 1, 86_400),
+        );
+        let gcra = Gcra::from_cell(max_burst, count, period).unwrap();
+        keys += 1;
+        let key = format!("k{keys}");
+        for _ in 0..rng.u32(1..=24) {
+            let q = match rng.u32(0..10) {
+                0 => 0,
+                1..=5 => 1,
+                _ => rng.u64(0..=50),
+            };
+            if rng.u32(0..100) < 3 {
+                std::thread::sleep(Duration::from_millis(rng.u64(0..=20)));
+            }
+            let before = get(&mut c, &key);
+            let state = tat_of(&before);
+            let t0 = now_ns();
+            let got = throttle(&mut c, &key, &[max_burst, count, period, q]).unwrap();
+            let t1 = now_ns();
+            calls += 1;
+            let at = |t: u64| gcra.decide(&state, Nanos(t), q).0.throttle_reply().to_vec();
+            let after = get(&mut c, &key);
+            let what = format!("CL.THROTTLE {key} {max_burst} {count} {period} {q}");
+            if got[0] == 0 && q > 0 {
+                // admitted: the new TAT is max(now, TAT) + q T for the module's now
+                writes += 1;
+                let new = tat_of(&after).tat.0;
+                let inc = q * gcra.emission_interval_nanos();
+                let lo = state.tat.0.max(t0) + inc;
+                let hi = state.tat.0.max(t1) + inc;
+                assert!(
+                    (lo..=hi).contains(&new),
+                    "{what}: TAT {new} not in {lo}..={hi}"
+                );
+                let now = if new - inc > state.tat.0 {
+                    new - inc
+                } else {
+                    t0
+                };
+                assert_eq!(got, at(now), "{what}: at the module's own instant");
+                assert_eq!(
+                    pexpiretime(&mut c, &key) as u64,
+                    new.div_ceil(1_000_000),
+                    "{what}: the key expires when it is back at full capacity"
+                );
+                exact += 1;
+                continue;
+            }
+            // nothing written: the value is the one before (or expired meanwhile)
+            assert!(
+                after.is_none() || after == before,
+                "{what}: wrote on a denial or peek"
+            );
+            let (a, b) = (at(t0), at(t1));
+            if a == b {
+                assert_eq!(got, a, "{what}");
+                exact += 1;
+            } else {
+                // each integer is monotonic in time: between the two ends
+                let ok = (0..5).all(|i| (a[i].min(b[i])..=a[i].max(b[i])).contains(&got[i]));
+                assert!(ok, "{what}: {got:?} not between {a:?} and {b:?}");
+                straddles += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{calls} calls on {keys} keys in {:.1} s: {exact} exact ({writes} writes checked to the nanosecond), {straddles} straddling a boundary",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        calls >= 1_000,
+        "only {calls} calls: too few to say anything"
+    );
+    assert!(
+        straddles * 100 < calls,
+        "{straddles} of {calls} calls straddle"
+    );
+}
+
+#[test]
+fn a_replica_reaches_the_same_bytes_and_expiries() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_primary, pport) = start_redis(
+        Some(&module_path()),
+        dir.path(),
+        &["--repl-diskless-sync-delay", "0"],
+    );
+    // the replica has no module: it could not run CL.THROTTLE, only the SET ... PXAT
+    let replica_of = pport.to_string();
+    let (_replica, rport) =
+        start_redis(None, dir.path(), &["--replicaof", "127.0.0.1", &replica_of]);
+    let mut p = connect(pport);
+    let mut r = connect(rport);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never synced: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut rng = fastrand::Rng::with_seed(7);
+    let keys: Vec<String> = (0..100).map(|i| format!("rep{i}")).collect();
+    for i in 0..3_000 {
+        let key = &keys[rng.usize(..keys.len())];
+        // per key one limit (periods of 100 s and more: no key expires during the test)
+        let k: u64 = key[3..].parse().unwrap();
+        let args = [k % 7, 1 + k % 5, 100 + k * 10, rng.u64(0..=3)];
+        throttle(&mut p, key, &args).unwrap();
+        if i % 500 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut p).unwrap();
+    assert_eq!(acked, 1, "the replica acknowledged the writes");
+    let size = |c: &mut Connection| -> i64 { redis::cmd("DBSIZE").query(c).unwrap() };
+    assert_eq!(size(&mut p), size(&mut r));
+    let mut compared = 0;
+    for key in &keys {
+        let (pv, rv) = (get(&mut p, key), get(&mut r, key));
+        assert_eq!(pv, rv, "{key}: the same bytes on the replica");
+        let (pe, re) = (pexpiretime(&mut p, key), pexpiretime(&mut r, key));
+        assert_eq!(pe, re, "{key}: the same absolute expiry on the replica");
+        if pv.is_some() {
+            assert!(pe > 0, "{key} has an expiry");
+            compared += 1;
+        }
+    }
+    assert!(compared >= 90, "only {compared} keys written");
+}
+
+#[test]
+fn bad_input_gets_an_error_naming_the_argument_and_no_key_loses_its_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_redis, port) = start_redis(Some(&module_path()), dir.path(), &[]);
+    let mut c = connect(port);
+    let err = |c: &mut Connection, args: &[&str]| match raw(c, args) {
+        Err(e) => e,
+        Ok(v) => panic!("{args:?} answered {v:?}"),
+    };
+    assert!(err(&mut c, &["CL.THROTTLE", "k", "1", "2"]).contains("Usage: CL.THROTTLE"));
+    assert!(
+        err(&mut c, &["CL.THROTTLE", "k", "1", "2", "3", "4", "5"]).contains("Usage: CL.THROTTLE")
+    );
+    // the four words after the key (`_` for an empty word), and what the error says
+    for (args, text) in [
+        ("x 30 60 1", "max_burst must be an integer, got \"x\""),
+        ("1 3.5 60 1", "count must be an integer, got \"3.5\""),
+        ("1 30 _ 1", "period must be an integer, got \"\""),
+        ("1 30 60 q", "quantity must be an integer, got \"q\""),
+        (
+            "1 30 60 99999999999999999999",
+            "quantity must be an integer",
+        ),
+        ("1 0 60 1", "zero rates are not supported (count is 0)"),
+        ("1 30 0 1", "zero rates are not supported (period is 0)"),
+        ("-1 30 60 1", "max_burst must not be negative, got -1"),
+        ("1 -30 60 1", "count must not be negative, got -30"),
+        ("1 30 60 -1", "quantity must not be negative, got -1"),
+        ("9223372036854775807 30 60 1", "max_burst is too large"),
+        ("1 30 9223372036854775807 1", "period is too large"),
+    ] {
+        let mut full = vec!["CL.THROTTLE", "bad"];
+        full.extend(args.split(' ').map(|w| if w == "_" { "" } else { w }));
+        let e = err(&mut c, &full);
+        assert!(e.contains(text), "{full:?}: {e}");
+    }
+    assert_eq!(get(&mut c, "bad"), None, "bad input writes nothing");
+    // keys of the wrong type, and strings that are not the module's
+    raw(&mut c, &["LPUSH", "list", "a"]).unwrap();
+    assert!(err(&mut c, &["CL.THROTTLE", "list", "1", "1", "1"]).contains("WRONGTYPE"));
+    raw(&mut c, &["SET", "text", "1700000000"]).unwrap();
+    let e = err(&mut c, &["CL.THROTTLE", "text", "1", "1", "1"]);
+    assert!(e.contains("not a floodgate GCRA state"), "{e}");
+    assert_eq!(get(&mut c, "text").as_deref(), Some(&b"1700000000"[..]));
+    // a key in use keeps its expiry through bad calls, peeks, denials
+    throttle(&mut c, "used", &[1, 1, 60, 1]).unwrap();
+    let exp = pexpiretime(&mut c, "used");
+    assert!(exp > 0);
+    err(&mut c, &["CL.THROTTLE", "used", "1", "1", "60", "-5"]);
+    throttle(&mut c, "used", &[1, 1, 60, 0]).unwrap();
+    throttle(&mut c, "used", &[1, 1, 60, 50]).unwrap();
+    assert_eq!(pexpiretime(&mut c, "used"), exp);
+    // after random traffic, every key of the module has an expiry
+    let mut rng = fastrand::Rng::with_seed(11);
+    for _ in 0..500 {
+        let key = format!("r{}", rng.u32(0..50));
+        let _ = throttle(
+            &mut c,
+            &key,
+            &[rng.u64(0..5), rng.u64(1..5), rng.u64(1..100), rng.u64(0..8)],
+        );
+    }
+    let keys: Vec<String> = redis::cmd("KEYS").arg("r*").query(&mut c).unwrap();
+    assert!(keys.len() > 10);
+    for k in keys {
+        assert!(pexpiretime(&mut c, &k) > 0, "{k} has no expiry");
+    }
+}
