@@ -6,12 +6,12 @@
 //!
 //! * [`LocalStore`](crate::LocalStore): the core's `reserve_all` and `settle_charge` on
 //!   its limiters, all-or-nothing like a check.
-//! * [`RedisDecisionStore`](crate::RedisDecisionStore): one atomic round trip per policy
+//! * `RedisDecisionStore`: one atomic round trip per policy
 //!   (floodgate-redis's settle script). Several policies are reserved one after the
 //!   other; when one denies, those already reserved are settled at 0 at once, which
 //!   refunds their whole estimate (nothing of it has elapsed): all-or-nothing up to the
 //!   requests that a concurrent check decides between the two calls.
-//! * [`HybridStore`](crate::HybridStore): reservations and settles go to the shared
+//! * `HybridStore`: reservations and settles go to the shared
 //!   counter in Redis, as with the Redis store, never to the node's lease: a lease is
 //!   quota already taken from the counter with no per-request record to settle, so a
 //!   refund into it could hand out units twice. A route that settles costs therefore
