@@ -75,6 +75,10 @@ macro_rules! redis_lease_methods {
         ) -> crate::store::BoxFuture<'a, Result<crate::inflight::LeaseAnswer, crate::StoreError>> {
             Box::pin(self.leases.lease(policy, key, op))
         }
+
+        fn keeps_leases(&self) -> bool {
+            true
+        }
     };
 }
 pub(crate) use redis_lease_methods;

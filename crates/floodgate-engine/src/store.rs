@@ -196,6 +196,12 @@ pub trait DecisionStore: Send + Sync + 'static {
         let _ = (key, op);
         Box::pin(std::future::ready(Err(no_leases(policy))))
     }
+
+    /// Whether [`lease`](Self::lease) is implemented (a limiter with `max_in_flight`
+    /// policies refuses a store without it when it is built). Default: false.
+    fn keeps_leases(&self) -> bool {
+        false
+    }
 }
 
 fn no_leases(policy: &LeasePolicy) -> StoreError {
@@ -244,6 +250,9 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
         op: LeaseOp,
     ) -> BoxFuture<'a, Result<LeaseAnswer, StoreError>> {
         (**self).lease(policy, key, op)
+    }
+    fn keeps_leases(&self) -> bool {
+        (**self).keeps_leases()
     }
 }
 
@@ -504,5 +513,9 @@ impl DecisionStore for LocalStore {
             op,
             &*self.clock,
         )))
+    }
+
+    fn keeps_leases(&self) -> bool {
+        true
     }
 }

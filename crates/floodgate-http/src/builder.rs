@@ -326,6 +326,15 @@ impl RateLimiterBuilder {
                 return Err(FleetError::NeedsLocalStore(f.strategy()).into());
             }
         }
+        if let Some(s) = &self.store
+            && !s.keeps_leases()
+            && let Some(p) = infos.iter().find(|p| p.in_flight.is_some())
+        {
+            return Err(BuildError::Invalid(format!(
+                "policy {:?} limits requests in flight, and the store {:?} keeps no leases (use the in-process, Redis or hybrid store)",
+                p.name, self.store_name
+            )));
+        }
         let (store, local): (Arc<dyn DecisionStore>, _) = match self.store {
             Some(s) => (s, None),
             None => {
@@ -386,6 +395,35 @@ impl RateLimiter {
 mod build_tests {
     use super::*;
     use floodgate_core::{Kind, Spec};
+
+    #[test]
+    fn a_max_in_flight_policy_needs_a_store_that_keeps_leases() {
+        struct NoLeases;
+        impl DecisionStore for NoLeases {
+            fn check<'a>(
+                &'a self,
+                _: &'a [crate::store::StoreCheck<'a>],
+            ) -> crate::store::BoxFuture<
+                'a,
+                Result<floodgate_core::multi::MultiDecision, crate::store::StoreError>,
+            > {
+                Box::pin(std::future::ready(Err(crate::store::StoreError::refused(
+                    "custom", "unused",
+                ))))
+            }
+        }
+        let spec = crate::policy::InFlightSpec::new(2, Duration::from_secs(1)).unwrap();
+        let e = RateLimiter::builder()
+            .policy(Policy::max_in_flight("gpu", spec))
+            .store(Arc::new(NoLeases), "custom")
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"gpu\"") && e.contains("keeps no leases"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_route_naming_a_policy_twice_is_refused() {
