@@ -49,6 +49,53 @@ impl MultiDecision {
     }
 }
 
+/// The all-or-nothing rule of [`check_all`] on states the caller holds and stores itself
+/// (a Redis module reads and writes its keys): every `(algorithm, state, cost)` is decided
+/// at `now`. When all admit, the second value holds each check's write (`None` for a cost
+/// of 0), to [`apply`](Algorithm::apply) and store; when one denies, there is no write at
+/// all, and the decision of each check that would have admitted is its cost-0 view, as in
+/// [`check_all`]. The caller makes sure no state is listed twice.
+///
+/// ```
+/// use floodgate_core::algorithms::FixedWindow;
+/// use floodgate_core::multi::decide_all;
+/// use floodgate_core::{Algorithm, Nanos};
+/// use std::time::Duration;
+///
+/// let client = FixedWindow::new(100, Duration::from_secs(60))?;
+/// let global = FixedWindow::new(1, Duration::from_secs(60))?;
+/// let (mut a, mut g) = (Default::default(), Default::default());
+/// let now = Nanos::from_secs(1);
+/// let (first, writes) = decide_all(&[(&client, &a, 1), (&global, &g, 1)], now);
+/// assert!(first.allowed);
+/// let mut writes = writes.into_iter();
+/// client.apply(&mut a, writes.next().flatten().unwrap());
+/// global.apply(&mut g, writes.next().flatten().unwrap());
+/// let (second, writes) = decide_all(&[(&client, &a, 1), (&global, &g, 1)], now);
+/// assert!(!second.allowed && writes.iter().all(Option::is_none));
+/// assert_eq!(second.decisions[0].remaining, 99); // the client was not charged
+/// # Ok::<(), floodgate_core::ConfigError>(())
+/// ```
+pub fn decide_all<A: Algorithm>(
+    checks: &[(&A, &A::State, u64)],
+    now: Nanos,
+) -> (MultiDecision, Vec<Option<A::Pending>>) {
+    let (mut decisions, mut pendings): (Vec<Decision>, Vec<Option<A::Pending>>) = checks
+        .iter()
+        .map(|(alg, state, cost)| alg.decide(state, now, *cost))
+        .unzip();
+    let allowed = decisions.iter().all(|d| d.allowed);
+    if !allowed {
+        pendings.iter_mut().for_each(|p| *p = None);
+        for ((alg, state, _), d) in checks.iter().zip(decisions.iter_mut()) {
+            if d.allowed {
+                *d = alg.decide(state, now, 0).0;
+            }
+        }
+    }
+    (MultiDecision { allowed, decisions }, pendings)
+}
+
 /// Check a request against several limits at once, all-or-nothing.
 ///
 /// The shards involved are locked in one global order (limiter address, then shard), so

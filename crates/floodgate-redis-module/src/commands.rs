@@ -6,6 +6,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use floodgate_core::Nanos;
+
+use crate::fg;
 use redis_module::{Context, KeyType, RedisError, RedisResult, RedisString, RedisValue};
 
 /// The primary's clock, read once per command: nanoseconds since the Unix epoch
@@ -48,10 +50,7 @@ fn cl_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             floodgate_core::cell::THROTTLE_USAGE
         )));
     }
-    let words: Vec<String> = args[2..]
-        .iter()
-        .map(|a| String::from_utf8_lossy(a.as_slice()).into_owned())
-        .collect();
+    let words = words(&args[2..]);
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let stored = read_string(ctx, &args[1])?;
     let (reply, write) = crate::throttle::cell_throttle(&words, stored.as_deref(), now())
@@ -59,9 +58,89 @@ fn cl_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let Some(w) = write {
         store(ctx, &args[1], &w.bytes, w.expire_at_ms)?;
     }
-    Ok(RedisValue::Array(
-        reply.into_iter().map(RedisValue::Integer).collect(),
-    ))
+    Ok(ints(reply))
+}
+
+/// The arguments as text (lossy: a non-UTF-8 word is refused by the parser that reads it).
+fn words(args: &[RedisString]) -> Vec<String> {
+    args.iter()
+        .map(|a| String::from_utf8_lossy(a.as_slice()).into_owned())
+        .collect()
+}
+
+/// Decide `policies` on `keys` all-or-nothing and store the writes; the outcome.
+fn run_policies(
+    ctx: &Context,
+    keys: &[&RedisString],
+    policies: &[fg::Policy],
+) -> RedisResult<fg::Outcome> {
+    let stored = keys
+        .iter()
+        .map(|k| read_string(ctx, k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let stored: Vec<Option<&[u8]>> = stored.iter().map(Option::as_deref).collect();
+    let outcome = fg::decide(policies, &stored, now()).map_err(RedisError::String)?;
+    for w in &outcome.writes {
+        store(ctx, keys[w.policy], &w.bytes, w.expire_at_ms)?;
+    }
+    Ok(outcome)
+}
+
+fn ints(reply: [i64; 5]) -> RedisValue {
+    RedisValue::Array(reply.into_iter().map(RedisValue::Integer).collect())
+}
+
+/// `FG.THROTTLE algorithm key rate [cost]`.
+fn fg_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if !(4..=5).contains(&args.len()) {
+        return Err(RedisError::String(format!("ERR {}", fg::FG_THROTTLE_USAGE)));
+    }
+    let w = words(&args);
+    let policy =
+        fg::parse_policy(&w[1], &w[3], w.get(4).map(String::as_str)).map_err(RedisError::String)?;
+    let outcome = run_policies(ctx, &[&args[2]], &[policy])?;
+    Ok(ints(outcome.replies[0]))
+}
+
+/// `FG.MULTI n (algorithm key rate cost) x n`: all-or-nothing. The reply: `limited` (0/1)
+/// for the whole request, then each policy's five integers.
+fn fg_multi(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let usage = || RedisError::String(format!("ERR {}", fg::FG_MULTI_USAGE));
+    let n: usize = args
+        .get(1)
+        .and_then(|a| std::str::from_utf8(a.as_slice()).ok())
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n >= 1)
+        .ok_or_else(usage)?;
+    if args.len()
+        != n.checked_mul(4)
+            .and_then(|g| g.checked_add(2))
+            .ok_or_else(usage)?
+    {
+        return Err(usage());
+    }
+    let w = words(&args);
+    let mut keys: Vec<&RedisString> = Vec::with_capacity(n);
+    let mut policies = Vec::with_capacity(n);
+    for g in 0..n {
+        let at = 2 + 4 * g;
+        let key = &args[at + 1];
+        if keys.iter().any(|k| k.as_slice() == key.as_slice()) {
+            return Err(RedisError::String(format!(
+                "ERR key {:?} appears twice: give each policy its own key",
+                w[at + 1]
+            )));
+        }
+        keys.push(key);
+        policies.push(
+            fg::parse_policy(&w[at], &w[at + 2], Some(&w[at + 3]))
+                .map_err(|e| RedisError::String(format!("{e} (policy {})", g + 1)))?,
+        );
+    }
+    let outcome = run_policies(ctx, &keys, &policies)?;
+    let mut reply = vec![RedisValue::Integer(i64::from(!outcome.allowed))];
+    reply.extend(outcome.replies.into_iter().map(ints));
+    Ok(RedisValue::Array(reply))
 }
 
 redis_module::redis_module! {
@@ -71,5 +150,8 @@ redis_module::redis_module! {
     data_types: [],
     commands: [
         ["cl.throttle", cl_throttle, "write deny-oom fast", 1, 1, 1, ""],
+        ["fg.throttle", fg_throttle, "write deny-oom fast", 2, 2, 1, ""],
+        // keys at 3, 7, ...: the last is the 3rd word from the end
+        ["fg.multi", fg_multi, "write deny-oom", 3, -3, 4, ""],
     ],
 }

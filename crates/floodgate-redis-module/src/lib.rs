@@ -4,5 +4,6 @@
 // unit-test builds, whose allocator is the system's, not Redis's.
 #[cfg(not(test))]
 mod commands;
+pub mod fg;
 pub mod throttle;
 pub mod value;

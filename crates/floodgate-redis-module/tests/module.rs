@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floodgate_core::algorithms::{Gcra, GcraState};
-use floodgate_core::{Algorithm, Nanos};
+use floodgate_core::{Algorithm, AnyAlgorithm, AnyState, Kind, Nanos, Rate, Spec};
 use redis::{Connection, Value};
 use support::{module_path, start_redis};
 
@@ -218,8 +218,22 @@ fn a_replica_reaches_the_same_bytes_and_expiries() {
         let key = &keys[rng.usize(..keys.len())];
         // per key one limit (periods of 100 s and more: no key expires during the test)
         let k: u64 = key[3..].parse().unwrap();
-        let args = [k % 7, 1 + k % 5, 100 + k * 10, rng.u64(0..=3)];
-        throttle(&mut p, key, &args).unwrap();
+        if k.is_multiple_of(2) {
+            let args = [k % 7, 1 + k % 5, 100 + k * 10, rng.u64(0..=3)];
+            throttle(&mut p, key, &args).unwrap();
+        } else {
+            // the other algorithms, through FG.THROTTLE
+            let alg = [
+                "fixed-window",
+                "sliding-counter",
+                "token-bucket",
+                "leaky-meter",
+                "gcra",
+            ][(k as usize / 2) % 5];
+            let rate = format!("{}/{}s", 1 + k % 5, 100 + k * 10);
+            let cost = rng.u64(0..=3).to_string();
+            raw(&mut p, &["FG.THROTTLE", alg, key, &rate, &cost]).unwrap();
+        }
         if i % 500 == 0 {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -309,4 +323,167 @@ fn bad_input_gets_an_error_naming_the_argument_and_no_key_loses_its_expiry() {
     for k in keys {
         assert!(pexpiretime(&mut c, &k) > 0, "{k} has no expiry");
     }
+}
+
+/// The five integers of `FG.THROTTLE`/`FG.MULTI` items.
+fn five(v: &Value) -> Vec<i64> {
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::Int(n) => *n,
+                other => panic!("not an integer: {other:?}"),
+            })
+            .collect(),
+        other => panic!("not an array: {other:?}"),
+    }
+}
+
+/// The core's reply matches the module's: the same admission, limit and remaining, and
+/// durations within a second (the call's instant lies between two clock readings).
+fn agrees(got: &[i64], want: [i64; 5]) -> bool {
+    got.len() == 5 && got[..3] == want[..3] && (0..2).all(|i| (got[3 + i] - want[3 + i]).abs() <= 1)
+}
+
+#[test]
+fn fg_throttle_decides_as_the_core_for_every_algorithm_it_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_redis, port) = start_redis(Some(&module_path()), dir.path(), &[]);
+    let mut c = connect(port);
+    let mut rng = fastrand::Rng::with_seed(now_ns());
+    let mut calls = 0;
+    for kind in [
+        Kind::FixedWindow,
+        Kind::SlidingCounter,
+        Kind::TokenBucket,
+        Kind::LeakyMeter,
+        Kind::Gcra,
+    ] {
+        for round in 0..20 {
+            // slow rates (per hour and more): a few milliseconds of test change nothing
+            let rate = format!("{}/{}h", rng.u64(1..=20), rng.u64(1..=24));
+            let alg: AnyAlgorithm = Spec::new(kind, rate.parse::<Rate>().unwrap())
+                .build()
+                .unwrap();
+            let key = format!("fg-{kind}-{round}");
+            let mut state = AnyState::default();
+            for _ in 0..rng.u32(1..=30) {
+                let cost = rng.u64(0..=4);
+                let t0 = now_ns();
+                let got = five(
+                    &raw(
+                        &mut c,
+                        &["FG.THROTTLE", kind.name(), &key, &rate, &cost.to_string()],
+                    )
+                    .unwrap(),
+                );
+                let t1 = now_ns();
+                calls += 1;
+                let (a, pa) = alg.decide(&state, Nanos(t0), cost);
+                let b = alg.decide(&state, Nanos(t1), cost).0;
+                let ok = agrees(&got, a.throttle_reply()) || agrees(&got, b.throttle_reply());
+                assert!(
+                    ok,
+                    "FG.THROTTLE {kind} {key} {rate} {cost}: {got:?}, the core {:?} .. {:?}",
+                    a.throttle_reply(),
+                    b.throttle_reply()
+                );
+                if let (0, Some(p)) = (got[0], pa) {
+                    alg.apply(&mut state, p);
+                }
+                let value = get(&mut c, &key);
+                if let Some(v) = &value {
+                    assert!(pexpiretime(&mut c, &key) > 0, "{key} has an expiry");
+                    assert!(matches!(v.len(), 9 | 17 | 25), "{key}: {} bytes", v.len());
+                }
+            }
+        }
+    }
+    assert!(calls > 300, "{calls} calls");
+}
+
+#[test]
+fn fg_multi_charges_all_policies_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_redis, port) = start_redis(Some(&module_path()), dir.path(), &[]);
+    let mut c = connect(port);
+    let multi = |c: &mut Connection, client: &str| {
+        let v = raw(
+            c,
+            &[
+                "FG.MULTI",
+                "2",
+                "gcra",
+                client,
+                "3/h",
+                "1",
+                "fixed-window",
+                "global",
+                "4/h",
+                "1",
+            ],
+        )
+        .unwrap();
+        let Value::Array(items) = v else {
+            panic!("{v:?}")
+        };
+        let Value::Int(limited) = items[0] else {
+            panic!("{items:?}")
+        };
+        (limited, five(&items[1]), five(&items[2]))
+    };
+    // the global policy admits 4 an hour, each client 3
+    for _ in 0..3 {
+        assert_eq!(multi(&mut c, "a").0, 0);
+    }
+    let (limited, a, g) = multi(&mut c, "a");
+    assert_eq!((limited, a[0], g[0]), (1, 1, 0), "a's own policy denies");
+    assert_eq!(g[2], 1, "the global policy was not charged: one left");
+    let before = get(&mut c, "global");
+    assert_eq!(multi(&mut c, "b").0, 0, "b takes the global's last unit");
+    let (limited, b, g) = multi(&mut c, "b");
+    assert_eq!((limited, b[0], g[0]), (1, 0, 1), "the global policy denies");
+    assert_eq!(b[2], 2, "b was not charged: 2 of 3 left");
+    assert_ne!(get(&mut c, "global"), before);
+    // bad input
+    for (args, text) in [
+        (
+            vec!["FG.MULTI", "2", "gcra", "x", "1/s", "1"],
+            "Usage: FG.MULTI",
+        ),
+        (vec!["FG.MULTI", "0"], "Usage: FG.MULTI"),
+        (
+            vec!["FG.MULTI", "x", "gcra", "x", "1/s", "1"],
+            "Usage: FG.MULTI",
+        ),
+        (
+            vec![
+                "FG.MULTI", "2", "gcra", "x", "1/s", "1", "gcra", "x", "1/s", "1",
+            ],
+            "appears twice",
+        ),
+        (
+            vec!["FG.MULTI", "1", "gcra", "x", "1/s", "-1"],
+            "cost must be an integer",
+        ),
+        (
+            vec!["FG.MULTI", "1", "bucket", "x", "1/s", "1"],
+            "unknown algorithm",
+        ),
+        (vec!["FG.THROTTLE", "gcra", "x"], "Usage: FG.THROTTLE"),
+        (
+            vec!["FG.THROTTLE", "gcra", "x", "ten/s"],
+            "rate: invalid rate \"ten/s\"",
+        ),
+        (
+            vec!["FG.THROTTLE", "sliding-log", "x", "1/s"],
+            "not available",
+        ),
+    ] {
+        match raw(&mut c, &args) {
+            Err(e) => assert!(e.contains(text), "{args:?}: {e}"),
+            Ok(v) => panic!("{args:?} answered {v:?}"),
+        }
+    }
+    assert_eq!(get(&mut c, "x"), None, "bad input writes nothing");
 }
