@@ -13,8 +13,11 @@
 //!   on the same redis-server;
 //! * `floodgate server`'s RESP door with its in-process store;
 //! * `floodgate server`'s RESP door with its Redis store (the same redis-server);
+//! * floodgate's Redis module (`crates/floodgate-redis-module`, built by the test if
+//!   needed) in a second redis-server of the test's own (both modules answer
+//!   `CL.THROTTLE`, so they cannot share one);
 //!
-//! and a few short sequences to the module and to the `floodgate throttle` command.
+//! and a few short sequences to redis-cell and to the `floodgate throttle` command.
 //!
 //! Each surface reads its own clock, so each call is bracketed by two host-clock readings
 //! `t0 <= now <= t1` (the module, Redis `TIME` and the server all read the host's
@@ -31,7 +34,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floodgate_core::Algorithm;
@@ -40,21 +43,17 @@ use floodgate_core::algorithms::{Gcra, GcraState};
 use floodgate_redis::scripts::GCRA_TOLERANCE_LIMIT;
 use floodgate_redis::{RedisStore, StoreConfig, ThrottleArgs};
 
+/// Redis-servers of the test's own, and floodgate's module built (shared with the
+/// module's own tests).
+#[path = "../crates/floodgate-redis-module/tests/support/mod.rs"]
+mod module_support;
+use module_support::{Proc, start_redis, wait_port};
+
 /// Calls made at most (all sequences together) and the wall time spent at most.
 const MAX_SEQUENCES: usize = 3_000;
 const TIME_BUDGET: Duration = Duration::from_secs(40);
 /// At least this many calls per surface, or the run says too little.
 const MIN_CALLS: usize = 5_000;
-
-/// A child process killed and reaped on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The redis-cell module, built (or found in the cache) by scripts/lib/redis-cell.sh.
 /// `None` (and the reason on stderr) when it cannot be built here; with
@@ -88,45 +87,6 @@ fn redis_cell_module() -> Option<PathBuf> {
         "SKIPPED: redis-cell 0.2.2 could not be built here, so there is nothing to compare against: {why}"
     );
     None
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_port(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} is not listening on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A redis-server of this test's own with the module loaded.
-fn start_redis(module: &Path, dir: &Path) -> (Proc, u16) {
-    let port = free_port();
-    let log = dir.join("redis.log");
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .arg("--loadmodule")
-        .arg(module)
-        .arg("--logfile")
-        .arg(&log)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server must be installed");
-    let proc = Proc(child);
-    wait_port(port, "redis-server");
-    (proc, port)
 }
 
 /// `floodgate server` with `config` (YAML); returns the process and its RESP port.
@@ -276,16 +236,17 @@ impl Core<'_> {
     }
 }
 
-const SURFACES: [&str; 5] = [
+const SURFACES: [&str; 6] = [
     "redis-cell 0.2.2 vs floodgate in process",
     "floodgate-redis throttle",
     "RESP door, in-process store",
     "RESP door, Redis store",
     "floodgate throttle (the command)",
+    "floodgate's Redis module",
 ];
 /// The surfaces of the random sequences: all but the command, whose process start makes
 /// each call milliseconds long (it has a few sequences of its own).
-const SEQUENCE_SURFACES: [usize; 4] = [0, 1, 2, 3];
+const SEQUENCE_SURFACES: [usize; 5] = [0, 1, 2, 3, 5];
 /// The module and the command.
 const COMMAND_SURFACES: [usize; 2] = [0, 4];
 
@@ -401,6 +362,8 @@ struct Rig {
     lib: RedisStore,
     door_mem: Resp,
     door_redis: Resp,
+    /// floodgate's module, in a redis-server of its own.
+    module: Resp,
     rt: tokio::runtime::Runtime,
     /// The test's redis-server, for the command.
     redis_url: String,
@@ -451,6 +414,7 @@ impl Rig {
                     .map_err(|e| e.to_string()),
                 2 => self.door_mem.call(&command),
                 3 => self.door_redis.call(&command),
+                5 => self.module.call(&command),
                 _ => self.command(&command[1..]),
             };
             let t1 = now_ns();
@@ -502,7 +466,8 @@ fn cl_throttle_matches_redis_cell_call_by_call() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (_redis, port) = start_redis(&module, dir.path());
+    let (_redis, port) = start_redis(Some(&module), dir.path(), &[]);
+    let (_fg_redis, fg_port) = start_redis(Some(&module_support::module_path()), dir.path(), &[]);
     let mut cell = Resp::connect(port);
     let probe = cell.call(&["CL.THROTTLE", "probe", "0", "1", "1", "0"]);
     assert_eq!(probe, Ok(vec![0, 1, 1, -1, 0]), "the module answers");
@@ -535,6 +500,7 @@ fn cl_throttle_matches_redis_cell_call_by_call() {
         lib,
         door_mem: Resp::connect(mem_port),
         door_redis: Resp::connect(redis_door_port),
+        module: Resp::connect(fg_port),
         rt,
         redis_url: format!("redis://127.0.0.1:{port}"),
         bounds: vec![HashMap::new(); SURFACES.len()],
