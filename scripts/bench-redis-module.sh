@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Server time per call of floodgate's Redis module against redis-cell 0.2.2, in one run:
+# each module in a redis-server of its own (both answer CL.THROTTLE, so they cannot share
+# one) on a free port, the same redis-benchmark load on each (16 clients, 1000 random keys,
+# max_burst 999, 10^6 per second: nearly all admitted), and the server's own accounting
+# from INFO commandstats (usec_per_call). Builds the module with the dist profile and
+# redis-cell with scripts/lib/redis-cell.sh (cached). Run by scripts/bench-redis.sh too.
+#
+#   scripts/bench-redis-module.sh [REQUESTS per row, default 200000]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-200000}
+CELL=$(bash scripts/lib/redis-cell.sh)
+cargo build -q --profile dist -j 2 -p floodgate-redis-module
+TARGET=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+FG=$TARGET/dist/libfloodgate_redis_module.so
+TMP=$(mktemp -d /tmp/fg-bench-module.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+start() { # start MODULE -> port
+  local port; port=$(free_port)
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --loadmodule "$1" --logfile "$TMP/redis-$port.log" --dir "$TMP" >/dev/null 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  echo "$port"
+}
+# usec_per_call of COMMAND on PORT
+per_call() { redis-cli -p "$1" info commandstats | tr -d '\r' | grep "^cmdstat_$2:" | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/'; }
+# row LABEL PORT STATNAME ARGS...: requests per second (redis-benchmark) and µs per call
+row() {
+  local label=$1 port=$2 stat=$3; shift 3
+  redis-cli -p "$port" config resetstat >/dev/null
+  local rps
+  rps=$(redis-benchmark -p "$port" -c 16 -n "$N" -r 1000 -q "$@" | tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1)
+  printf '%s\t%s\t%s\n' "$label" "$(per_call "$port" "$stat")" "$rps"
+}
+CP=$(start "$CELL")
+FP=$(start "$FG")
+echo "commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(redis-server --version | cut -d' ' -f3)"
+echo "load before: $(uptime)"
+{
+  row "redis-cell 0.2.2 CL.THROTTLE" "$CP" cl.throttle CL.THROTTLE 'k:__rand_int__' 999 1000000 1 1
+  row "floodgate module CL.THROTTLE" "$FP" cl.throttle CL.THROTTLE 'k:__rand_int__' 999 1000000 1 1
+  row "floodgate module FG.THROTTLE gcra" "$FP" fg.throttle FG.THROTTLE gcra 'g:__rand_int__' 1000000/s 1
+  row "floodgate module FG.THROTTLE token-bucket" "$FP" fg.throttle FG.THROTTLE token-bucket 't:__rand_int__' 1000000/s 1
+  row "floodgate module FG.MULTI 2 gcra" "$FP" fg.multi FG.MULTI 2 gcra 'u:__rand_int__' 1000000/s 1 gcra global 1000000000/s 1
+  row "SET (the server's floor)" "$FP" set SET 's:__rand_int__' 123456789
+} >"$TMP/rows"
+echo "load after: $(uptime)"
+CELL_US=$(head -1 "$TMP/rows" | cut -f2)
+printf '%-44s %14s %12s %16s\n' "command ($N requests, 16 clients)" "server µs/call" "vs redis-cell" "requests/s"
+while IFS=$'\t' read -r label us rps; do
+  printf '%-44s %14s %12s %16s\n' "$label" "$us" "$(python3 -c "print(f'{$us / $CELL_US:.2f}x')")" "$rps"
+done <"$TMP/rows"
