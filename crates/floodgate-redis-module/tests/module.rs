@@ -64,6 +64,22 @@ fn tat_of(bytes: &Option<Vec<u8>>) -> GcraState {
     }
 }
 
+/// Wait (20 s at most) until `INFO section` shows `line`.
+fn wait_info(c: &mut Connection, section: &str, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO").arg(section).query(c).unwrap();
+        if info.contains(line) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {line} in INFO {section}: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Log-uniform in `lo..=hi`.
 fn log_range(rng: &mut fastrand::Rng, lo: u64, hi: u64) -> u64 {
     let v = ((lo as f64).ln() + rng.f64() * ((hi as f64 + 1.0).ln() - (lo as f64).ln())).exp();
@@ -200,18 +216,7 @@ fn a_replica_reaches_the_same_bytes_and_expiries() {
         start_redis(None, dir.path(), &["--replicaof", "127.0.0.1", &replica_of]);
     let mut p = connect(pport);
     let mut r = connect(rport);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        if info.contains("master_link_status:up") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the replica never synced: {info}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_info(&mut r, "replication", "master_link_status:up");
     let mut rng = fastrand::Rng::with_seed(7);
     let keys: Vec<String> = (0..100).map(|i| format!("rep{i}")).collect();
     for i in 0..3_000 {
@@ -486,4 +491,41 @@ fn fg_multi_charges_all_policies_or_none() {
         }
     }
     assert_eq!(get(&mut c, "x"), None, "bad input writes nothing");
+}
+
+#[test]
+fn an_aof_replay_without_the_module_reaches_the_same_bytes_and_expiries() {
+    let dir = tempfile::tempdir().unwrap();
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let keys: Vec<String> = (0..40).map(|i| format!("aof{i}")).collect();
+    let mut before = Vec::new();
+    {
+        let (_primary, port) = start_redis(Some(&module_path()), dir.path(), &aof);
+        let mut c = connect(port);
+        let mut rng = fastrand::Rng::with_seed(3);
+        for _ in 0..600 {
+            let k = rng.usize(..keys.len());
+            let key = &keys[k];
+            if k.is_multiple_of(2) {
+                throttle(&mut c, key, &[3, 2, 600, rng.u64(0..=2)]).unwrap();
+            } else {
+                raw(&mut c, &["FG.THROTTLE", "token-bucket", key, "5/h", "1"]).unwrap();
+            }
+        }
+        for key in &keys {
+            before.push((get(&mut c, key), pexpiretime(&mut c, key)));
+        }
+    } // the server is killed here; every write was fsynced
+    let (_replay, port) = start_redis(None, dir.path(), &aof);
+    let mut c = connect(port);
+    wait_info(&mut c, "persistence", "loading:0");
+    for (key, (value, expiry)) in keys.iter().zip(before) {
+        assert!(value.is_some(), "{key} was written");
+        assert_eq!(
+            get(&mut c, key),
+            value,
+            "{key}: the same bytes after the replay"
+        );
+        assert_eq!(pexpiretime(&mut c, key), expiry, "{key}: the same expiry");
+    }
 }
