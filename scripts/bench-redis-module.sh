@@ -17,18 +17,17 @@ FG=$TARGET/dist/libfloodgate_redis_module.so
 TMP=$(mktemp -d /tmp/fg-bench-module.XXXXXX)
 PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-start() { # start MODULE -> port
-  local port; port=$(free_port)
-  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-    --loadmodule "$1" --logfile "$TMP/redis-$port.log" --dir "$TMP" >/dev/null 2>&1 &
+start() { # start MODULE: sets PORT (not in a subshell, so PIDS keeps the server for cleanup)
+  PORT=$(free_port)
+  redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --loadmodule "$1" --logfile "$TMP/redis-$PORT.log" --dir "$TMP" >/dev/null 2>&1 &
   PIDS+=($!)
-  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-  echo "$port"
+  for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 }
 # usec_per_call of COMMAND on PORT
 per_call() { redis-cli -p "$1" info commandstats | tr -d '\r' | grep "^cmdstat_$2:" | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/'; }
@@ -40,8 +39,8 @@ row() {
   rps=$(redis-benchmark -p "$port" -c 16 -n "$N" -r 1000 -q "$@" | tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1)
   printf '%s\t%s\t%s\n' "$label" "$(per_call "$port" "$stat")" "$rps"
 }
-CP=$(start "$CELL")
-FP=$(start "$FG")
+start "$CELL"; CP=$PORT
+start "$FG"; FP=$PORT
 echo "commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(redis-server --version | cut -d' ' -f3)"
 echo "load before: $(uptime)"
 {
