@@ -35,10 +35,10 @@ fn bad_values_are_refused_naming_the_field() {
     for (policy, says) in [
         ("max_in_flight = 0\n", "max_in_flight"),
         ("max_in_flight = 2000000\n", "max_in_flight"),
-        // serde names the line and column (5:17, the value) and the type
+        // the line and column of the value (5:17), the field and the type
         (
             "max_in_flight = -1\n",
-            "f.toml:5:17: invalid value: integer `-1`, expected u64",
+            "f.toml:5:17: policy[0].max_in_flight: invalid value: integer `-1`, expected u64",
         ),
         ("max_in_flight = 2\nlease_ttl = \"0s\"\n", "lease ttl"),
         ("max_in_flight = 2\nlease_ttl = \"2d\"\n", "lease ttl"),
