@@ -111,6 +111,12 @@ pub struct DescriptorFile {
     /// Several limits on this descriptor, checked all-or-nothing (floodgate).
     #[serde(default)]
     pub rate_limits: Vec<RateLimitFile>,
+    /// At most this many requests matching this rule at once, per value (floodgate):
+    /// a lease per admitted check, given back through `/v1/release` (HTTP and RESP doors).
+    pub max_in_flight: Option<u64>,
+    /// With `max_in_flight`: how long a lease lives unless released or renewed (e.g.
+    /// `30s`, the default).
+    pub lease_ttl: Option<String>,
     /// Evaluate and count, never deny (Envoy).
     #[serde(default)]
     pub shadow_mode: bool,

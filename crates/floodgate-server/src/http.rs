@@ -37,6 +37,7 @@ use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Generation, Matched
 use crate::http_leases;
 use crate::leases::{DoorError, LeaseDoor, ceil_ms};
 
+pub mod inflight;
 pub mod settle;
 
 /// State shared by the HTTP handlers.
@@ -213,7 +214,11 @@ pub(crate) fn policy_or_default(
 }
 
 /// Check the JSON body; `Ok` carries the outcome, `Err` the status and message.
-async fn run_check(engine: &Engine, body: &[u8]) -> Result<Outcome, (StatusCode, String)> {
+async fn run_check(
+    engine: &Engine,
+    door: &LeaseDoor,
+    body: &[u8],
+) -> Result<inflight::Checked, (StatusCode, String)> {
     let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
     let obj = v
         .as_object()
@@ -254,6 +259,7 @@ async fn run_check(engine: &Engine, body: &[u8]) -> Result<Outcome, (StatusCode,
             engine
                 .check_policy(&policy, key, cost)
                 .await
+                .map(inflight::Checked::plain)
                 .map_err(to_http)
         }
         (Some(descs), None) => {
@@ -327,7 +333,7 @@ async fn run_check(engine: &Engine, body: &[u8]) -> Result<Outcome, (StatusCode,
                     cost: c,
                 });
             }
-            engine.check(&domain, &descriptors).await.map_err(to_http)
+            inflight::check(engine, door, &domain, &descriptors).await
         }
     }
 }
@@ -421,9 +427,15 @@ async fn check(State(s): State<Arc<HttpState>>, body: Body) -> Response {
             );
         }
     };
-    match run_check(engine, &bytes).await {
-        Ok(outcome) => {
-            let resp = outcome_response(&outcome, outcome_json(&outcome));
+    match run_check(engine, &s.leases, &bytes).await {
+        Ok(checked) => {
+            let outcome = &checked.outcome;
+            let mut json = outcome_json(outcome);
+            json["in_flight"] = checked.in_flight_json();
+            if let Some((_, d)) = &checked.denied {
+                json["retry_after_ms"] = opt_ms(d.retry_after);
+            }
+            let resp = outcome_response(outcome, json);
             engine
                 .metrics()
                 .request("http", outcome.request_outcome(), start.elapsed());

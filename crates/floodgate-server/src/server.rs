@@ -171,6 +171,13 @@ pub async fn start(
     };
     let metrics = Arc::new(Metrics::with_keys(redis, settings.admin_keys));
     let max_bytes = config.rules.caps.max_request_bytes;
+    let in_flight_rules = config.rules.in_flight_rules();
+    if in_flight_rules > 0 && settings.grpc.is_some() {
+        tracing::info!(
+            rules = in_flight_rules,
+            "max_in_flight rules are enforced on HTTP /v1/check only; the gRPC door (ShouldRateLimit, no release call) applies their rate limits and ignores max_in_flight"
+        );
+    }
     let engine = Engine::new(config.rules, store, fault, metrics.clone()).map_err(|message| {
         StartError::Rules {
             path: options.path.clone(),

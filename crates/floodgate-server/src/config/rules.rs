@@ -4,9 +4,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use floodgate_core::inflight::{LeaseTtl, check_limit};
 use floodgate_core::rate::parse_duration;
 use floodgate_core::ratelimit_fields::Advertised;
 use floodgate_core::{Kind, Rate, Spec};
+use floodgate_engine::inflight::InFlightSpec;
 
 use super::{Invalid, invalid, positive};
 use crate::file::{DescriptorFile, FileConfig, RateLimitFile};
@@ -71,6 +73,19 @@ pub struct Rules {
     pub unknown_domain: UnknownDomain,
 }
 
+impl Rules {
+    /// How many descriptor rules carry `max_in_flight` (enforced by the HTTP door's
+    /// `/v1/check` only: gRPC's `ShouldRateLimit` has no release call).
+    pub fn in_flight_rules(&self) -> usize {
+        fn count(defs: &[DescriptorDef]) -> usize {
+            defs.iter()
+                .map(|d| usize::from(d.in_flight.is_some()) + count(&d.children))
+                .sum()
+        }
+        self.domains.values().map(|d| count(d)).sum()
+    }
+}
+
 /// How a rule's value matches a request entry's value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ValueMatch {
@@ -93,6 +108,9 @@ pub struct DescriptorDef {
     pub limits: Vec<LimitDef>,
     /// Never limited.
     pub unlimited: bool,
+    /// `max_in_flight` with its lease TTL: at most `limit` checks of one value admitted
+    /// and not yet released at once (no queue: a full rule denies at once).
+    pub in_flight: Option<InFlightSpec>,
     /// Counted, never denies.
     pub shadow: bool,
     /// Metric label includes the request's values.
@@ -366,12 +384,14 @@ fn descriptor_list(
                 "unlimited: true takes no unit, requests_per_unit, window or rate",
             ));
         }
+        let in_flight = in_flight(&here, f, unlimited)?;
         let children = descriptor_list(&here, &f.descriptors, default_kind, &path)?;
         out.push(DescriptorDef {
             key: f.key.clone(),
             value,
             limits,
             unlimited,
+            in_flight,
             shadow: f.shadow_mode,
             detailed_metric: f.detailed_metric,
             value_to_metric: f.value_to_metric,
@@ -379,6 +399,46 @@ fn descriptor_list(
         });
     }
     Ok(out)
+}
+
+/// The lease TTL of a `max_in_flight` rule without `lease_ttl` (the proxy's default).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// A rule's `max_in_flight` and `lease_ttl`, checked: `N` from 1, a TTL from 1 µs to a
+/// day; refused on an unlimited or a shadow-mode rule, and `lease_ttl` without
+/// `max_in_flight`.
+fn in_flight(
+    at: &str,
+    f: &DescriptorFile,
+    unlimited: bool,
+) -> Result<Option<InFlightSpec>, Invalid> {
+    let Some(n) = f.max_in_flight else {
+        if f.lease_ttl.is_some() {
+            return Err(invalid(at, "lease_ttl applies only with max_in_flight"));
+        }
+        return Ok(None);
+    };
+    if unlimited {
+        return Err(invalid(
+            at,
+            "max_in_flight: an unlimited descriptor cannot carry other limits",
+        ));
+    }
+    if f.shadow_mode {
+        return Err(invalid(
+            at,
+            "max_in_flight is not available in shadow_mode (a lease is either held or not)",
+        ));
+    }
+    let ttl = match &f.lease_ttl {
+        None => DEFAULT_LEASE_TTL,
+        Some(t) => parse_duration(t).map_err(|e| invalid(at, format!("lease_ttl: {e}")))?,
+    };
+    let n = check_limit(n).map_err(|e| invalid(at, format!("max_in_flight: {e}")))?;
+    LeaseTtl::new(ttl).map_err(|e| invalid(at, format!("lease_ttl: {e}")))?;
+    InFlightSpec::new(n, ttl)
+        .map(Some)
+        .map_err(|e| invalid(at, format!("max_in_flight/lease_ttl: {e}")))
 }
 
 fn limit(

@@ -309,6 +309,13 @@ impl Builder<'_> {
                 value: def.value.clone(),
                 limits: insts,
                 unlimited: def.unlimited,
+                in_flight: def.in_flight.map(|spec| {
+                    Arc::new(floodgate_engine::PolicyInfo::in_flight(
+                        0,
+                        format!("{label}#in-flight"),
+                        spec,
+                    ))
+                }),
                 shadow: def.shadow,
                 detailed_metric: def.detailed_metric,
                 value_to_metric: def.value_to_metric,

@@ -85,6 +85,8 @@ pub(super) struct Node {
     pub(super) value: ValueMatch,
     pub(super) limits: Vec<Arc<LimitInst>>,
     pub(super) unlimited: bool,
+    /// The rule's `max_in_flight` as an engine in-flight policy (headers, `N`, TTL).
+    pub(super) in_flight: Option<Arc<floodgate_engine::PolicyInfo>>,
     pub(super) shadow: bool,
     pub(super) detailed_metric: bool,
     pub(super) value_to_metric: bool,
@@ -213,6 +215,7 @@ mod tests {
             value,
             limits: Vec::new(),
             unlimited: false,
+            in_flight: None,
             shadow: false,
             detailed_metric: false,
             value_to_metric: false,

@@ -114,6 +114,19 @@ impl Outcome {
     }
 }
 
+/// A `max_in_flight` rule reached by one descriptor of a request ([`Engine::in_flight_rules`]).
+#[derive(Debug, Clone)]
+pub struct InFlightRule {
+    /// The descriptor's position in the request.
+    pub desc: usize,
+    /// The lease key on the server's lease store (`/v1/release` takes it back):
+    /// `rule|DOMAIN|RULE#in-flight|["VALUE",...]`, one key per rule and request values.
+    pub key: String,
+    /// The rule as an engine in-flight policy: `N` and the TTL in its `in_flight`, the
+    /// name and `q` of its `RateLimit-Policy` member (`qu="concurrent-requests"`).
+    pub policy: Arc<floodgate_engine::PolicyInfo>,
+}
+
 /// The shared limiter: the served generation and the store.
 #[derive(Debug)]
 pub struct Engine {
@@ -211,7 +224,44 @@ impl Engine {
         Ok(id)
     }
 
-    /// Check one request: `domain` and its descriptors, all-or-nothing.
+    /// The `max_in_flight` rules `descriptors` reach in `domain` (none for an unknown
+    /// domain), and what matched each descriptor. Takes no lease and decides nothing.
+    pub fn in_flight_rules(
+        &self,
+        domain: &str,
+        descriptors: &[DescriptorIn<'_>],
+    ) -> (Vec<InFlightRule>, Vec<Matched>) {
+        let generation = self.current.load_full();
+        let Some(tree) = generation.domains.get(domain) else {
+            return (Vec::new(), vec![Matched::NoRule; descriptors.len()]);
+        };
+        let mut rules = Vec::new();
+        let mut matched = Vec::with_capacity(descriptors.len());
+        for (desc, d) in descriptors.iter().enumerate() {
+            let Some(node) = tree.find(&d.entries).map(|i| &tree.nodes[i]) else {
+                matched.push(Matched::NoRule);
+                continue;
+            };
+            matched.push(if node.unlimited {
+                Matched::Unlimited
+            } else {
+                Matched::Limited
+            });
+            if let Some(policy) = &node.in_flight {
+                let values: Vec<&str> = d.entries.iter().map(|e| e.value).collect();
+                let values = serde_json::to_string(&values).unwrap_or_default();
+                rules.push(InFlightRule {
+                    desc,
+                    key: format!("rule|{domain}|{}|{values}", policy.name),
+                    policy: policy.clone(),
+                });
+            }
+        }
+        (rules, matched)
+    }
+
+    /// Check one request: `domain` and its descriptors, all-or-nothing (rates only: a
+    /// rule's `max_in_flight` is the HTTP door's, [`crate::http::inflight`]).
     pub async fn check(
         &self,
         domain: &str,

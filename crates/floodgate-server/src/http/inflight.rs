@@ -1,0 +1,204 @@
+//! `max_in_flight` on descriptor rules, at the HTTP door's `POST /v1/check`: the rule
+//! limits how many checks of one value are admitted and not yet released, at once.
+//!
+//! The order is the tower layer's ([`floodgate_engine::inflight`]): the leases of every
+//! `max_in_flight` rule the descriptors reach are taken **first**, then the rates are
+//! decided ([`Engine::check`]); a request the rates deny gives its leases back at once.
+//! So a request denied for concurrency is charged no rate, and a request denied by a
+//! rate holds no lease. The leases are kept on the server's lease store
+//! ([`LeaseDoor`], in process or on the rules' Redis), where `POST /v1/release` (with the
+//! `key` and `lease` the check answered) gives them back; one not released expires at
+//! the rule's `lease_ttl`. No queue: a full rule denies at once.
+//!
+//! A lease store fault releases what was taken and answers `503`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use floodgate_core::Decision;
+use floodgate_core::inflight::LeaseId;
+use floodgate_engine::PolicyInfo;
+use serde_json::{Value, json};
+
+use crate::engine::{DescriptorIn, Engine, InFlightRule, Outcome, Status};
+use crate::headers;
+use crate::leases::{DoorError, LeaseDoor, ceil_ms};
+
+use super::to_http;
+
+/// A lease held for an admitted check.
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// The lease key (`/v1/release` takes it with the id).
+    pub key: String,
+    /// The lease id.
+    pub id: LeaseId,
+    /// The rule's in-flight policy.
+    pub policy: Arc<PolicyInfo>,
+    /// The acquire's decision (`remaining`: places left after this lease).
+    pub decision: Decision,
+}
+
+/// Give `held` back; a release that fails leaves the lease to expire at its TTL.
+async fn release(door: &LeaseDoor, held: &[Held]) {
+    for h in held {
+        if let Err(e) = door.release(h.key.as_bytes(), h.id).await {
+            tracing::warn!(error = %e, key = %h.key, "lease release failed; it expires at its ttl");
+        }
+    }
+}
+
+/// A check with its leases.
+#[derive(Debug)]
+pub struct Checked {
+    /// The decision (with the in-flight members in its headers).
+    pub outcome: Outcome,
+    /// The leases held when it is admitted (none when denied).
+    pub held: Vec<Held>,
+    /// The rule's key and denial when it was denied for concurrency.
+    pub denied: Option<(String, Decision)>,
+}
+
+impl Checked {
+    /// A check without leases.
+    pub fn plain(outcome: Outcome) -> Checked {
+        Checked {
+            outcome,
+            held: Vec::new(),
+            denied: None,
+        }
+    }
+
+    /// The `in_flight` member of the check's JSON: per lease held, its `key`, its id
+    /// (`lease`, a string: JSON numbers lose precision above 2^53), its rule's `limit`
+    /// and `remaining` places; for a request denied for concurrency, the full rule's
+    /// `key`, `limit`, `remaining` (0) and `retry_after_ms` (until its earliest lease
+    /// expires: an upper bound).
+    pub fn in_flight_json(&self) -> Value {
+        if let Some((key, d)) = &self.denied {
+            return json!([{
+                "key": key,
+                "lease": Value::Null,
+                "limit": d.limit,
+                "remaining": d.remaining,
+                "retry_after_ms": d.retry_after.map(ceil_ms),
+            }]);
+        }
+        Value::Array(
+            self.held
+                .iter()
+                .map(|h| {
+                    json!({
+                        "key": h.key,
+                        "lease": h.id.to_string(),
+                        "limit": h.decision.limit,
+                        "remaining": h.decision.remaining,
+                        "retry_after_ms": Value::Null,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Check `descriptors` in `domain` with their rules' leases, all-or-nothing (module
+/// docs).
+pub async fn check(
+    engine: &Engine,
+    door: &LeaseDoor,
+    domain: &str,
+    descriptors: &[DescriptorIn<'_>],
+) -> Result<Checked, (StatusCode, String)> {
+    let (rules, matched) = engine.in_flight_rules(domain, descriptors);
+    if rules.is_empty() {
+        let o = engine.check(domain, descriptors).await.map_err(to_http)?;
+        return Ok(Checked::plain(o));
+    }
+    let settings = engine.current().rules.headers.clone();
+    let mut held: Vec<Held> = Vec::with_capacity(rules.len());
+    for r in &rules {
+        let Some(spec) = r.policy.in_flight.as_ref().map(|p| p.spec) else {
+            continue;
+        };
+        match door.acquire(r.key.as_bytes(), spec.limit, spec.ttl).await {
+            Ok(Ok(lease)) => held.push(Held {
+                key: r.key.clone(),
+                id: lease.id,
+                policy: r.policy.clone(),
+                decision: lease.decision,
+            }),
+            Ok(Err(denial)) => {
+                release(door, &held).await;
+                return Ok(Checked {
+                    outcome: denied(&settings, &held, r, denial, matched),
+                    held: Vec::new(),
+                    denied: Some((r.key.clone(), denial)),
+                });
+            }
+            Err(e) => {
+                release(door, &held).await;
+                return Err(match e {
+                    DoorError::Store(m) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("lease store unavailable: {m}"),
+                    ),
+                    DoorError::Invalid(m) => (StatusCode::INTERNAL_SERVER_ERROR, m),
+                });
+            }
+        }
+    }
+    match engine.check(domain, descriptors).await {
+        Ok(mut o) if !o.over_limit => {
+            // the in-flight members first, then the rates', as the layer renders them
+            let mut applied: Vec<(&PolicyInfo, Decision)> =
+                held.iter().map(|h| (&*h.policy, h.decision)).collect();
+            for s in o.statuses.iter().filter(|s| !s.shadow) {
+                applied.extend(s.limits.iter().map(|(l, d)| (&l.policy, *d)));
+            }
+            o.headers = headers::render(&settings, &applied, false);
+            Ok(Checked {
+                outcome: o,
+                held,
+                denied: None,
+            })
+        }
+        Ok(o) => {
+            release(door, &held).await;
+            Ok(Checked::plain(o))
+        }
+        Err(e) => {
+            release(door, &held).await;
+            Err(to_http(e))
+        }
+    }
+}
+
+/// The outcome of a request denied for concurrency by `rule`: no rate decided.
+fn denied(
+    settings: &crate::config::HeaderSettings,
+    released: &[Held],
+    rule: &InFlightRule,
+    denial: Decision,
+    matched: Vec<crate::engine::Matched>,
+) -> Outcome {
+    let mut applied: Vec<(&PolicyInfo, Decision)> =
+        released.iter().map(|h| (&*h.policy, h.decision)).collect();
+    applied.push((&rule.policy, denial));
+    Outcome {
+        over_limit: true,
+        statuses: matched
+            .into_iter()
+            .enumerate()
+            .map(|(i, matched)| Status {
+                over_limit: i == rule.desc,
+                matched,
+                shadow: false,
+                limits: Vec::new(),
+            })
+            .collect(),
+        headers: headers::render(settings, &applied, true),
+        delay: Duration::ZERO,
+        fault: None,
+    }
+}
