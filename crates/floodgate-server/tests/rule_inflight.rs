@@ -44,6 +44,7 @@ async fn two_in_flight_then_429_until_one_is_released() {
     assert_eq!(a.status, 200, "{:?}", a.json());
     let a = a.json()["in_flight"][0].clone();
     assert!(a["lease"].as_str().unwrap().parse::<u64>().is_ok(), "{a}");
+    assert_eq!(a["key"], r#"rule|edge|model#in-flight|["x"]"#);
     assert_eq!(
         (a["limit"].clone(), a["remaining"].clone()),
         (2.into(), 1.into())
@@ -158,4 +159,27 @@ fn bad_values_are_refused_naming_the_field() {
     let spec = d.in_flight.unwrap();
     assert_eq!(spec.limit, 3);
     assert_eq!(spec.ttl.get(), std::time::Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn the_grpc_door_applies_the_rates_and_ignores_max_in_flight() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    let srv = start(CONFIG).await;
+    let mut c = srv.client().await;
+    // N=1 on user, 2 a minute: two admitted at once (no lease), the third denied by the rate
+    for want in [Code::Ok, Code::Ok, Code::OverLimit] {
+        let r = call(&mut c, req("edge", vec![desc(&[("user", "g")])], 1))
+            .await
+            .unwrap();
+        assert_eq!(r.overall_code, want as i32);
+    }
+    // and no lease was taken: the rule's key (N=1) is free
+    let http = srv.running.http.unwrap();
+    let body = serde_json::json!({
+        "key": r#"rule|edge|user#in-flight|["g"]"#, "max_in_flight": 1, "ttl_ms": 1000
+    })
+    .to_string();
+    let r = crate::http(http, "POST", "/v1/acquire", body.as_bytes()).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    srv.stop().await;
 }
