@@ -70,6 +70,12 @@ async fn two_in_flight_then_429_until_one_is_released() {
     assert_eq!(v["in_flight"][0]["lease"], Value::Null);
     assert!(v["retry_after_ms"].as_u64().unwrap() > 59_000, "{v}");
     assert_eq!(v["descriptors"][0]["code"], "OVER_LIMIT");
+    // a peek (cost 0) takes no lease
+    let body =
+        br#"{"domain": "edge", "descriptors": [[{"key": "model", "value": "x"}]], "cost": 0}"#;
+    let peek = crate::http(http, "POST", "/v1/check", body).await;
+    assert_eq!(peek.status, 200, "{:?}", peek.json());
+    assert_eq!(peek.json()["in_flight"], Value::Array(vec![]));
     // released once frees a place; twice frees nothing
     assert!(release(http, &a).await);
     assert!(!release(http, &a).await);

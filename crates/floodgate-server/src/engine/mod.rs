@@ -224,8 +224,9 @@ impl Engine {
         Ok(id)
     }
 
-    /// The `max_in_flight` rules `descriptors` reach in `domain` (none for an unknown
-    /// domain), and what matched each descriptor. Takes no lease and decides nothing.
+    /// The `max_in_flight` rules `descriptors` of a cost above 0 reach in `domain` (none
+    /// for an unknown domain), and what matched each descriptor. Takes no lease and
+    /// decides nothing.
     pub fn in_flight_rules(
         &self,
         domain: &str,
@@ -247,7 +248,10 @@ impl Engine {
             } else {
                 Matched::Limited
             });
-            if let Some(policy) = &node.in_flight {
+            // a cost-0 descriptor peeks: it consumes nothing, so it takes no lease
+            if let Some(policy) = &node.in_flight
+                && d.cost > 0
+            {
                 let values: Vec<&str> = d.entries.iter().map(|e| e.value).collect();
                 let values = serde_json::to_string(&values).unwrap_or_default();
                 rules.push(InFlightRule {
