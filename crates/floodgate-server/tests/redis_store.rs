@@ -289,3 +289,36 @@ descriptors:
     srv.stop().await;
     assert!(delete_prefix(&prefix).await > 0);
 }
+
+/// A `max_in_flight` rule on the shared Redis holds across servers: a lease taken
+/// through one server's `/v1/check` fills the rule for the other, which can release it.
+#[tokio::test]
+async fn a_max_in_flight_rule_holds_across_servers_on_redis() {
+    let prefix = unique_prefix("rule-inflight");
+    let yaml = format!(
+        r#"
+store:
+  type: redis
+  redis: {{url: "redis://127.0.0.1:6379", prefix: "{prefix}", timeout: 500ms}}
+domain: edge
+descriptors:
+  - key: model
+    max_in_flight: 1
+    lease_ttl: 30s
+"#
+    );
+    let (a, b) = (start(&yaml).await, start(&yaml).await);
+    let (ha, hb) = (a.running.http.unwrap(), b.running.http.unwrap());
+    let body = br#"{"domain": "edge", "descriptors": [[{"key": "model", "value": "m"}]]}"#;
+    let first = http(ha, "POST", "/v1/check", body).await;
+    assert_eq!(first.status, 200, "{:?}", first.json());
+    let lease = first.json()["in_flight"][0].clone();
+    assert_eq!(http(hb, "POST", "/v1/check", body).await.status, 429);
+    let release = serde_json::json!({"key": lease["key"], "lease": lease["lease"]}).to_string();
+    let r = http(hb, "POST", "/v1/release", release.as_bytes()).await;
+    assert_eq!(r.json()["released"], true, "{:?}", r.json());
+    assert_eq!(http(hb, "POST", "/v1/check", body).await.status, 200);
+    a.stop().await;
+    b.stop().await;
+    assert!(delete_prefix(&prefix).await >= 1);
+}
