@@ -6,7 +6,9 @@
 //!   (a named policy of the config applied to any key). `domain` may be left out when
 //!   one domain is configured, `policy` when one policy is. Answers `200` when allowed,
 //!   `429` when over limit, with the decision as JSON and the headers a proxy should copy
-//!   both in the body (`headers`) and on the response itself.
+//!   both in the body (`headers`) and on the response itself. A descriptor reaching a
+//!   `max_in_flight` rule takes a lease when the check is admitted, answered in
+//!   `in_flight` for `/v1/release` ([`inflight`]).
 //! * `POST /v1/reserve` and `POST /v1/settle`: admit at an estimate, settle the actual
 //!   cost later ([`settle`]).
 //! * `POST /v1/acquire`, `/v1/renew`, `/v1/release`: in-flight leases
