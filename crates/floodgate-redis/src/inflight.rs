@@ -108,9 +108,14 @@ impl RedisInFlight {
 
     fn next_id(&self) -> LeaseId {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        LeaseId(mix(self
-            .seed
-            .wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15))))
+        // 63 bits: a lease id is a non-negative RESP integer and a signed 64-bit one in
+        // every client (floodgate server's doors refuse ids from 2^63 up)
+        LeaseId(
+            mix(self
+                .seed
+                .wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+                >> 1,
+        )
     }
 
     async fn call(

@@ -184,3 +184,22 @@ async fn bad_input_is_an_error_naming_it() {
     assert!(!gpu.renew(b"never", LeaseId(7), ttl).await.unwrap());
     common::assert_ttls_and_clean(&store, &prefix).await;
 }
+
+/// Lease ids are below 2^63: a non-negative RESP integer, and a signed 64-bit integer in
+/// every client (floodgate server's doors refuse ids from 2^63 up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_ids_fit_63_bits() {
+    let prefix = common::unique_prefix("inflight-ids");
+    let store = common::store_with(common::SHARED, config(&prefix)).await;
+    let ttl = LeaseTtl::new(Duration::from_secs(5)).unwrap();
+    for _ in 0..8 {
+        // a fresh RedisInFlight draws a fresh random seed
+        let leases = RedisInFlight::new(store.clone(), 64).unwrap();
+        for _ in 0..32 {
+            let lease = leases.acquire(b"ids", ttl).await.unwrap().unwrap();
+            assert!(lease.id.0 < 1 << 63, "{:?}", lease.id);
+            assert!(leases.release(b"ids", lease.id).await.unwrap());
+        }
+    }
+    common::assert_ttls_and_clean(&store, &prefix).await;
+}
