@@ -155,12 +155,13 @@ async fn the_flooding_key_leads_the_top_keys_within_the_bound() {
     assert_eq!(v["config"]["policy"][0]["rate"], "20/s", "{}", v["config"]);
     assert_eq!(v["reloads"][0]["generation"], 1);
 
-    // one key's state, as a peek reports it, consuming nothing
+    // one key's state, as a peek reports it, consuming nothing: a key never seen has
+    // its whole limit
     let (status, body) = http_get(admin, "/admin/api/key?policy=api&key=nobody").await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(json(&body)["remaining"], 19);
+    assert_eq!(json(&body)["remaining"], 20);
     let (_, again) = http_get(admin, "/admin/api/key?policy=api&key=nobody").await;
-    assert_eq!(json(&again)["remaining"], 19);
+    assert_eq!(json(&again)["remaining"], 20);
 
     // the page
     let (status, page) = http_get(admin, "/admin").await;

@@ -26,7 +26,7 @@ use floodgate_dist::hybrid::{Finish, Step};
 use floodgate_redis::{Outcome, RedisLimiter, RedisStore, Source};
 
 use crate::fleet::Fleet;
-use crate::redis_store::{err, redis_user, refused, reserve_on, settle_on};
+use crate::redis_store::{err, peek_on, redis_user, refused, reserve_on, settle_on};
 use crate::settle::{Reservation, Settled};
 use crate::store::{BoxFuture, DecisionStore, PolicyInfo, StoreCheck, StoreError, TokioWallClock};
 
@@ -260,6 +260,16 @@ impl DecisionStore for HybridStore {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    /// The shared counter, read as the Redis store reads it: units this node (or another)
+    /// holds in a lease and has not spent yet count as taken.
+    fn peek<'a>(
+        &'a self,
+        policy: &'a PolicyInfo,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(peek_on(&self.limiters, policy, key))
     }
 
     fn events(&self) -> Vec<(&'static str, u64)> {

@@ -120,6 +120,16 @@ impl DecisionStore for RedisDecisionStore {
         true
     }
 
+    /// One script call at cost 0: the algorithms' scripts write only when they charge,
+    /// so this reads the key's state and leaves its value and expiry as they were.
+    fn peek<'a>(
+        &'a self,
+        policy: &'a PolicyInfo,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(peek_on(&self.limiters, policy, key))
+    }
+
     crate::redis_leases::redis_lease_methods!();
 
     fn reserve<'a>(
@@ -149,6 +159,20 @@ fn limiter_at<'l>(
     limiters
         .get(index)
         .ok_or_else(|| refused(format!("policy {name:?} is not in this store")))
+}
+
+/// The state of `key` under `policy` on the shared counter, read by a cost-0 call of
+/// the policy's script (which writes nothing at cost 0); shared by the Redis and hybrid
+/// stores.
+pub(crate) async fn peek_on(
+    limiters: &[RedisLimiter],
+    policy: &PolicyInfo,
+    key: &[u8],
+) -> Result<Decision, StoreError> {
+    let l = limiter_at(limiters, policy.index, &policy.name)?;
+    l.try_check(&user_key(&policy.name, key), 0)
+        .await
+        .map_err(store_error)
 }
 
 fn store_error(e: Error) -> StoreError {

@@ -202,6 +202,26 @@ pub trait DecisionStore: Send + Sync + 'static {
     fn keeps_leases(&self) -> bool {
         false
     }
+
+    /// The state of `key` under `policy` now, as a check costing 0 sees it: `remaining`
+    /// is what the last admitted request's answer said plus what has come back since,
+    /// `reset_after` the time until the key is full again. Consumes nothing, writes
+    /// nothing and creates no key (the admin API's key lookup). Default: refused (a store
+    /// that cannot be read so).
+    fn peek<'a>(
+        &'a self,
+        policy: &'a PolicyInfo,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<floodgate_core::Decision, StoreError>> {
+        let _ = key;
+        Box::pin(std::future::ready(Err(StoreError::refused(
+            "custom",
+            format!(
+                "policy {:?}: this store cannot be read without consuming",
+                policy.name
+            ),
+        ))))
+    }
 }
 
 fn no_leases(policy: &LeasePolicy) -> StoreError {
@@ -253,6 +273,14 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
     }
     fn keeps_leases(&self) -> bool {
         (**self).keeps_leases()
+    }
+
+    fn peek<'a>(
+        &'a self,
+        policy: &'a PolicyInfo,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<floodgate_core::Decision, StoreError>> {
+        (**self).peek(policy, key)
     }
 }
 
@@ -461,6 +489,14 @@ impl LocalStore {
 }
 
 impl DecisionStore for LocalStore {
+    fn peek<'a>(
+        &'a self,
+        policy: &'a PolicyInfo,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<floodgate_core::Decision, StoreError>> {
+        Box::pin(std::future::ready(LocalStore::peek(self, policy, key, 0)))
+    }
+
     fn check<'a>(
         &'a self,
         checks: &'a [StoreCheck<'a>],

@@ -189,17 +189,16 @@ impl RateLimiter {
     #[cfg(feature = "admin")]
     /// Answer an admin API request (`/admin...`; `None` for other paths), key lookups
     /// read from this limiter's store ([`floodgate_engine::admin`]).
-    pub fn admin(
+    pub async fn admin(
         &self,
         req: &floodgate_engine::admin::AdminRequest<'_>,
     ) -> Option<floodgate_engine::admin::AdminReply> {
         let inner = &*self.inner;
         let peek = floodgate_engine::admin::StorePeek {
             policies: &inner.infos,
-            local: inner.local.as_deref(),
-            store_name: inner.store_name,
+            store: &*inner.store,
         };
-        floodgate_engine::admin::respond(&inner.insight, &peek, req)
+        floodgate_engine::admin::respond(&inner.insight, &peek, req).await
     }
 
     /// Count a policy's decision: in the metrics, and for its key in the insight.

@@ -156,7 +156,7 @@ impl Proxy {
         let limiter = self.limiter.clone();
         let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let limiter = limiter.clone();
-            async move { Ok::<_, Infallible>(admin(&limiter, &req)) }
+            async move { Ok::<_, Infallible>(admin(&limiter, &req).await) }
         });
         let mut next = 0usize;
         tokio::pin!(shutdown);
@@ -352,14 +352,14 @@ async fn accept_opt(
 
 /// The admin listener: `/metrics`, `/healthz`, and the admin API and page under `/admin`
 /// ([`floodgate_http::admin`]).
-fn admin<B>(limiter: &RateLimiter, req: &Request<B>) -> Response<Full<Bytes>> {
+async fn admin<B>(limiter: &RateLimiter, req: &Request<B>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     let asked = AdminRequest {
         method: req.method().as_str(),
         path,
         query: req.uri().query(),
     };
-    if let Some(reply) = limiter.admin(&asked) {
+    if let Some(reply) = limiter.admin(&asked).await {
         let mut r = Response::new(Full::new(Bytes::from(reply.body)));
         *r.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
         r.headers_mut()

@@ -97,7 +97,7 @@ async fn fallback(State(s): State<Arc<HttpState>>, req: axum::extract::Request) 
         path: uri.path(),
         query: uri.query(),
     };
-    match s.engine.admin(&asked) {
+    match s.engine.admin(&asked).await {
         Some(reply) => (
             StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK),
             [(header::CONTENT_TYPE, reply.content_type)],

@@ -200,13 +200,15 @@ pub(super) fn top(insight: &Insight, q: &Query) -> Result<Value, String> {
 }
 
 /// `GET /admin/api/key`.
-pub(super) fn key(insight: &Insight, peek: &dyn Peek, q: &Query) -> Result<Value, String> {
+pub(super) async fn key(insight: &Insight, peek: &dyn Peek, q: &Query) -> Result<Value, String> {
     q.only(&["policy", "key"])?;
     let Some(policy) = q.text("policy")? else {
         return Err("policy is required: /admin/api/key?policy=NAME&key=KEY".into());
     };
     let key = q.key()?;
-    let d = peek.peek(policy, key).map_err(|e| e.to_string())?;
+    let d = peek.peek(policy, key).await.map_err(|e| e.to_string())?;
+    // the state at cost 0; a request of cost 1 is admitted when a unit remains
+    let allowed = d.allowed && d.remaining > 0;
     let now = insight.now();
     let recent = insight.find(policy).map(|p| {
         let t = p.top(now, usize::MAX);
@@ -222,11 +224,11 @@ pub(super) fn key(insight: &Insight, peek: &dyn Peek, q: &Query) -> Result<Value
     Ok(json!({
         "policy": policy,
         "key": insight.show_key(key),
-        "allowed": d.allowed,
+        "allowed": allowed,
         "limit": d.limit,
         "remaining": d.remaining,
         "reset_after_ms": ms(d.reset_after),
-        "retry_after_ms": d.retry_after.filter(|_| !d.allowed).map(ms),
+        "retry_after_ms": d.retry_after.filter(|_| !allowed).map(ms),
         "delay_ms": ms(d.delay),
         "recent": recent,
     }))

@@ -8,7 +8,7 @@
 //! | `GET /admin` | the page ([`PAGE`]: one HTML file, inline CSS and JS, no external assets) |
 //! | `GET /admin/api/overview?seconds=S&n=N` | every policy: decisions by outcome in each of the last `S` seconds (default 60, at most 180), window boundaries, top `N` keys (default 10), the config (redacted) and its reloads |
 //! | `GET /admin/api/top?policy=P&n=N` | top keys only, of one policy or all |
-//! | `GET /admin/api/key?policy=P&key=K` | one key's state as a `peek` reports it, consuming nothing |
+//! | `GET /admin/api/key?policy=P&key=K` | one key's state as the store's [`DecisionStore::peek`] reports it (any store), consuming nothing and creating no key |
 //! | `GET /admin/api/config` | the config (redacted) and its reload history |
 //!
 //! Bad input (an unknown parameter or policy, a missing or repeated one, a number out of
@@ -23,6 +23,7 @@ pub mod text;
 use floodgate_core::Decision;
 
 use crate::insight::Insight;
+use crate::store::{BoxFuture, DecisionStore};
 
 pub use crate::insight::redact::{REDACTED, redact, redact_url};
 
@@ -83,34 +84,49 @@ pub enum PeekError {
         /// The names there are.
         known: String,
     },
-    /// The store cannot be read without consuming (Redis, hybrid).
+    /// The store could not be read (a Redis fault, a store that cannot be read without
+    /// consuming).
     #[error("{0}")]
-    Unsupported(String),
+    Store(String),
 }
 
 /// Reads one key's state without consuming: the surface's store.
-pub trait Peek {
-    /// What a request of cost 1 for `key` under `policy` would be told now, consuming
-    /// nothing.
-    fn peek(&self, policy: &str, key: &[u8]) -> Result<Decision, PeekError>;
+pub trait Peek: Sync {
+    /// The state of `key` under `policy` now, as a check costing 0 sees it
+    /// ([`DecisionStore::peek`]): consuming nothing, creating no key.
+    fn peek<'a>(
+        &'a self,
+        policy: &'a str,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<Decision, PeekError>>;
 }
 
-/// [`Peek`] over a limiter's policies and its store: the in-process store is read, any
-/// other store is [`PeekError::Unsupported`].
-#[derive(Debug, Clone, Copy)]
+/// [`Peek`] over a limiter's policies and its store, whichever store it is (in process,
+/// Redis, hybrid): through [`DecisionStore::peek`].
+#[derive(Clone, Copy)]
 pub struct StorePeek<'a> {
     /// The policies, by index.
     pub policies: &'a [crate::PolicyInfo],
-    /// The in-process store, if that is the store.
-    pub local: Option<&'a crate::LocalStore>,
-    /// The store's name (`redis`, `hybrid`), for the message.
-    pub store_name: &'a str,
+    /// The store.
+    pub store: &'a dyn DecisionStore,
+}
+
+impl std::fmt::Debug for StorePeek<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorePeek")
+            .field("policies", &self.policies.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Peek for StorePeek<'_> {
-    fn peek(&self, policy: &str, key: &[u8]) -> Result<Decision, PeekError> {
+    fn peek<'a>(
+        &'a self,
+        policy: &'a str,
+        key: &'a [u8],
+    ) -> BoxFuture<'a, Result<Decision, PeekError>> {
         let Some(info) = self.policies.iter().find(|p| p.name == policy) else {
-            return Err(PeekError::UnknownPolicy {
+            return Box::pin(std::future::ready(Err(PeekError::UnknownPolicy {
                 policy: policy.chars().take(128).collect(),
                 known: self
                     .policies
@@ -118,23 +134,24 @@ impl Peek for StorePeek<'_> {
                     .map(|p| p.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", "),
-            });
+            })));
         };
-        let Some(local) = self.local else {
-            return Err(PeekError::Unsupported(format!(
-                "key lookup reads the in-process store; this one is {:?}",
-                self.store_name
-            )));
-        };
-        local
-            .peek(info, key, 1)
-            .map_err(|e| PeekError::Unsupported(e.to_string()))
+        Box::pin(async move {
+            self.store
+                .peek(info, key)
+                .await
+                .map_err(|e| PeekError::Store(e.to_string()))
+        })
     }
 }
 
 /// Answer a request whose path starts with `/admin`; `None` for any other path (the
 /// surface's own routes).
-pub fn respond(insight: &Insight, peek: &dyn Peek, req: &AdminRequest<'_>) -> Option<AdminReply> {
+pub async fn respond(
+    insight: &Insight,
+    peek: &dyn Peek,
+    req: &AdminRequest<'_>,
+) -> Option<AdminReply> {
     let rest = req.path.strip_prefix("/admin")?;
     if !(rest.is_empty() || rest.starts_with('/')) {
         return None;
@@ -162,7 +179,7 @@ pub fn respond(insight: &Insight, peek: &dyn Peek, req: &AdminRequest<'_>) -> Op
         }
         "/api/overview" => json::overview(insight, &q),
         "/api/top" => json::top(insight, &q),
-        "/api/key" => json::key(insight, peek, &q),
+        "/api/key" => json::key(insight, peek, &q).await,
         "/api/config" => json::config(insight, &q),
         _ => {
             return Some(AdminReply::error(

@@ -167,8 +167,12 @@ fn count_decisions(items: &[Item], admitted: bool) {
 }
 
 impl Peek for Engine {
-    fn peek(&self, policy: &str, key: &[u8]) -> Result<Decision, PeekError> {
-        Engine::peek(self, policy, key)
+    fn peek<'a>(
+        &'a self,
+        policy: &'a str,
+        key: &'a [u8],
+    ) -> floodgate_engine::store::BoxFuture<'a, Result<Decision, PeekError>> {
+        Box::pin(Engine::peek(self, policy, key))
     }
 }
 
@@ -403,9 +407,11 @@ impl Engine {
 
     /// What a request of cost 1 for `key` would be told by the limit named `policy` (a
     /// named policy first, else the first limit of that name, whose keys are the
-    /// descriptor values as the admin API lists them), consuming nothing. Only the
-    /// in-process store can be read so.
-    pub fn peek(&self, policy: &str, key: &[u8]) -> Result<Decision, PeekError> {
+    /// descriptor values as the admin API lists them), as a check costing 0 sees it:
+    /// consuming nothing and creating no key, on any store ([`DecisionStore::peek`]).
+    ///
+    /// [`DecisionStore::peek`]: floodgate_engine::DecisionStore::peek
+    pub async fn peek(&self, policy: &str, key: &[u8]) -> Result<Decision, PeekError> {
         let g = self.current.load_full();
         let limit = g.policies.get(policy).or_else(|| {
             let mut named: Vec<&Arc<LimitInst>> =
@@ -422,20 +428,16 @@ impl Engine {
                 known: known.join(", "),
             });
         };
-        let Some(local) = g.local.as_deref() else {
-            return Err(PeekError::Unsupported(
-                "key lookup reads the in-process store; this server's store is Redis".into(),
-            ));
-        };
         let k = limit.key(g.shared_keyspace, |k| k.extend_from_slice(key));
-        local
-            .peek(&limit.policy, &k, 1)
-            .map_err(|e| PeekError::Unsupported(e.to_string()))
+        g.store
+            .peek(&limit.policy, &k)
+            .await
+            .map_err(|e| PeekError::Store(e.to_string()))
     }
 
     /// Answer an admin API request (`/admin...`; `None` for other paths).
-    pub fn admin(&self, req: &AdminRequest<'_>) -> Option<AdminReply> {
-        floodgate_engine::admin::respond(&self.metrics.insight, self, req)
+    pub async fn admin(&self, req: &AdminRequest<'_>) -> Option<AdminReply> {
+        floodgate_engine::admin::respond(&self.metrics.insight, self, req).await
     }
 
     /// Check `key` under the named policy (the HTTP API's key form).
