@@ -45,14 +45,7 @@ async fn lookup(c: &TestClient, p: &RunningProxy, key: &str) -> serde_json::Valu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_lookup_reads_redis_without_consuming_or_creating() {
-    let base = format!(
-        "fgtest:admin-peek:{}:{}:",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
+    let base = redis_prefix("admin-peek");
     let backend = Backend::start().await;
     let c = client();
     for alg in ["fixed-window", "gcra", "token-bucket", "sliding-log"] {
@@ -117,4 +110,85 @@ async fn key_lookup_reads_redis_without_consuming_or_creating() {
         delete_redis_keys(&prefix);
         assert!(keys(&prefix).is_empty());
     }
+}
+
+/// The hybrid store's lookup reads the shared counter: what the requests (each a round
+/// trip or a lease taken from it) left there, consuming nothing and creating no key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_lookup_on_the_hybrid_store_reads_the_shared_counter() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use floodgate_core::{Kind, Spec};
+    use floodgate_http::admin::AdminRequest;
+    use floodgate_http::{DecisionStore, HybridStore, KeySource, Policy, RateLimiter, Route};
+    use tower::{Layer, Service, ServiceExt};
+
+    let prefix = redis_prefix("admin-peek-hybrid");
+    let redis = redis_store(&prefix).await;
+    let builder = || {
+        RateLimiter::builder()
+            .policy(
+                Policy::new(
+                    "api",
+                    Spec::new(Kind::FixedWindow, "5/3600s".parse().unwrap()),
+                )
+                .key(KeySource::header(http::HeaderName::from_static(
+                    "x-api-key",
+                ))),
+            )
+            .route(Route::prefix("/").policy("api", 1))
+    };
+    let infos = builder().policy_infos().unwrap();
+    // one node, leases of one unit: every request is taken from the shared counter
+    let hybrid: Arc<dyn DecisionStore> = Arc::new(
+        HybridStore::with_lease(redis, &infos, 1, 1, Duration::from_secs(30), 1000).unwrap(),
+    );
+    let limiter = builder().store(hybrid, "hybrid").build().unwrap();
+    let backend = tower::service_fn(
+        |_req: http::Request<http_body_util::Full<bytes::Bytes>>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                bytes::Bytes::from_static(b"ok"),
+            )))
+        },
+    );
+    let mut svc = limiter.layer().layer(backend);
+    for _ in 0..3 {
+        let req = http::Request::get("/")
+            .header("x-api-key", "alice")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let r = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let held = keys(&prefix);
+    let ask = |key: &'static str| {
+        let limiter = limiter.clone();
+        async move {
+            let q = format!("policy=api&key={key}");
+            let reply = limiter
+                .admin(&AdminRequest {
+                    method: "GET",
+                    path: "/admin/api/key",
+                    query: Some(&q),
+                })
+                .await
+                .expect("an admin path");
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            serde_json::from_str::<serde_json::Value>(&reply.body).unwrap()
+        }
+    };
+    for _ in 0..2 {
+        let v = ask("alice").await;
+        // 3 taken from the shared counter (and at most one more leased), none by the
+        // lookups
+        let left = v["remaining"].as_u64().unwrap();
+        assert!((1..=2).contains(&left), "{v}");
+        assert_eq!(v["limit"], 5, "{v}");
+        assert_eq!(ask("nobody").await["remaining"], 5);
+    }
+    let first = ask("alice").await["remaining"].clone();
+    assert_eq!(ask("alice").await["remaining"], first);
+    assert_eq!(keys(&prefix), held);
+    delete_redis_keys(&prefix);
 }

@@ -14,7 +14,6 @@ use floodgate_http::{
     DecisionStore, HybridStore, InFlightSpec, KeySource, PeerAddr, Policy, RateLimiter,
     RedisDecisionStore, Route,
 };
-use floodgate_redis::{RedisStore, StoreConfig};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
@@ -95,43 +94,14 @@ async fn check(limiter: RateLimiter, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rates_and_leases_all_or_nothing_on_redis_and_hybrid() {
-    let prefix = format!(
-        "fgtest:inflight-redis:{}:{}:",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
-    let redis = Arc::new(
-        RedisStore::connect(
-            "redis://127.0.0.1:6379",
-            StoreConfig {
-                prefix: prefix.clone(),
-                timeout: Duration::from_secs(2),
-                ..StoreConfig::default()
-            },
-        )
-        .await
-        .unwrap(),
-    );
+    let prefix = common::redis_prefix("inflight-redis");
+    let redis = common::redis_store(&prefix).await;
     let infos = builder().policy_infos().unwrap();
     let shared: Arc<dyn DecisionStore> =
         Arc::new(RedisDecisionStore::new(redis.clone(), &infos).unwrap());
     check(builder().store(shared, "redis").build().unwrap(), "redis").await;
     // the hybrid store, on keys of its own
-    let redis2 = Arc::new(
-        RedisStore::connect(
-            "redis://127.0.0.1:6379",
-            StoreConfig {
-                prefix: format!("{prefix}hybrid:"),
-                timeout: Duration::from_secs(2),
-                ..StoreConfig::default()
-            },
-        )
-        .await
-        .unwrap(),
-    );
+    let redis2 = common::redis_store(&format!("{prefix}hybrid:")).await;
     let hybrid: Arc<dyn DecisionStore> = Arc::new(
         HybridStore::with_lease(redis2, &infos, 1, 1, Duration::from_secs(1), 1000).unwrap(),
     );

@@ -293,3 +293,31 @@ pub fn delete_redis_keys(prefix: &str) {
             .output();
     }
 }
+
+/// A key prefix of this test's own on the shared Redis: `fgtest:NAME:PID:NANOS:`.
+pub fn redis_prefix(name: &str) -> String {
+    format!(
+        "fgtest:{name}:{}:{}:",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// The shared Redis (127.0.0.1:6379) with keys under `prefix`, 2 s per call.
+pub async fn redis_store(prefix: &str) -> Arc<floodgate_redis::RedisStore> {
+    Arc::new(
+        floodgate_redis::RedisStore::connect(
+            "redis://127.0.0.1:6379",
+            floodgate_redis::StoreConfig {
+                prefix: prefix.to_string(),
+                timeout: Duration::from_secs(2),
+                ..floodgate_redis::StoreConfig::default()
+            },
+        )
+        .await
+        .unwrap(),
+    )
+}
