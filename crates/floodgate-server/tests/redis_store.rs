@@ -21,7 +21,8 @@ fn unique_prefix(name: &str) -> String {
     )
 }
 
-async fn delete_prefix(prefix: &str) -> usize {
+/// The shared Redis and the keys under `prefix` on it.
+async fn keys_under(prefix: &str) -> (redis::aio::MultiplexedConnection, Vec<Vec<u8>>) {
     let mut c = redis::Client::open("redis://127.0.0.1:6379/")
         .unwrap()
         .get_multiplexed_async_connection()
@@ -32,6 +33,16 @@ async fn delete_prefix(prefix: &str) -> usize {
         .query_async(&mut c)
         .await
         .unwrap();
+    (c, keys)
+}
+
+/// How many keys there are under `prefix` (deleting none).
+async fn count_prefix(prefix: &str) -> usize {
+    keys_under(prefix).await.1.len()
+}
+
+async fn delete_prefix(prefix: &str) -> usize {
+    let (mut c, keys) = keys_under(prefix).await;
     for k in &keys {
         let _: i64 = redis::cmd("DEL").arg(k).query_async(&mut c).await.unwrap();
     }
@@ -71,6 +82,27 @@ async fn grpc_and_resp_answer_from_redis() {
             (Code::Ok as i32, remaining)
         );
     }
+    // the admin key lookup reads the Redis counter: nothing consumed, no key created
+    let addr = srv.running.http.expect("the HTTP listener");
+    let name = http(addr, "GET", "/admin/api/overview", b"").await.json()["policies"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let held = count_prefix(&prefix).await;
+    for key in ["5:alice", "5:alice", "6:nobody", "6:nobody"] {
+        let v = http(
+            addr,
+            "GET",
+            &format!("/admin/api/key?policy={name}&key={key}"),
+            b"",
+        )
+        .await;
+        assert_eq!(v.status, 200, "{}", v.body);
+        let left = if key == "5:alice" { 0 } else { 3 };
+        assert_eq!(v.json()["remaining"], left, "{key}: {}", v.body);
+        assert_eq!(v.json()["allowed"], left > 0, "{key}: {}", v.body);
+    }
+    assert_eq!(count_prefix(&prefix).await, held);
     let r = call(&mut c, hit()).await.unwrap();
     assert_eq!(r.overall_code, Code::OverLimit as i32);
     let ra: u64 = header(&r, "Retry-After").unwrap().parse().unwrap();
