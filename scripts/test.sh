@@ -9,6 +9,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
+# the Redis module (crates/floodgate-redis-module) builds with bindgen, which needs libclang
+if ! dpkg -s libclang-dev >/dev/null 2>&1 && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev >/dev/null
+    else
+        echo "scripts/test.sh: the Redis module's build needs libclang (Debian: apt-get install libclang-dev)" >&2
+        exit 1
+    fi
+fi
 cargo nextest run --workspace --no-fail-fast "$@"
 cargo test --workspace --doc
 bash scripts/test-python.sh
