@@ -494,13 +494,9 @@ impl RateLimiter {
         plan: Plan,
         req_headers: &HeaderMap,
     ) -> (Outcome, Option<Reservation>) {
-        let (leases, leased) = if plan.has_leases() {
-            match self.take_leases(&plan, req_headers).await {
-                Ok(taken) => taken,
-                Err(denied) => return (denied, None),
-            }
-        } else {
-            (Leases::new(), SmallVec::new())
+        let (leases, leased) = match self.take_leases(&plan, req_headers).await {
+            Ok(taken) => taken,
+            Err(denied) => return (denied, None),
         };
         let (enforced, reservation) = if plan.enforced.is_empty() {
             (Ok(None), None)
@@ -512,20 +508,8 @@ impl RateLimiter {
             }
         };
         let shadow = self.run_checks(&plan.shadow).await;
-        let outcome = match self.finish(plan, enforced, shadow, &leased, req_headers) {
-            Outcome::Pass {
-                headers,
-                delay,
-                leases: _,
-            } => Outcome::Pass {
-                headers,
-                delay,
-                leases,
-            },
-            // denied by a rate, or the store failed: `leases` drop here, released
-            denied => denied,
-        };
-        (outcome, reservation)
+        let outcome = self.finish(plan, enforced, shadow, &leased, req_headers);
+        (holding(outcome, leases), reservation)
     }
 
     /// The RateLimit fields of settled policies (each as a request of cost 0 sees it),
@@ -543,13 +527,9 @@ impl RateLimiter {
     /// request denied for concurrency is charged nothing), then its rates (a request
     /// they deny gives its leases back at once: see [`crate::inflight`]).
     pub(crate) async fn check(&self, plan: Plan, req_headers: &HeaderMap) -> Outcome {
-        let (leases, leased) = if plan.has_leases() {
-            match self.take_leases(&plan, req_headers).await {
-                Ok(taken) => taken,
-                Err(denied) => return denied,
-            }
-        } else {
-            (Leases::new(), SmallVec::new())
+        let (leases, leased) = match self.take_leases(&plan, req_headers).await {
+            Ok(taken) => taken,
+            Err(denied) => return denied,
         };
         let outcome = if let Some(local) = self.local_store() {
             let enforced = self.run_local(local, &plan.enforced);
@@ -560,24 +540,13 @@ impl RateLimiter {
             let shadow = self.run_checks(&plan.shadow).await;
             self.finish(plan, enforced, shadow, &leased, req_headers)
         };
-        match outcome {
-            Outcome::Pass {
-                headers,
-                delay,
-                leases: _,
-            } => Outcome::Pass {
-                headers,
-                delay,
-                leases,
-            },
-            // denied by a rate, or the store failed: `leases` drop here, released
-            denied => denied,
-        }
+        holding(outcome, leases)
     }
 
     /// Take the plan's leases, in order: all of them with their decisions (for the
     /// headers), or the answer to send (denied, or the store failed under
-    /// [`StoreFailure::Deny`]), the leases already taken released.
+    /// [`StoreFailure::Deny`]), the leases already taken released. A plan without leases
+    /// takes none (nothing is allocated).
     async fn take_leases(
         &self,
         plan: &Plan,
@@ -858,6 +827,19 @@ fn push_quoted(out: &mut String, s: &str) {
     } else {
         use std::fmt::Write as _;
         let _ = write!(out, "{s:?}");
+    }
+}
+
+/// `outcome` holding `leases` when it passes; when it is denied by a rate or the store
+/// failed, `leases` drop here: released at once.
+fn holding(outcome: Outcome, leases: Leases) -> Outcome {
+    match outcome {
+        Outcome::Pass { headers, delay, .. } => Outcome::Pass {
+            headers,
+            delay,
+            leases,
+        },
+        denied => denied,
     }
 }
 
