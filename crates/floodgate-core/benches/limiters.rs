@@ -201,6 +201,18 @@ struct Walk<'a> {
 /// instructions inside this function only.
 #[inline(never)]
 fn hot_loop<F: Fn(&u64) -> bool>(check: F, walk: Walk<'_>) -> u64 {
+    checks(check, walk)
+}
+
+/// [`hot_loop`] for warming up, which callgrind does not count (inlined into its caller,
+/// so that it is not merged with `hot_loop` as an identical function).
+#[inline(always)]
+fn warm_loop<F: Fn(&u64) -> bool>(check: F, walk: Walk<'_>) -> u64 {
+    checks(check, walk)
+}
+
+#[inline(always)]
+fn checks<F: Fn(&u64) -> bool>(check: F, walk: Walk<'_>) -> u64 {
     let Walk {
         w,
         clock,
@@ -231,15 +243,24 @@ fn hot_loop<F: Fn(&u64) -> bool>(check: F, walk: Walk<'_>) -> u64 {
     admitted
 }
 
-/// [`hot_loop`] with `lib`'s check.
-fn walk(lib: &Lib, walk: Walk<'_>) -> u64 {
+/// [`hot_loop`] (or [`warm_loop`] when `warm`) with `lib`'s check.
+fn walk(lib: &Lib, walk: Walk<'_>, warm: bool) -> u64 {
+    macro_rules! go {
+        ($f:expr) => {
+            if warm {
+                warm_loop($f, walk)
+            } else {
+                hot_loop($f, walk)
+            }
+        };
+    }
     match lib {
-        Lib::GovKeyed(l) => hot_loop(|k| l.check_key(k).is_ok(), walk),
-        Lib::FgKeyed(l) => hot_loop(|k| l.check(k, now(), 1).allowed, walk),
-        Lib::GovDirect(l) => hot_loop(|_| l.check().is_ok(), walk),
-        Lib::FgAtomic(l) => hot_loop(|_| l.check(now(), 1).allowed, walk),
-        Lib::FgMutex(l) => hot_loop(|_| l.check(now(), 1).allowed, walk),
-        Lib::FgAny(l) => hot_loop(|_| l.check(now(), 1).allowed, walk),
+        Lib::GovKeyed(l) => go!(|k| l.check_key(k).is_ok()),
+        Lib::FgKeyed(l) => go!(|k| l.check(k, now(), 1).allowed),
+        Lib::GovDirect(l) => go!(|_| l.check().is_ok()),
+        Lib::FgAtomic(l) => go!(|_| l.check(now(), 1).allowed),
+        Lib::FgMutex(l) => go!(|_| l.check(now(), 1).allowed),
+        Lib::FgAny(l) => go!(|_| l.check(now(), 1).allowed),
     }
 }
 
@@ -263,6 +284,7 @@ struct Run {
 
 /// Run `checks` per thread on `threads` threads.
 fn run(
+    warm: bool,
     lib: &Lib,
     w: &Workload,
     clock: &SharedClock,
@@ -286,6 +308,7 @@ fn run(
                             start,
                             checks,
                         },
+                        warm,
                     );
                     (thread_cpu() - c0, a)
                 })
@@ -399,10 +422,18 @@ fn measure(cell: &Cell, reps: usize, budget: Duration) {
     let clocks: Vec<SharedClock> = (0..k).map(|_| AtomicU64::new(0)).collect();
     // warm-up: one pass of the sequence on one thread, then a short calibration run
     for (lib, clock) in cell.libs.iter().zip(&clocks) {
-        run(lib, w, clock, 1, 0, SEQ_LEN as u64);
+        run(true, lib, w, clock, 1, 0, SEQ_LEN as u64);
     }
     let mut start = SEQ_LEN as u64;
-    let cal = run(&cell.libs[0], w, &clocks[0], cell.threads, start, 20_000);
+    let cal = run(
+        false,
+        &cell.libs[0],
+        w,
+        &clocks[0],
+        cell.threads,
+        start,
+        20_000,
+    );
     clocks[1..]
         .iter()
         .for_each(|c| c.store(clocks[0].load(Ordering::Relaxed), Ordering::Relaxed));
@@ -420,7 +451,15 @@ fn measure(cell: &Cell, reps: usize, budget: Duration) {
             (0..k).rev().collect()
         };
         for &l in &order {
-            let run = run(&cell.libs[l], w, &clocks[l], cell.threads, start, checks);
+            let run = run(
+                false,
+                &cell.libs[l],
+                w,
+                &clocks[l],
+                cell.threads,
+                start,
+                checks,
+            );
             wall[l].push(run.wall.as_nanos() as f64 / total);
             cpu[l].push(run.cpu.as_nanos() as f64 / total);
             admitted[l] += run.admitted;
@@ -482,8 +521,8 @@ fn instructions(args: &[String]) {
     });
     let w = &*cell.workload;
     let clock = AtomicU64::new(0);
-    run(lib, w, &clock, 1, 0, SEQ_LEN as u64);
-    let admitted = run(lib, w, &clock, 1, SEQ_LEN as u64, checks).admitted;
+    run(true, lib, w, &clock, 1, 0, SEQ_LEN as u64);
+    let admitted = run(false, lib, w, &clock, 1, SEQ_LEN as u64, checks).admitted;
     println!(
         "{} | {} | {checks} checks, {admitted} admitted",
         cell.name,

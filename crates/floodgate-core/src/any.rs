@@ -217,6 +217,12 @@ impl AnyAlgorithm {
         }
     }
 
+    /// Whether `state` is of this algorithm's variant.
+    #[inline]
+    fn owns(&self, state: &AnyState) -> bool {
+        dispatch!(self, state, _a, _s => true, false)
+    }
+
     fn fresh(&self) -> AnyState {
         match self {
             AnyAlgorithm::FixedWindow(_) => AnyState::FixedWindow(Default::default()),
@@ -268,10 +274,7 @@ impl Algorithm for AnyAlgorithm {
 
     #[inline]
     fn apply(&self, state: &mut AnyState, pending: AnyPending) {
-        if std::mem::discriminant(state) != std::mem::discriminant(&self.fresh()) {
-            *state = self.fresh();
-        }
-        match (self, state, pending) {
+        match (self, &mut *state, pending) {
             (
                 AnyAlgorithm::FixedWindow(a),
                 AnyState::FixedWindow(s),
@@ -292,7 +295,36 @@ impl Algorithm for AnyAlgorithm {
             ) => a.apply(s, p),
             (AnyAlgorithm::Leaky(a), AnyState::Leaky(s), AnyPending::Leaky(p)) => a.apply(s, p),
             (AnyAlgorithm::Gcra(a), AnyState::Gcra(s), AnyPending::Gcra(p)) => a.apply(s, p),
+            // a state of another algorithm (never seen, or kept across a runtime change):
+            // start from a fresh one; the state then matches, so this recurses at most once
+            (_, s, p) if !self.owns(s) => {
+                *s = self.fresh();
+                self.apply(s, p)
+            }
             _ => {} // a pending write from another algorithm: decide() never produces one
+        }
+    }
+
+    /// One match on the pair, then the algorithm's own check: no [`AnyPending`] built,
+    /// no second match to apply it. Inlined, so that a caller not reading every field of
+    /// the decision does not pay for computing them.
+    #[inline(always)]
+    fn check(&self, state: &mut AnyState, now: Nanos, cost: u64) -> Decision {
+        match (self, &mut *state) {
+            (AnyAlgorithm::FixedWindow(a), AnyState::FixedWindow(s)) => a.check(s, now, cost),
+            (AnyAlgorithm::SlidingLog(a), AnyState::SlidingLog(s)) => a.check(s, now, cost),
+            (AnyAlgorithm::SlidingCounter(a), AnyState::SlidingCounter(s)) => a.check(s, now, cost),
+            (AnyAlgorithm::TokenBucket(a), AnyState::TokenBucket(s)) => a.check(s, now, cost),
+            (AnyAlgorithm::Leaky(a), AnyState::Leaky(s)) => a.check(s, now, cost),
+            (AnyAlgorithm::Gcra(a), AnyState::Gcra(s)) => a.check(s, now, cost),
+            // a state of another variant: decided as a fresh one, replaced when admitted
+            _ => {
+                let (decision, pending) = self.decide(state, now, cost);
+                if let Some(p) = pending {
+                    self.apply(state, p);
+                }
+                decision
+            }
         }
     }
 

@@ -37,7 +37,7 @@ impl<A: Algorithm> Limiter<A> {
     }
 
     /// Decide, consuming `cost` when admitted.
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, now: Nanos, cost: u64) -> Decision {
         let (alg, state) = &mut *self.inner.lock();
         alg.check(state, now, cost)
@@ -84,8 +84,9 @@ impl AtomicGcra {
         }
     }
 
-    /// Decide, consuming `cost` when admitted.
-    #[inline]
+    /// Decide, consuming `cost` when admitted. Inlined into the caller, so that the
+    /// fields of the [`Decision`] it does not read cost nothing.
+    #[inline(always)]
     pub fn check(&self, now: Nanos, cost: u64) -> Decision {
         let mut current = self.tat.load(Ordering::Acquire);
         loop {

@@ -171,6 +171,10 @@ where
     }
 
     /// Decide on a request of `cost` for `key` at `now`; consume when admitted.
+    ///
+    /// Inlined into the caller: a key already held costs a hash, one shard lock, one
+    /// probe and the algorithm's arithmetic; a new key goes through an out-of-line path.
+    #[inline(always)]
     pub fn check<Q>(&self, key: &Q, now: Nanos, cost: u64) -> Decision
     where
         K: Borrow<Q>,
@@ -180,10 +184,29 @@ where
         let own = self.own_algorithm(key);
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
-        let alg: &A = own.as_deref().unwrap_or(&shard.alg);
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            let alg: &A = own.as_deref().unwrap_or(&shard.alg);
             return alg.check(state, now, cost);
         }
+        self.check_new(shard, own.as_deref(), hash, key, now, cost)
+    }
+
+    /// [`check`](Self::check) for a key not held: stored only when admitted. Inlined (so
+    /// that the decision stays in registers); the insertion is out of line.
+    #[inline(always)]
+    fn check_new<Q>(
+        &self,
+        shard: &mut Shard<K, A::State, A>,
+        own: Option<&A>,
+        hash: u64,
+        key: &Q,
+        now: Nanos,
+        cost: u64,
+    ) -> Decision
+    where
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        let alg: &A = own.unwrap_or(&shard.alg);
         let mut state = A::State::default();
         let (decision, pending) = alg.decide(&state, now, cost);
         if let Some(p) = pending {
@@ -227,13 +250,7 @@ where
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             return algorithm.check(state, now, cost);
         }
-        let mut state = A::State::default();
-        let (decision, pending) = algorithm.decide(&state, now, cost);
-        if let Some(p) = pending {
-            algorithm.apply(&mut state, p);
-            self.insert(shard, hash, key.to_owned(), state, now);
-        }
-        decision
+        self.check_new(shard, Some(algorithm), hash, key, now, cost)
     }
 
     /// What [`check`](Self::check) would answer, consuming nothing and inserting nothing.
@@ -327,7 +344,8 @@ where
         &self.shards[self.shard_index(hash)].0
     }
 
-    /// `key`'s own quota, if it has one (one relaxed load when no key has one).
+    /// `key`'s own quota, if it has one (one load when no key has one).
+    #[inline(always)]
     pub(crate) fn own_algorithm<Q>(&self, key: &Q) -> Option<Arc<A>>
     where
         K: Borrow<Q>,
@@ -336,10 +354,20 @@ where
         if !self.has_overrides.load(Ordering::Acquire) {
             return None;
         }
+        self.own_algorithm_slow(key)
+    }
+
+    #[inline(never)]
+    fn own_algorithm_slow<Q>(&self, key: &Q) -> Option<Arc<A>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.overrides.read().get(key).cloned()
     }
 
     /// Insert a new key's state into a locked shard, making room first if it is full.
+    #[inline(never)]
     pub(crate) fn insert(
         &self,
         shard: &mut Shard<K, A::State, A>,

@@ -1,5 +1,7 @@
 //! GCRA: the generic cell rate algorithm (virtual scheduling), as in redis-cell.
 
+use std::num::NonZeroU64;
+
 use super::{dur, nonzero, sat_u64};
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
@@ -35,8 +37,9 @@ use crate::time::Nanos;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gcra {
     capacity: u64,
-    /// Emission interval T, nanoseconds.
-    t_ns: u64,
+    /// Emission interval T, nanoseconds (never zero: dividing by it cannot panic, so a
+    /// caller that does not read `remaining` does not pay for it once inlined).
+    t_ns: NonZeroU64,
     /// Delay variation tolerance tau = T x capacity, nanoseconds.
     tau_ns: u64,
     /// Built by [`Gcra::from_cell`]: `remaining` is counted as redis-cell counts it.
@@ -63,6 +66,9 @@ impl Gcra {
             detail: format!(
                 "capacity {capacity} x emission interval {t_ns} ns does not fit in 64-bit nanoseconds"
             ),
+        })?;
+        let t_ns = NonZeroU64::new(t_ns).ok_or(ConfigError::Zero {
+            what: "emission interval",
         })?;
         Ok(Gcra {
             capacity,
@@ -134,7 +140,7 @@ impl Gcra {
     /// Emission interval in nanoseconds.
     #[inline]
     pub fn emission_interval_nanos(&self) -> u64 {
-        self.t_ns
+        self.t_ns.get()
     }
 
     /// Delay variation tolerance in nanoseconds.
@@ -152,12 +158,63 @@ impl Gcra {
             // redis-cell: (next.num_microseconds() as f64 / T.num_microseconds() as f64)
             // as i64, with next = tau - ttl >= 0 here; a negative quotient is 0
             let next_us = (self.tau_ns - ttl) / 1_000;
-            let t_us = self.t_ns / 1_000;
+            let t_us = self.t_ns.get() / 1_000;
             ((next_us as f64 / t_us as f64) as i64).max(0) as u64
         } else {
             (self.tau_ns - ttl) / self.t_ns
         }
     }
+}
+
+impl Gcra {
+    /// [`decide`](Algorithm::decide)'s outcome in 128-bit arithmetic, for a new TAT
+    /// past `u64::MAX`.
+    #[cold]
+    #[inline(never)]
+    fn step_wide(&self, tat: u64, now: Nanos, cost: u64) -> Step {
+        let increment = (cost as u128) * (self.t_ns.get() as u128);
+        let new_tat = tat as u128 + increment;
+        let horizon = now.0 as u128 + self.tau_ns as u128;
+        if increment > self.tau_ns as u128 {
+            Step::Never
+        } else if new_tat > horizon {
+            Step::Deny((new_tat - horizon) as u64) // <= increment <= tau: fits
+        } else {
+            // new_tat <= now + tau, so the TTL fits in u64
+            Step::Allow((new_tat - now.0 as u128) as u64, sat_u64(new_tat))
+        }
+    }
+
+    /// The outcome of a request of `cost` when the key's TAT is `tat` (at least `now`).
+    #[inline(always)]
+    fn step(&self, tat: u64, now: Nanos, cost: u64) -> Step {
+        // 64-bit arithmetic whenever the new TAT fits, as it does for any sane parameters
+        let Some((increment, new_tat)) = cost
+            .checked_mul(self.t_ns.get())
+            .and_then(|inc| Some((inc, tat.checked_add(inc)?)))
+        else {
+            return self.step_wide(tat, now, cost);
+        };
+        // new_tat >= tat >= now; admitted when new_tat <= now + tau
+        let ttl = new_tat - now.0;
+        if increment > self.tau_ns {
+            Step::Never
+        } else if ttl > self.tau_ns {
+            Step::Deny(ttl - self.tau_ns) // <= increment <= tau
+        } else {
+            Step::Allow(ttl, new_tat)
+        }
+    }
+}
+
+/// What a request does to a GCRA key.
+enum Step {
+    /// The cost exceeds the capacity: never admitted.
+    Never,
+    /// Denied; a retry of the same cost succeeds after this many nanoseconds.
+    Deny(u64),
+    /// Admitted: the new TTL (TAT - now) and the new TAT.
+    Allow(u64, u64),
 }
 
 impl Algorithm for Gcra {
@@ -172,12 +229,9 @@ impl Algorithm for Gcra {
     #[inline(always)]
     fn decide(&self, state: &GcraState, now: Nanos, cost: u64) -> (Decision, Option<Nanos>) {
         let tat = state.tat.max(now).0;
-        let increment = (cost as u128) * (self.t_ns as u128);
-        let new_tat = tat as u128 + increment;
-        let horizon = now.0 as u128 + self.tau_ns as u128;
         let ttl_before = tat - now.0;
-        if increment > self.tau_ns as u128 {
-            return (
+        match self.step(tat, now, cost) {
+            Step::Never => (
                 Decision::never(
                     self.capacity,
                     cost,
@@ -185,11 +239,8 @@ impl Algorithm for Gcra {
                     dur(ttl_before),
                 ),
                 None,
-            );
-        }
-        if new_tat > horizon {
-            let retry = (new_tat - horizon) as u64; // <= increment <= tau: fits
-            return (
+            ),
+            Step::Deny(retry) => (
                 Decision::deny(
                     self.capacity,
                     self.remaining(ttl_before),
@@ -197,15 +248,12 @@ impl Algorithm for Gcra {
                     dur(ttl_before),
                 ),
                 None,
-            );
+            ),
+            Step::Allow(ttl, new_tat) => (
+                Decision::allow(self.capacity, self.remaining(ttl), dur(ttl)),
+                (cost > 0).then_some(Nanos(new_tat)),
+            ),
         }
-        // new_tat <= now + tau, so both fit in u64 relative to now.
-        let ttl = (new_tat - now.0 as u128) as u64;
-        let pending = (cost > 0).then_some(Nanos(sat_u64(new_tat)));
-        (
-            Decision::allow(self.capacity, self.remaining(ttl), dur(ttl)),
-            pending,
-        )
     }
 
     #[inline]
