@@ -2,15 +2,16 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
-
 use crate::algorithm::Algorithm;
 use crate::algorithms::Gcra;
 use crate::decision::Decision;
+use crate::keyed::ShardLock;
 use crate::time::Nanos;
 
 /// One limit, one state, any algorithm; safe to share between threads. The algorithm can
-/// be replaced at run time with [`set_algorithm`](Limiter::set_algorithm).
+/// be replaced at run time with [`set_algorithm`](Limiter::set_algorithm). The state sits
+/// behind the same lock as a keyed shard's (spin, then yield): one atomic instruction per
+/// uncontended decision, where a parking mutex takes two (docs/bench-core.md compares them).
 ///
 /// ```
 /// use floodgate_core::algorithms::SlidingLog;
@@ -25,14 +26,14 @@ use crate::time::Nanos;
 /// # Ok::<(), floodgate_core::ConfigError>(())
 /// ```
 pub struct Limiter<A: Algorithm> {
-    inner: Mutex<(A, A::State)>,
+    inner: ShardLock<(A, A::State)>,
 }
 
 impl<A: Algorithm> Limiter<A> {
     /// A limiter at full capacity.
     pub fn new(algorithm: A) -> Self {
         Limiter {
-            inner: Mutex::new((algorithm, A::State::default())),
+            inner: ShardLock::new((algorithm, A::State::default())),
         }
     }
 
