@@ -208,6 +208,7 @@ impl Gcra {
 }
 
 /// What a request does to a GCRA key.
+#[derive(Debug, PartialEq, Eq)]
 enum Step {
     /// The cost exceeds the capacity: never admitted.
     Never,
@@ -369,5 +370,45 @@ mod tests {
         assert!(!d.allowed);
         assert!(g.check(&mut s, Nanos::MAX, 1).allowed);
         let _ = g.check(&mut s, Nanos::ZERO, 3);
+    }
+
+    #[test]
+    fn the_64_bit_path_decides_as_the_128_bit_one() {
+        let mut x = 0x0123_4567_89AB_CDEFu64;
+        let mut next = move || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let z = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB)
+        };
+        let edges = [0, 1, 2, 999, u64::MAX / 2, u64::MAX - 1, u64::MAX];
+        let mut pick = move |small: u64| match next() % 4 {
+            0 => edges[(next() % edges.len() as u64) as usize],
+            1 => next() % small,
+            _ => next(),
+        };
+        let (mut fast, mut wide_only) = (0, 0);
+        for _ in 0..200_000 {
+            let (t, cap) = (pick(1 << 40).max(1), pick(1 << 12).max(1));
+            let Ok(g) = Gcra::with_interval(t, cap, false) else {
+                continue;
+            };
+            let now = Nanos(pick(1 << 50));
+            let tat = now.0.saturating_add(pick(1 << 45));
+            let cost = pick(1 << 13);
+            let wide = g.step_wide(tat, now, cost);
+            assert_eq!(
+                g.step(tat, now, cost),
+                wide,
+                "{g:?} tat {tat} now {now:?} cost {cost}"
+            );
+            match cost.checked_mul(t).and_then(|i| tat.checked_add(i)) {
+                Some(_) => fast += 1,
+                None => wide_only += 1,
+            }
+        }
+        assert!(
+            fast > 10_000 && wide_only > 1_000,
+            "{fast} fast, {wide_only} wide"
+        );
     }
 }
