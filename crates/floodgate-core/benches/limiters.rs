@@ -24,6 +24,9 @@
 //! The keyed limiters hold every key: governor's DashMap never evicts, floodgate's cap is
 //! the engine's default of 1M keys or twice the key count, whichever is larger.
 //!
+//! `--cas` adds, to the keyed cells, a prototype of governor's design built from floodgate's
+//! parts (a shard read lock and a compare-and-swap on the entry; `limiters/cas.rs`).
+//!
 //! `--instructions CELL LIBRARY CHECKS` runs one single-thread cell once, for
 //! `scripts/core-instructions.sh` (callgrind counts only inside `hot_loop`).
 
@@ -40,6 +43,9 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
+
+#[path = "limiters/cas.rs"]
+mod cas;
 
 type NoOp = NoOpMiddleware<governor::nanos::Nanos>;
 
@@ -156,6 +162,7 @@ impl Workload {
 enum Lib {
     GovKeyed(RateLimiter<u64, DefaultKeyedStateStore<u64>, VirtualClock, NoOp>),
     FgKeyed(KeyedLimiter<u64, Gcra>),
+    CasKeyed(cas::CasKeyed),
     GovDirect(RateLimiter<NotKeyed, InMemoryState, VirtualClock, NoOp>),
     FgAtomic(AtomicGcra),
     FgMutex(Limiter<Gcra>),
@@ -167,6 +174,7 @@ impl Lib {
         match self {
             Lib::GovKeyed(_) | Lib::GovDirect(_) => "governor",
             Lib::FgKeyed(_) => "floodgate",
+            Lib::CasKeyed(_) => "prototype: read lock + CAS",
             Lib::FgAtomic(_) => "floodgate AtomicGcra",
             Lib::FgMutex(_) => "floodgate Limiter<Gcra>",
             Lib::FgAny(_) => "floodgate Limiter<AnyAlgorithm>",
@@ -257,6 +265,7 @@ fn walk(lib: &Lib, walk: Walk<'_>, warm: bool) -> u64 {
     match lib {
         Lib::GovKeyed(l) => go!(|k| l.check_key(k).is_ok()),
         Lib::FgKeyed(l) => go!(|k| l.check(k, now(), 1).allowed),
+        Lib::CasKeyed(l) => go!(|k| l.check(*k, now())),
         Lib::GovDirect(l) => go!(|_| l.check().is_ok()),
         Lib::FgAtomic(l) => go!(|_| l.check(now(), 1).allowed),
         Lib::FgMutex(l) => go!(|_| l.check(now(), 1).allowed),
@@ -332,10 +341,13 @@ struct Cell {
     libs: Vec<Lib>,
 }
 
-fn keyed_cell(dist: Dist, n: usize, threads: usize, w: Arc<Workload>) -> Cell {
+fn keyed_cell(dist: Dist, n: usize, threads: usize, w: Arc<Workload>, with_cas: bool) -> Cell {
     let gov = RateLimiter::dashmap_with_clock(quota(), VirtualClock);
     let fg = KeyedLimiter::new(gcra(), (2 * n).max(1_000_000)).unwrap();
-    let libs = vec![Lib::GovKeyed(gov), Lib::FgKeyed(fg)];
+    let mut libs = vec![Lib::GovKeyed(gov), Lib::FgKeyed(fg)];
+    if with_cas {
+        libs.push(Lib::CasKeyed(cas::CasKeyed::new(gcra(), 64)));
+    }
     Cell {
         name: format!("keyed, {} {}", dist_name(dist), count_name(n)),
         threads,
@@ -375,7 +387,7 @@ fn count_name(n: usize) -> String {
 }
 
 /// Every cell, workloads shared between the 1- and 2-thread cells.
-fn cells(filter: &[String]) -> Vec<Cell> {
+fn cells(filter: &[String], with_cas: bool) -> Vec<Cell> {
     let wanted = |name: &str, threads: usize| {
         let full = format!("{name}, {threads}t");
         filter.is_empty() || filter.iter().any(|f| full.contains(f.as_str()))
@@ -398,7 +410,7 @@ fn cells(filter: &[String]) -> Vec<Cell> {
             let w = Arc::new(Workload::new(dist, n));
             for threads in [1, 2] {
                 if wanted(&name, threads) {
-                    out.push(keyed_cell(dist, n, threads, w.clone()));
+                    out.push(keyed_cell(dist, n, threads, w.clone(), with_cas));
                 }
             }
         }
@@ -503,7 +515,7 @@ fn instructions(args: &[String]) {
         eprintln!("usage: --instructions CELL LIBRARY CHECKS (library: index in the cell)");
         std::process::exit(2);
     };
-    let Some(cell) = cells(std::slice::from_ref(cell))
+    let Some(cell) = cells(std::slice::from_ref(cell), false)
         .into_iter()
         .find(|c| c.threads == 1)
     else {
@@ -543,6 +555,7 @@ fn main() {
     }
     let mut reps = 7;
     let mut ms = 100;
+    let mut with_cas = false;
     let mut filter = Vec::new();
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -555,6 +568,7 @@ fn main() {
         match a.as_str() {
             "--reps" => reps = num("--reps") as usize,
             "--ms" => ms = num("--ms"),
+            "--cas" => with_cas = true,
             _ => filter.push(a),
         }
     }
@@ -565,7 +579,7 @@ fn main() {
         "| cell | threads | library | wall ns per check | governor / floodgate, wall | CPU ns per check | governor / floodgate, CPU | admitted |"
     );
     println!("|---|---:|---|---:|---:|---:|---:|---:|");
-    for cell in cells(&filter) {
+    for cell in cells(&filter, with_cas) {
         measure(&cell, reps.max(1), Duration::from_millis(ms));
     }
 }
