@@ -3,27 +3,17 @@
 //! version and fields (in order). What the proxy's path does not take goes to hyper's
 //! server with the connection, so hyper decides those alone.
 #![no_main]
-use std::sync::OnceLock;
-
 use floodgate_proxy::wire::{RequestHead, hyper_request_head, parse_request_head};
 use libfuzzer_sys::fuzz_target;
 
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime")
-    })
-}
+mod common;
 
 fuzz_target!(|data: &[u8]| {
     let RequestHead::Taken(ours, len) = parse_request_head(data) else {
         return;
     };
     assert!(len <= data.len());
-    let theirs = runtime()
+    let theirs = common::runtime()
         .block_on(hyper_request_head(&data[..len]))
         .unwrap_or_else(|| {
             panic!(

@@ -241,7 +241,7 @@ pub fn from_yaml<T: DeserializeOwned>(path: &Path, src: &str) -> Result<T, Confi
         // while deserialized) at the mapping holding it: find the value itself
         let (line, column) = yaml_value_place(src, e.path())
             .or_else(|| inner.location().map(|l| (l.line(), l.column())))
-            .unwrap_or((1, 1));
+            .map_or((1, 1), |place| place.min(yaml_end(src)));
         let mut message = inner.to_string();
         if let Some(i) = message.rfind(" at line ") {
             message.truncate(i);
@@ -262,6 +262,26 @@ pub fn from_yaml<T: DeserializeOwned>(path: &Path, src: &str) -> Result<T, Confi
             message,
         }
     })
+}
+
+/// The line and column just past the last character of `src`, counted as YAML counts
+/// (a line ends at `\r\n`, `\r`, `\n`, NEL, LS or PS; columns count characters). The
+/// parser places an error at the end of a file without a final line break one line
+/// further, on a line the file does not have: the place shown is never past this one.
+fn yaml_end(src: &str) -> (usize, usize) {
+    let (mut line, mut column) = (1, 1);
+    let mut chars = src.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\r' && chars.peek() == Some(&'\n') {
+            continue;
+        }
+        if matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}') {
+            (line, column) = (line + 1, 1);
+        } else {
+            column += 1;
+        }
+    }
+    (line, column)
 }
 
 /// The line and column of the value at `path` in a YAML file written in block style

@@ -273,6 +273,28 @@ fn cross_section_errors_are_located_at_the_section() {
     assert!(e.starts_with("f.yaml:"), "{e}");
 }
 
+/// Found by the `server_config_yaml` fuzz target: an error at the end of a YAML file
+/// without a final newline was placed on the line after the last, which the file does not
+/// have.
+#[test]
+fn a_yaml_error_at_the_end_of_the_file_is_placed_inside_it() {
+    for (src, place) in [
+        ("store: {type:   # no value, no newline", "f.yaml:1:39: "),
+        ("fleet: {}\nstore: {type:", "f.yaml:2:14: "),
+        ("fleet: {}\r\nstore: {type:", "f.yaml:2:14: "),
+    ] {
+        let e = from_yaml::<Shared>(Path::new("f.yaml"), src)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(place), "{src:?}: {e}");
+    }
+    // an error inside the file keeps its place
+    let e = from_yaml::<Shared>(Path::new("f.yaml"), "fleet: {}\nstore: {type:\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("f.yaml:3:1: "), "{e}");
+}
+
 /// YAML reads `off` as a string (YAML 1.2), so `legacy: off` needs no quotes.
 #[test]
 fn yaml_off_is_the_legacy_mode_off() {

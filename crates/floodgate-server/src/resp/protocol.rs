@@ -86,19 +86,7 @@ pub fn parse_command(buf: &[u8], limits: &RespLimits) -> Result<Parsed, Protocol
         return Ok(None);
     }
     if buf[0] != b'*' {
-        // Inline command: one line, split on spaces and tabs.
-        let Some(end) = find_crlf(buf, 0, limits.max_line)? else {
-            // A bare "\n" ends an inline command too (telnet, nc).
-            return match buf.iter().position(|&b| b == b'\n') {
-                Some(p) if p <= limits.max_line => {
-                    Ok(Some((split_inline(&buf[..p], limits)?, p + 1)))
-                }
-                Some(_) => Err(ProtocolError::LineTooLong),
-                None if buf.len() > limits.max_line => Err(ProtocolError::LineTooLong),
-                None => Ok(None),
-            };
-        };
-        return Ok(Some((split_inline(&buf[..end], limits)?, end + 2)));
+        return parse_inline(buf, limits);
     }
     let Some(end) = find_crlf(buf, 1, 32)? else {
         return Ok(None);
@@ -144,8 +132,31 @@ pub fn parse_command(buf: &[u8], limits: &RespLimits) -> Result<Parsed, Protocol
     Ok(Some((args, pos)))
 }
 
-fn split_inline(line: &[u8], limits: &RespLimits) -> Result<Vec<Vec<u8>>, ProtocolError> {
+/// An inline command: one line ended by the first `\n` (a `\r` before it is dropped, so
+/// `\r\n` and a bare `\n` from telnet or nc both end it), of at most `max_line` bytes,
+/// split on spaces and tabs. The first `\n` ends it whatever follows, so the answer does
+/// not depend on how the bytes arrive: `PING\nPING\r\n` is two commands in one read as
+/// in two.
+fn parse_inline(buf: &[u8], limits: &RespLimits) -> Result<Parsed, ProtocolError> {
+    // a line of max_line bytes, its '\r' and its '\n'
+    let window = &buf[..buf.len().min(limits.max_line.saturating_add(2))];
+    let Some(p) = window.iter().position(|&b| b == b'\n') else {
+        // only a '\r' more may still end a line of max_line bytes
+        return if buf.len() > limits.max_line.saturating_add(1) {
+            Err(ProtocolError::LineTooLong)
+        } else {
+            Ok(None)
+        };
+    };
+    let line = &buf[..p];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.len() > limits.max_line {
+        return Err(ProtocolError::LineTooLong);
+    }
+    Ok(Some((split_inline(line, limits)?, p + 1)))
+}
+
+fn split_inline(line: &[u8], limits: &RespLimits) -> Result<Vec<Vec<u8>>, ProtocolError> {
     let args: Vec<Vec<u8>> = line
         .split(|&b| b == b' ' || b == b'\t')
         .filter(|s| !s.is_empty())
@@ -300,6 +311,45 @@ mod tests {
         assert_eq!(
             parse(many.as_bytes()),
             Err(ProtocolError::TooManyArgs(100, 64))
+        );
+    }
+
+    /// Found by the `resp_frame` fuzz target: a bare `\n` ended an inline command only
+    /// when no `\r\n` followed in the same read, so one client's bytes parsed one way
+    /// when they arrived at once and another when split.
+    #[test]
+    fn an_inline_command_ends_at_its_first_newline_however_the_bytes_arrive() {
+        let wire = b"PING\nECHO a\r\n";
+        assert_eq!(parse(wire).unwrap(), Some((args(&["PING"]), 5)));
+        assert_eq!(parse(&wire[5..]).unwrap(), Some((args(&["ECHO", "a"]), 8)));
+        let zero = RespLimits {
+            max_line: 0,
+            ..RespLimits::default()
+        };
+        assert_eq!(parse_command(b"\n", &zero), Ok(Some((vec![], 1))));
+        assert_eq!(parse_command(b"\n\n", &zero), Ok(Some((vec![], 1))));
+        assert_eq!(parse_command(b"\r\n", &zero), Ok(Some((vec![], 2))));
+        assert_eq!(
+            parse_command(b"a\n", &zero),
+            Err(ProtocolError::LineTooLong)
+        );
+        // a line of max_line bytes whose "\r\n" is split between two reads
+        let four = RespLimits {
+            max_line: 4,
+            ..RespLimits::default()
+        };
+        assert_eq!(parse_command(b"PING\r", &four), Ok(None));
+        assert_eq!(
+            parse_command(b"PING\r\n", &four),
+            Ok(Some((args(&["PING"]), 6)))
+        );
+        assert_eq!(
+            parse_command(b"PINGS\r", &four),
+            Err(ProtocolError::LineTooLong)
+        );
+        assert_eq!(
+            parse_command(b"PINGS\n", &four),
+            Err(ProtocolError::LineTooLong)
         );
     }
 
