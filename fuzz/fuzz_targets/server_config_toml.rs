@@ -1,6 +1,7 @@
 //! `floodgate server`'s TOML config file: never a panic; an error names the file and a
-//! place inside it; and the same tables written as YAML read the same (the two formats
-//! are one vocabulary): the same config, or an error again.
+//! place inside it; and a file that parses reads the same written as YAML (the two
+//! formats are one vocabulary). Not the other way: YAML reads a plain `true` or `5` as a
+//! string where one is expected, so a TOML type error may be none in YAML.
 //!
 //! Files whose listen addresses are host names are left out: checking them resolves the
 //! name, and a fuzzer does not send DNS queries.
@@ -31,7 +32,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let yaml = serde_norway::to_string(&table).expect("TOML tables render as YAML");
     let as_yaml = parse(Path::new("limits.yaml"), &yaml);
-    common::server::same(&parsed, &as_yaml, src, &yaml);
+    if parsed.is_ok() {
+        common::server::same(&parsed, &as_yaml, src, &yaml);
+    }
 });
 
 fn has_datetime(v: &toml::Value) -> bool {
