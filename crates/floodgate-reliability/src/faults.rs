@@ -2,7 +2,7 @@
 //! `redis-server`, an in-process backend, and one fault per case.
 //!
 //! Every case starts fresh processes: a `redis-server --save "" --appendonly no` on a
-//! free loopback port (behind an in-process [`DelayLine`] for the slow-network case), a
+//! free loopback port (behind an in-process [`Relay`] for the slow-network case), a
 //! backend, and two proxies on that Redis, one failing open (`fault_policy = "fail-open"`),
 //! one failing closed (`fault_policy = "fail-closed"`, 503). Load runs through both for the whole
 //! case: per proxy, `workers` clients with their own keys (`w0`, `w1`, ...; always
@@ -39,8 +39,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::Row;
 use crate::load::{self, Load, Sample, Shape, Worker};
-use crate::net::{Backend, DelayLine, Mode};
+use crate::net::{Backend, Mode};
 use crate::procs::{HarnessError, ProxyProcess, RedisServer, metric_sum};
+use crate::relay::{Relay, Toxics};
 
 /// The fixed window's limit per key (per day): `w` keys never reach it.
 pub const LIMIT: u64 = 1_000_000;
@@ -58,7 +59,7 @@ pub enum Fault {
     RedisOom,
     /// `SCRIPT FLUSH` every 50 ms: the scripts must be reloaded transparently.
     RedisScriptFlush,
-    /// The delay line adds `net_delay` each way (beyond the store timeout), then none.
+    /// The relay adds `net_delay` each way (beyond the store timeout), then none.
     RedisSlowNetwork,
     /// The backend stops listening and drops its connections, then listens again.
     UpstreamKilled,
@@ -306,7 +307,7 @@ async fn case(fault: Fault, s: Settings) -> Result<Row, HarnessError> {
     let mut redis = blocking(RedisServer::start)?;
     let redis_addr = std::net::SocketAddr::from(([127, 0, 0, 1], redis.port));
     let delay = if fault == Fault::RedisSlowNetwork {
-        Some(DelayLine::start(redis_addr).await?)
+        Some(Relay::start(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), redis_addr).await?)
     } else {
         None
     };
@@ -365,7 +366,7 @@ async fn case(fault: Fault, s: Settings) -> Result<Row, HarnessError> {
         Fault::RedisScriptFlush => injected = 0,
         Fault::RedisSlowNetwork => {
             if let Some(d) = &delay {
-                d.set_delay(s.net_delay);
+                d.set(Toxics::each_way(s.net_delay));
             }
         }
         Fault::UpstreamKilled => backend.kill(),
@@ -428,7 +429,7 @@ async fn case(fault: Fault, s: Settings) -> Result<Row, HarnessError> {
         }
         Fault::RedisSlowNetwork => {
             if let Some(d) = &delay {
-                d.set_delay(Duration::ZERO);
+                d.set(Toxics::NONE);
             }
             Ok(())
         }

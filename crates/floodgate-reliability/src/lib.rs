@@ -1,12 +1,19 @@
 #![doc = include_str!("../README.md")]
+pub mod audit;
 pub mod clock;
 pub mod exactness;
 pub mod faults;
+pub mod fleet;
 pub mod fuzz;
 pub mod load;
 pub mod mem;
 pub mod net;
+pub mod netcheck;
+pub mod netfaults;
+pub mod netns;
+pub mod netrun;
 pub mod procs;
+pub mod relay;
 pub mod rotation;
 pub mod soak;
 

@@ -1,5 +1,5 @@
 //! In-process network pieces the suite controls: the backend behind the proxy (normal,
-//! slow, answering garbage, or killed) and a TCP delay line (slow network).
+//! slow, answering garbage, or killed). A slow network is a [`crate::relay::Relay`].
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -35,12 +35,24 @@ struct State {
     /// Bumped to close every open connection.
     generation: watch::Sender<u64>,
     seen: Mutex<HashMap<u64, u32>>,
+    arrivals: Mutex<Vec<Arrival>>,
     body_errors: AtomicU64,
     connections: AtomicU64,
 }
 
+/// A request that reached the backend: its `x-req-id`, `x-client` key and arrival time.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    /// Its `x-req-id`.
+    pub id: u64,
+    /// Its `x-client` header (empty without one).
+    pub key: String,
+    /// When its head arrived.
+    pub at: Instant,
+}
+
 /// The backend: an HTTP/1.1 server on a loopback port that records every request's
-/// `x-req-id`.
+/// `x-req-id`, key and arrival time.
 #[derive(Debug)]
 pub struct Backend {
     /// Its address.
@@ -52,10 +64,15 @@ pub struct Backend {
 impl Backend {
     /// Start on a free loopback port, in [`Mode::Normal`].
     pub async fn start() -> Result<Backend, HarnessError> {
-        let l = TcpListener::bind("127.0.0.1:0")
+        Backend::start_on(SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Start on `addr` (port 0 picks one), in [`Mode::Normal`].
+    pub async fn start_on(addr: SocketAddr) -> Result<Backend, HarnessError> {
+        let l = TcpListener::bind(addr)
             .await
             .map_err(|source| HarnessError::Io {
-                what: "bind the backend".into(),
+                what: format!("bind the backend on {addr}"),
                 source,
             })?;
         let addr = l.local_addr().map_err(|source| HarnessError::Io {
@@ -66,6 +83,7 @@ impl Backend {
             mode: Mutex::new(Mode::Normal),
             generation: watch::channel(0).0,
             seen: Mutex::new(HashMap::new()),
+            arrivals: Mutex::new(Vec::new()),
             body_errors: AtomicU64::new(0),
             connections: AtomicU64::new(0),
         });
@@ -120,6 +138,15 @@ impl Backend {
             .clone()
     }
 
+    /// Every request with an `x-req-id` that reached it, in arrival order.
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.state
+            .arrivals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Request bodies that ended early (the client hung up mid-body).
     pub fn body_errors(&self) -> u64 {
         self.state.body_errors.load(Ordering::Relaxed)
@@ -161,6 +188,7 @@ async fn serve(l: TcpListener, state: Arc<State>) {
                 hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                     let st = st.clone();
                     async move {
+                        let at = Instant::now();
                         if let Some(id) = req
                             .headers()
                             .get("x-req-id")
@@ -172,6 +200,16 @@ async fn serve(l: TcpListener, state: Arc<State>) {
                                 .unwrap_or_else(|e| e.into_inner())
                                 .entry(id)
                                 .or_insert(0) += 1;
+                            let key = req
+                                .headers()
+                                .get("x-client")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or_default()
+                                .to_string();
+                            st.arrivals
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(Arrival { id, key, at });
                         }
                         if req.into_body().collect().await.is_err() {
                             st.body_errors.fetch_add(1, Ordering::Relaxed);
@@ -202,112 +240,4 @@ async fn garbage(mut s: TcpStream) {
         .write_all(b"SSH-2.0-not-http \x00\xff\xfe garbage\r\n\r\n\x01\x02")
         .await;
     let _ = s.shutdown().await;
-}
-
-/// A TCP delay line: forwards to `target`, holding every chunk for the current delay in
-/// each direction (latency, not a bandwidth limit; order is kept).
-#[derive(Debug)]
-pub struct DelayLine {
-    /// Where to connect instead of the target.
-    pub addr: SocketAddr,
-    delay_us: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl DelayLine {
-    /// Start on a free loopback port, with no delay.
-    pub async fn start(target: SocketAddr) -> Result<DelayLine, HarnessError> {
-        let l = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|source| HarnessError::Io {
-                what: "bind the delay line".into(),
-                source,
-            })?;
-        let addr = l.local_addr().map_err(|source| HarnessError::Io {
-            what: "delay line address".into(),
-            source,
-        })?;
-        let delay_us = Arc::new(AtomicU64::new(0));
-        let d = delay_us.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = JoinSet::new();
-            loop {
-                while conns.try_join_next().is_some() {}
-                let Ok((client, _)) = l.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                };
-                let d = d.clone();
-                conns.spawn(async move {
-                    let Ok(server) = TcpStream::connect(target).await else {
-                        return;
-                    };
-                    let _ = client.set_nodelay(true);
-                    let _ = server.set_nodelay(true);
-                    let (cr, cw) = client.into_split();
-                    let (sr, sw) = server.into_split();
-                    let up = pump(cr, sw, d.clone());
-                    let down = pump(sr, cw, d);
-                    // either side closing ends the connection
-                    tokio::select! {
-                        () = up => {}
-                        () = down => {}
-                    }
-                });
-            }
-        });
-        Ok(DelayLine {
-            addr,
-            delay_us,
-            task,
-        })
-    }
-
-    /// Set the delay added in each direction.
-    pub fn set_delay(&self, d: Duration) {
-        self.delay_us.store(
-            d.as_micros().min(u128::from(u64::MAX)) as u64,
-            Ordering::Relaxed,
-        );
-    }
-}
-
-impl Drop for DelayLine {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn pump(
-    mut r: tokio::net::tcp::OwnedReadHalf,
-    mut w: tokio::net::tcp::OwnedWriteHalf,
-    delay_us: Arc<AtomicU64>,
-) {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Bytes)>();
-    let writer = async move {
-        while let Some((at, chunk)) = rx.recv().await {
-            tokio::time::sleep_until(at).await;
-            if w.write_all(&chunk).await.is_err() {
-                return;
-            }
-        }
-        let _ = w.shutdown().await;
-    };
-    let reader = async move {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            match r.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    let at = tokio::time::Instant::now()
-                        + Duration::from_micros(delay_us.load(Ordering::Relaxed));
-                    if tx.send((at, Bytes::copy_from_slice(&buf[..n]))).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    // the writer drains what the reader queued, then closes
-    tokio::join!(reader, writer);
 }

@@ -119,8 +119,12 @@ fn signal(pid: u32, sig: &str) -> bool {
 /// Our own `redis-server --save "" --appendonly no` on a free loopback port.
 #[derive(Debug)]
 pub struct RedisServer {
-    /// Its port on 127.0.0.1.
+    /// Its port.
     pub port: u16,
+    /// The address it binds (127.0.0.1 unless started in a namespace).
+    pub host: std::net::IpAddr,
+    netns: Option<String>,
+    extra: Vec<String>,
     child: Option<Child>,
     dir: PathBuf,
 }
@@ -129,8 +133,22 @@ impl RedisServer {
     /// Start one and wait until it answers `PING`.
     pub fn start() -> Result<RedisServer, HarnessError> {
         let port = free_port()?;
+        RedisServer::start_at(None, [127, 0, 0, 1].into(), port, &[])
+    }
+
+    /// Start one inside network namespace `netns` (by name; `None`: this one) bound to
+    /// `host:port`, with `extra` arguments (e.g. `--replicaof`).
+    pub fn start_at(
+        netns: Option<&str>,
+        host: std::net::IpAddr,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<RedisServer, HarnessError> {
         let mut s = RedisServer {
             port,
+            host,
+            netns: netns.map(str::to_owned),
+            extra: extra.iter().map(|e| e.to_string()).collect(),
             child: None,
             dir: temp_dir("redis")?,
         };
@@ -139,9 +157,19 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), HarnessError> {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "redis-server"]);
+                c
+            }
+            None => Command::new("redis-server"),
+        };
+        let child = cmd
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", &self.host.to_string()])
             .args(["--save", "", "--appendonly", "no"])
+            .args(&self.extra)
             .arg("--dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
@@ -171,9 +199,9 @@ impl RedisServer {
         })
     }
 
-    /// `redis://127.0.0.1:PORT/`.
+    /// `redis://HOST:PORT/`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://{}:{}/", self.host, self.port)
     }
 
     /// Its process id (0 when it is not running).
@@ -208,7 +236,7 @@ impl RedisServer {
     /// Run `redis-cli -p PORT ARGS...`; its trimmed stdout (empty when it failed).
     pub fn cli(&self, args: &[&str]) -> String {
         Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
+            .args(["-h", &self.host.to_string(), "-p", &self.port.to_string()])
             .args(args)
             .stderr(Stdio::null())
             .output()
@@ -243,16 +271,37 @@ impl ProxyProcess {
     /// Write `config` (a TOML document without `listen`/`admin`, which are chosen here)
     /// to a file and start `bin proxy --config FILE`; wait until `/healthz` answers.
     pub async fn start(bin: &Path, name: &str, config: &str) -> Result<ProxyProcess, HarnessError> {
-        let dir = temp_dir(name)?;
         let (listen, admin) = (
             SocketAddr::from(([127, 0, 0, 1], free_port()?)),
             SocketAddr::from(([127, 0, 0, 1], free_port()?)),
         );
+        ProxyProcess::start_at(bin, name, config, None, listen, admin).await
+    }
+
+    /// As [`start`](Self::start), inside network namespace `netns` (by name; `None`:
+    /// this one), listening on `listen` and `admin` (reachable from here).
+    pub async fn start_at(
+        bin: &Path,
+        name: &str,
+        config: &str,
+        netns: Option<&str>,
+        listen: SocketAddr,
+        admin: SocketAddr,
+    ) -> Result<ProxyProcess, HarnessError> {
+        let dir = temp_dir(name)?;
         let path = dir.join("floodgate.toml");
         let full = format!("listen = \"{listen}\"\nadmin = \"{admin}\"\n{config}");
         std::fs::write(&path, full).map_err(io(format!("write {}", path.display())))?;
         let err = File::create(dir.join("stderr")).map_err(io("create stderr file"))?;
-        let child = Command::new(bin)
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = cmd
             .args(["proxy", "--threads", "2", "--config"])
             .arg(&path)
             .env("FLOODGATE_LOG", "warn")

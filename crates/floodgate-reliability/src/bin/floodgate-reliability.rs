@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Parser;
 use floodgate_core::Kind;
 use floodgate_reliability::{
-    Row, clock, exactness, faults, guarded, procs, render, rotation, soak,
+    Row, clock, exactness, faults, guarded, netfaults, netns, netrun, procs, render, rotation, soak,
 };
 
 /// floodgate's reliability suite. The fast part (default) takes seconds per area; --long
@@ -31,7 +31,8 @@ struct Args {
     /// else `floodgate` next to this executable).
     #[arg(long)]
     floodgate_bin: Option<PathBuf>,
-    /// Only these areas, comma-separated: rotation, clock, exactness, fuzz, faults, soak.
+    /// Only these areas, comma-separated: rotation, clock, exactness, fuzz, faults, soak,
+    /// net (network faults on a fleet in namespaces; needs root and `ip`).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Print JSON instead of the table.
@@ -143,16 +144,62 @@ async fn main() -> Result<()> {
             Err(e) => rows.push(failed("faults", "floodgate binary", e.to_string())),
         }
     }
+    let mut net_rows = Vec::new();
+    if want("net") {
+        match (
+            netns::available(),
+            args.floodgate_bin
+                .clone()
+                .map_or_else(procs::find_floodgate_bin, Ok),
+        ) {
+            (Err(e), _) => eprintln!("skipped the network faults: {e}"),
+            (Ok(()), Err(e)) => rows.push(failed("net", "floodgate binary", e.to_string())),
+            (Ok(()), Ok(bin)) => {
+                // Ctrl-C or SIGTERM mid-run: kill what runs in the namespaces, remove them
+                tokio::spawn(async {
+                    let mut term =
+                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                            .ok();
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+                    }
+                    netns::cleanup_all();
+                    eprintln!("interrupted: namespaces removed");
+                    std::process::exit(130);
+                });
+                let (s, cases) = if args.long {
+                    (netfaults::Settings::long(bin), netfaults::long_cases())
+                } else {
+                    (netfaults::Settings::fast(bin), netfaults::fast_cases())
+                };
+                net_rows = netrun::run_all(&cases, &s).await;
+            }
+        }
+    }
     let fuzz_secs = args.fuzz_secs.unwrap_or(if args.long { 120 } else { 30 });
     if want("fuzz") && fuzz_secs > 0 {
         rows.extend(floodgate_reliability::fuzz::run_all(fuzz_secs));
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        if !rows.is_empty() {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+        if !net_rows.is_empty() {
+            println!("{}", serde_json::to_string_pretty(&net_rows)?);
+        }
     } else {
-        print!("{}", render(&rows));
+        if !rows.is_empty() {
+            print!("{}", render(&rows));
+        }
+        if !net_rows.is_empty() {
+            if !rows.is_empty() {
+                println!();
+            }
+            print!("{}", netfaults::render(&net_rows));
+        }
     }
-    if rows.iter().any(|r| !r.pass) {
+    if rows.iter().any(|r| !r.pass) || net_rows.iter().any(|r| !r.pass) {
         std::process::exit(1);
     }
     Ok(())

@@ -1,0 +1,263 @@
+//! The fleet harness: Redis and N `floodgate proxy` nodes, each in its own network
+//! namespace ([`crate::netns`]), a fault-injecting [`Relay`] between every node and
+//! Redis, a backend that records every admitted request with its arrival time, and
+//! clients sending from their own namespace.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::load::{Load, Sample, Worker};
+use crate::net::Backend;
+use crate::netns::{self, FleetNet, NetnsError};
+use crate::procs::{HarnessError, ProxyProcess, RedisServer};
+use crate::relay::Relay;
+
+/// Why a fleet could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// The namespaces.
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    /// A process or socket.
+    #[error(transparent)]
+    Harness(#[from] HarnessError),
+}
+
+/// Redis's port in its namespace (the address is the namespace's own).
+pub const REDIS_PORT: u16 = 6379;
+/// Each node's client port and admin port on its front address.
+pub const NODE_PORT: u16 = 8080;
+/// Each node's admin port.
+pub const ADMIN_PORT: u16 = 9090;
+
+/// How the nodes are configured.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// `fleet.strategy`: `shared` or `hybrid` (the strategies on Redis).
+    pub strategy: &'static str,
+    /// `store.redis.fault_policy`: `fail-open` or `fail-closed`.
+    pub fault_policy: &'static str,
+    /// `store.redis.timeout`.
+    pub store_timeout: Duration,
+    /// `fleet.lease` (hybrid).
+    pub lease: u64,
+    /// The policy's TOML `rate` (`20/s`).
+    pub rate: String,
+    /// The policy's `burst` (capacity `burst + 1`).
+    pub burst: u64,
+    /// A key prefix unique to the run.
+    pub prefix: String,
+}
+
+/// A running fleet. Dropping it stops every process, then removes the namespaces.
+#[derive(Debug)]
+pub struct Fleet {
+    /// The `floodgate` binary.
+    pub bin: PathBuf,
+    /// The node configuration.
+    pub cfg: NodeConfig,
+    /// Every node's process (`None` while killed).
+    pub nodes: Vec<Option<ProxyProcess>>,
+    /// The relays, node i's at index i.
+    pub relays: Vec<Relay>,
+    /// The backend, on the front bridge.
+    pub backend: Backend,
+    /// Redis, in its namespace.
+    pub redis: RedisServer,
+    /// The network (last: removed after the processes are gone).
+    pub net: FleetNet,
+}
+
+impl Fleet {
+    /// Build the network and start everything for `n` nodes.
+    pub async fn start(
+        bin: PathBuf,
+        n: usize,
+        cfg: NodeConfig,
+        tag: char,
+    ) -> Result<Fleet, FleetError> {
+        let net = tokio::task::block_in_place(|| FleetNet::build(n, tag))?;
+        let redis = tokio::task::block_in_place(|| {
+            RedisServer::start_at(
+                Some(&net.redis.name),
+                IpAddr::V4(net.redis_link.inner_ip),
+                REDIS_PORT,
+                &["--protected-mode", "no"],
+            )
+        })?;
+        let backend = Backend::start_on(SocketAddr::from((net.front_host, 0))).await?;
+        let target = SocketAddr::from((net.redis_link.inner_ip, REDIS_PORT));
+        let mut relays = Vec::new();
+        for l in &net.store_links {
+            relays.push(Relay::start(SocketAddr::from((l.host_ip, REDIS_PORT)), target).await?);
+        }
+        let mut fleet = Fleet {
+            bin,
+            cfg,
+            nodes: (0..n).map(|_| None).collect(),
+            relays,
+            backend,
+            redis,
+            net,
+        };
+        for i in 0..n {
+            fleet.start_node(i).await?;
+        }
+        Ok(fleet)
+    }
+
+    /// Node i's client address.
+    pub fn node_addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from((self.net.node_front[i], NODE_PORT))
+    }
+
+    /// Node i's configuration file (without `listen` and `admin`).
+    pub fn config(&self, i: usize) -> String {
+        let c = &self.cfg;
+        let nodes = (0..self.net.nodes.len())
+            .map(|j| format!("\"{}\"", self.node_addr(j)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let lease = if c.strategy == "hybrid" {
+            format!("lease = {}\nlease_ttl = \"1s\"\n", c.lease)
+        } else {
+            String::new()
+        };
+        format!(
+            r#"upstream = "http://{upstream}"
+upstream_timeout = "5s"
+connect_timeout = "1s"
+shutdown_grace = "1s"
+
+[store]
+type = "redis"
+
+[store.redis]
+url = "redis://{relay}/"
+prefix = "{prefix}"
+timeout = "{timeout}ms"
+fault_policy = "{policy}"
+
+[fleet]
+strategy = "{strategy}"
+nodes = [{nodes}]
+self = "{me}"
+{lease}
+[headers]
+retry_after_jitter = "0s"
+
+[[policy]]
+name = "api"
+algorithm = "gcra"
+rate = "{rate}"
+burst = {burst}
+key = "header:x-client"
+"#,
+            upstream = self.backend.addr,
+            relay = self.relays[i].addr,
+            prefix = c.prefix,
+            timeout = c.store_timeout.as_millis(),
+            policy = c.fault_policy,
+            strategy = c.strategy,
+            me = self.node_addr(i),
+            rate = c.rate,
+            burst = c.burst,
+        )
+    }
+
+    /// Start node i (again, after [`kill_node`](Self::kill_node)).
+    pub async fn start_node(&mut self, i: usize) -> Result<(), FleetError> {
+        let cfg = self.config(i);
+        let p = ProxyProcess::start_at(
+            &self.bin,
+            &format!("node{i}"),
+            &cfg,
+            Some(&self.net.nodes[i].name),
+            self.node_addr(i),
+            SocketAddr::from((self.net.node_front[i], ADMIN_PORT)),
+        )
+        .await?;
+        self.nodes[i] = Some(p);
+        Ok(())
+    }
+
+    /// SIGKILL node i.
+    pub fn kill_node(&mut self, i: usize) {
+        self.nodes[i] = None;
+    }
+
+    /// Stop the processes (before the network goes).
+    pub fn stop(&mut self) {
+        for n in &mut self.nodes {
+            *n = None;
+        }
+        self.redis.kill();
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What the clients return: every sample and the workers that panicked.
+type ClientsResult = Result<(Vec<Sample>, u64), NetnsError>;
+
+/// Clients running in the client namespace, on their own thread and runtime (every
+/// socket they open belongs to that namespace).
+#[derive(Debug)]
+pub struct Clients {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<ClientsResult>>,
+}
+
+impl Clients {
+    /// Start `workers` from namespace `ns`; `hang` bounds every request.
+    pub fn start(ns: &str, workers: Vec<Worker>, hang: Duration) -> Clients {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let ns = ns.to_string();
+        let thread = std::thread::spawn(move || {
+            netns::enter(&ns)?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|source| NetnsError::Enter {
+                    name: ns.clone(),
+                    source,
+                })?;
+            Ok(rt.block_on(async move {
+                let load = Load::start(workers, hang);
+                let _ = rx.await;
+                load.stop().await
+            }))
+        });
+        Clients {
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop and collect every sample (sorted by send time) and the workers that panicked.
+    pub async fn stop(mut self) -> ClientsResult {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let t = self.thread.take();
+        tokio::task::spawn_blocking(move || match t.map(std::thread::JoinHandle::join) {
+            Some(Ok(r)) => r,
+            _ => Ok((Vec::new(), 1)),
+        })
+        .await
+        .unwrap_or(Ok((Vec::new(), 1)))
+    }
+}
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Faults that cross a network, on the [`crate::fleet`] harness: three `floodgate proxy`
+//! nodes on one Redis (strategy `shared` or `hybrid`, a real `fault_policy`), each
+//! behind its own fault-injecting relay, under load from the client namespace.
+//!
+//! The load: every node gets two hot keys (each far over the limit, so the limiter bites
+//! all the time) and one calm key (under the limit, where hybrid spends leases). The
+//! policy is a GCRA of 20/s with capacity 20 (`burst = 19`), so its window is 1 s.
+//! Timeline: healthy, the fault injected and held, healed, then the tail.
+//!
+//! Checked for every case:
+//!
+//! * **overshoot**: the [auditor](crate::audit) over everything the backend received,
+//!   against the strategy's bound (plus fail open's own admissions);
+//! * **policy**: on the nodes the fault reaches, answers the store could not decide are
+//!   the configured ones (fail closed: 503; fail open: 200 without `RateLimit`), never
+//!   the other kind; a fault beyond the store timeout must produce them, the first within
+//!   the timeout plus one request gap plus a slack ("apply"); no request takes longer
+//!   than the timeout plus the slack (a killed node's clients get errors);
+//! * **nothing admitted twice**: the backend saw each request id at most once, saw no
+//!   denied request, and every 200 reached it;
+//! * **recovery**: the first normal decision on each affected node after the fault ends,
+//!   measured ("recover"), within `recover_within`;
+//! * every node alive at the end, no "panicked" on its stderr.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::audit::{Guarantee, Limit};
+
+/// One network fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetFault {
+    /// Node 0's store link taken down (`ip link set ... down`), then up.
+    Partition,
+    /// Every relay adds 50 ms ± 10 ms toward Redis (below the store timeout).
+    Latency50,
+    /// Every relay adds 500 ms ± 50 ms toward Redis (beyond the store timeout).
+    Latency500,
+    /// Every relay stalls 5% of its chunks 200 ms ± 100 ms (lost segments).
+    Loss5,
+    /// Node 0 SIGKILLed mid-load, started again after the fault time.
+    NodeKill,
+}
+
+impl NetFault {
+    /// Every fault, in table order.
+    pub const ALL: [NetFault; 5] = [
+        NetFault::Partition,
+        NetFault::Latency50,
+        NetFault::Latency500,
+        NetFault::Loss5,
+        NetFault::NodeKill,
+    ];
+
+    /// Its name in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetFault::Partition => "partition node0-redis",
+            NetFault::Latency50 => "latency 50ms+-10",
+            NetFault::Latency500 => "latency 500ms+-50",
+            NetFault::Loss5 => "loss 5% (stalls)",
+            NetFault::NodeKill => "node0 killed, restarted",
+        }
+    }
+
+    /// The nodes the fault reaches.
+    pub(crate) fn affected(self, nodes: usize) -> Vec<usize> {
+        match self {
+            NetFault::Partition | NetFault::NodeKill => vec![0],
+            _ => (0..nodes).collect(),
+        }
+    }
+
+    /// Whether the store cannot decide for the affected nodes during the whole fault.
+    pub(crate) fn must_degrade(self) -> bool {
+        matches!(self, NetFault::Partition | NetFault::Latency500)
+    }
+}
+
+/// One case: a fault, a strategy and a fault policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Case {
+    /// The fault.
+    pub fault: NetFault,
+    /// `shared` or `hybrid`.
+    pub strategy: &'static str,
+    /// `fail-open` or `fail-closed`.
+    pub policy: &'static str,
+}
+
+/// The fast cases (about a minute): the partition under each policy and under hybrid,
+/// both latencies, loss and a node kill, on the shared counter failing closed.
+pub fn fast_cases() -> Vec<Case> {
+    let c = |fault, strategy, policy| Case {
+        fault,
+        strategy,
+        policy,
+    };
+    vec![
+        c(NetFault::Partition, "shared", "fail-closed"),
+        c(NetFault::Partition, "shared", "fail-open"),
+        c(NetFault::Partition, "hybrid", "fail-closed"),
+        c(NetFault::Latency50, "shared", "fail-closed"),
+        c(NetFault::Latency500, "shared", "fail-closed"),
+        c(NetFault::Loss5, "shared", "fail-closed"),
+        c(NetFault::NodeKill, "shared", "fail-closed"),
+    ]
+}
+
+/// Every fault under each strategy on Redis and each policy.
+pub fn long_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for fault in NetFault::ALL {
+        for strategy in ["shared", "hybrid"] {
+            for policy in ["fail-closed", "fail-open"] {
+                v.push(Case {
+                    fault,
+                    strategy,
+                    policy,
+                });
+            }
+        }
+    }
+    v
+}
+
+/// Timings and sizes.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The `floodgate` binary.
+    pub bin: PathBuf,
+    /// Nodes in the fleet.
+    pub nodes: usize,
+    /// `store.redis.timeout`.
+    pub store_timeout: Duration,
+    /// Load before the fault.
+    pub healthy: Duration,
+    /// How long the fault is held.
+    pub fault_for: Duration,
+    /// Load after the fault ends.
+    pub after: Duration,
+    /// Pause between a hot client's requests.
+    pub hot_gap: Duration,
+    /// Pause between a calm client's requests.
+    pub calm_gap: Duration,
+    /// Scheduling slack on a loaded machine, added to the latency bounds.
+    pub slack: Duration,
+    /// Normal decisions must be back within this long after the fault ends.
+    pub recover_within: Duration,
+    /// `fleet.lease` for hybrid.
+    pub lease: u64,
+}
+
+impl Settings {
+    /// The fast part: faults held 2 s.
+    pub fn fast(bin: PathBuf) -> Settings {
+        Settings {
+            bin,
+            nodes: 3,
+            store_timeout: Duration::from_millis(200),
+            healthy: Duration::from_millis(1200),
+            fault_for: Duration::from_secs(2),
+            after: Duration::from_secs(3),
+            hot_gap: Duration::from_millis(20),
+            calm_gap: Duration::from_millis(300),
+            slack: Duration::from_millis(400),
+            recover_within: Duration::from_secs(3),
+            lease: 5,
+        }
+    }
+
+    /// The full part: faults held 6 s, a longer tail.
+    pub fn long(bin: PathBuf) -> Settings {
+        Settings {
+            healthy: Duration::from_secs(2),
+            fault_for: Duration::from_secs(6),
+            after: Duration::from_secs(5),
+            ..Settings::fast(bin)
+        }
+    }
+
+    /// The policy the nodes run (`rate = "20/s"`, `burst = 19`).
+    pub fn limit(&self) -> Limit {
+        Limit {
+            capacity: 20,
+            rate: 20.0,
+            window: Duration::from_secs(1),
+        }
+    }
+
+    pub(crate) fn guarantee(&self, strategy: &str) -> Guarantee {
+        match strategy {
+            "hybrid" => Guarantee::Hybrid {
+                nodes: self.nodes as u64,
+                lease: self.lease,
+            },
+            _ => Guarantee::Shared,
+        }
+    }
+}
+
+/// One line of the table.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NetRow {
+    /// The fault.
+    pub fault: &'static str,
+    /// The strategy.
+    pub strategy: &'static str,
+    /// The fault policy.
+    pub policy: &'static str,
+    /// 200 responses (decided, or admitted by fail open).
+    pub admitted: u64,
+    /// 429, and 503 from fail closed.
+    pub denied: u64,
+    /// No response, or any other status.
+    pub errors: u64,
+    /// Worst `count - bound` over every span of the window (negative: headroom).
+    pub overshoot: i64,
+    /// The count and bound of that span.
+    pub worst_count: u64,
+    /// The bound of that span.
+    pub worst_bound: u64,
+    /// How the bound is made.
+    pub bound_formula: String,
+    /// How long spans over the bound lasted.
+    pub over_for_ms: u64,
+    /// From the fault to the first answer of the fault policy on an affected node.
+    pub apply_ms: Option<u64>,
+    /// From the end of the fault to the first normal decision on every affected node.
+    pub recover_ms: Option<u64>,
+    /// Every check held.
+    pub pass: bool,
+    /// The figures behind the verdict.
+    pub detail: String,
+}
+
+/// The table, as text.
+pub fn render(rows: &[NetRow]) -> String {
+    let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+    let mut out = format!(
+        "{:<24} {:<7} {:<11} {:>8} {:>7} {:>6} {:>22} {:>9} {:>9}  {}\n",
+        "fault",
+        "strat",
+        "policy",
+        "admitted",
+        "denied",
+        "errors",
+        "worst over (cnt/bound)",
+        "apply",
+        "recover",
+        "verdict"
+    );
+    for r in rows {
+        let over = format!("{:+} ({}/{})", r.overshoot, r.worst_count, r.worst_bound);
+        out.push_str(&format!(
+            "{:<24} {:<7} {:<11} {:>8} {:>7} {:>6} {:>22} {:>9} {:>9}  {}: {}\n",
+            r.fault,
+            r.strategy,
+            r.policy,
+            r.admitted,
+            r.denied,
+            r.errors,
+            over,
+            ms(r.apply_ms),
+            ms(r.recover_ms),
+            if r.pass { "PASS" } else { "FAIL" },
+            r.detail
+        ));
+    }
+    out
+}
+
+/// When the fault began and ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeline {
+    /// Injected.
+    pub fault: Instant,
+    /// Healed (for a node kill: its restart began).
+    pub heal: Instant,
+}
