@@ -14,8 +14,9 @@
 # --fuzz-secs N, --json). Needs cargo-fuzz for the fuzz rows (installed on first use), the
 # Redis on 127.0.0.1:6379 for the clock-skew row, and redis-server for the fault matrix
 # (it starts its own on free loopback ports). The network faults need root and `ip`
-# (iproute2): they build their own namespaces, start their own redis-server in one, and
-# are skipped with a message elsewhere. The fault matrix, the soak and the network faults
+# (iproute2): they build their own namespaces, start their own redis-server (and for the
+# failover case a replica and redis-sentinel) in one, and are skipped with a message
+# elsewhere; missing iproute2 and redis-sentinel are installed with apt-get as root. The fault matrix, the soak and the network faults
 # run the release `floodgate` binary, built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,8 +33,14 @@ if [ -z "$only" ] || [[ ",$only," == *",fuzz,"* ]]; then
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
 fi
 if [ -z "$only" ] || [[ ",$only," == *",net,"* ]]; then
-    if [ "$(id -u)" = 0 ] && ! command -v ip >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
+    # iproute2 for the namespaces, Debian's redis-sentinel for the failover case
+    # (without it the case runs `redis-server --sentinel`, the same program)
+    missing=""
+    command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+    command -v redis-sentinel >/dev/null 2>&1 || missing="$missing redis-sentinel"
+    if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null ||
+            echo "reliability.sh: could not install$missing" >&2
     fi
 fi
 cargo build --quiet --release -p floodgate --bin floodgate

@@ -114,8 +114,9 @@ pub struct Overshoot {
     pub lasted: Duration,
 }
 
-/// Audit `admissions` (any order, any keys) against `g` for `limit`.
-pub fn audit(admissions: &[Admission], g: Guarantee, limit: &Limit) -> Overshoot {
+/// Audit `admissions` (any order, any keys) against `g` for `limit`, plus `extra` per
+/// span (what a fault may add, stated by the fault).
+pub fn audit(admissions: &[Admission], g: Guarantee, limit: &Limit, extra: u64) -> Overshoot {
     let mut by_key: BTreeMap<&str, Vec<&Admission>> = BTreeMap::new();
     for a in admissions {
         by_key.entry(&a.key).or_default().push(a);
@@ -139,7 +140,7 @@ pub fn audit(admissions: &[Admission], g: Guarantee, limit: &Limit) -> Overshoot
             let count = span.len() as u64;
             let lag = span.iter().map(|a| a.lag).max().unwrap_or_default();
             let open = span.iter().filter(|a| a.open).count() as u64;
-            let bound = g.bound(limit, limit.window + lag) + open;
+            let bound = g.bound(limit, limit.window + lag) + open + extra;
             let over = count as i64 - bound as i64;
             if over > out.worst {
                 out.worst = over;
@@ -203,23 +204,23 @@ mod tests {
         let t0 = Instant::now();
         // 15 in the first second: the bound for W = 1 s
         let ms: Vec<u64> = (0..15).map(|i| i * 60).collect();
-        let ok = audit(&at(t0, &ms, false), Guarantee::Shared, &LIMIT);
+        let ok = audit(&at(t0, &ms, false), Guarantee::Shared, &LIMIT, 0);
         assert_eq!((ok.worst, ok.spans_over), (0, 0), "{ok:?}");
         // two more inside the same second: 2 over, lasting from the first to the last
         let mut more = at(t0, &ms, false);
         more.extend(at(t0, &[500, 900], false));
-        let bad = audit(&more, Guarantee::Shared, &LIMIT);
+        let bad = audit(&more, Guarantee::Shared, &LIMIT, 0);
         assert_eq!(bad.worst, 2, "{bad:?}");
         assert!(bad.lasted >= Duration::from_millis(840), "{bad:?}");
         // the same under hybrid's allowance is fine
-        assert!(audit(&more, Guarantee::Hybrid { nodes: 3, lease: 1 }, &LIMIT).worst < 0);
+        assert!(audit(&more, Guarantee::Hybrid { nodes: 3, lease: 1 }, &LIMIT, 0).worst < 0);
         // keys are audited apart
         let mut other = at(t0, &ms, false);
         other.extend(at(t0, &ms, false).into_iter().map(|mut a| {
             a.key = "other".into();
             a
         }));
-        assert_eq!(audit(&other, Guarantee::Shared, &LIMIT).worst, 0);
+        assert_eq!(audit(&other, Guarantee::Shared, &LIMIT, 0).worst, 0);
     }
 
     #[test]
@@ -227,15 +228,15 @@ mod tests {
         let t0 = Instant::now();
         let ms: Vec<u64> = (0..17).map(|i| i * 50).collect();
         let mut v = at(t0, &ms, false);
-        assert_eq!(audit(&v, Guarantee::Shared, &LIMIT).worst, 2);
+        assert_eq!(audit(&v, Guarantee::Shared, &LIMIT, 0).worst, 2);
         // decisions up to 400 ms before their arrival: B(1.4 s) = 17
         v[0].lag = Duration::from_millis(400);
         v[1].lag = Duration::from_millis(400);
-        assert_eq!(audit(&v, Guarantee::Shared, &LIMIT).worst, 0);
+        assert_eq!(audit(&v, Guarantee::Shared, &LIMIT, 0).worst, 0);
         // fail-open admissions are added to the bound
         let mut w = at(t0, &ms, false);
         w.extend(at(t0, &[100, 200, 300], true));
-        let o = audit(&w, Guarantee::Shared, &LIMIT);
+        let o = audit(&w, Guarantee::Shared, &LIMIT, 0);
         assert_eq!((o.worst, o.open), (2, 3), "{o:?}");
     }
 }

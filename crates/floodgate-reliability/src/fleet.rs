@@ -30,6 +30,103 @@ pub const REDIS_PORT: u16 = 6379;
 pub const NODE_PORT: u16 = 8080;
 /// Each node's admin port.
 pub const ADMIN_PORT: u16 = 9090;
+/// The replica's port, beside Redis in its namespace (with `--sentinel`).
+pub const REPLICA_PORT: u16 = 6380;
+/// Sentinel's port there.
+pub const SENTINEL_PORT: u16 = 26379;
+/// The name Sentinel monitors the primary under.
+pub const SENTINEL_NAME: &str = "fg";
+
+/// A Redis Sentinel (`redis-sentinel`, or `redis-server --sentinel`: the same program)
+/// watching the primary with a quorum of 1; killed on drop.
+#[derive(Debug)]
+pub struct Sentinel {
+    child: std::process::Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Sentinel {
+    fn start(ns: &str, host: IpAddr, primary: SocketAddr) -> Result<Sentinel, HarnessError> {
+        let dir = crate::procs::temp_dir("sentinel")?;
+        let conf = dir.join("sentinel.conf");
+        let text = format!(
+            "port {SENTINEL_PORT}\nbind {host}\nprotected-mode no\ndir {dir}\n\
+             sentinel monitor {SENTINEL_NAME} {ip} {port} 1\n\
+             sentinel down-after-milliseconds {SENTINEL_NAME} 500\n\
+             sentinel failover-timeout {SENTINEL_NAME} 3000\n",
+            dir = dir.display(),
+            ip = primary.ip(),
+            port = primary.port(),
+        );
+        std::fs::write(&conf, text).map_err(|source| HarnessError::Io {
+            what: format!("write {}", conf.display()),
+            source,
+        })?;
+        let program = if std::process::Command::new("redis-sentinel")
+            .arg("--version")
+            .output()
+            .is_ok()
+        {
+            "redis-sentinel"
+        } else {
+            "redis-server"
+        };
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", ns, program])
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|source| HarnessError::Spawn {
+                program: program.into(),
+                source,
+            })?;
+        let s = Sentinel {
+            child,
+            addr: SocketAddr::new(host, SENTINEL_PORT),
+            dir,
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while s.primary().is_none() {
+            if std::time::Instant::now() > deadline {
+                return Err(HarnessError::NotReady {
+                    what: "redis sentinel".into(),
+                    after: Duration::from_secs(10),
+                    detail: String::new(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(s)
+    }
+
+    /// The primary it names now (`SENTINEL get-master-addr-by-name`).
+    pub fn primary(&self) -> Option<SocketAddr> {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", &self.addr.ip().to_string()])
+            .args(["-p", &self.addr.port().to_string()])
+            .args(["SENTINEL", "get-master-addr-by-name", SENTINEL_NAME])
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut l = text.lines();
+        let ip: IpAddr = l.next()?.trim().parse().ok()?;
+        let port: u16 = l.next()?.trim().parse().ok()?;
+        Some(SocketAddr::new(ip, port))
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
 
 /// How the nodes are configured.
 #[derive(Debug, Clone)]
@@ -63,19 +160,25 @@ pub struct Fleet {
     pub relays: Vec<Relay>,
     /// The backend, on the front bridge.
     pub backend: Backend,
-    /// Redis, in its namespace.
+    /// Sentinel, when the fleet has a replica.
+    pub sentinel: Option<Sentinel>,
+    /// The replica (of `redis`), when asked for.
+    pub replica: Option<RedisServer>,
+    /// Redis, in its namespace (the primary).
     pub redis: RedisServer,
     /// The network (last: removed after the processes are gone).
     pub net: FleetNet,
 }
 
 impl Fleet {
-    /// Build the network and start everything for `n` nodes.
+    /// Build the network and start everything for `n` nodes; with `sentinel`, a replica
+    /// and a Sentinel beside Redis.
     pub async fn start(
         bin: PathBuf,
         n: usize,
         cfg: NodeConfig,
         tag: char,
+        sentinel: bool,
     ) -> Result<Fleet, FleetError> {
         let net = tokio::task::block_in_place(|| FleetNet::build(n, tag))?;
         let redis = tokio::task::block_in_place(|| {
@@ -86,8 +189,29 @@ impl Fleet {
                 &["--protected-mode", "no"],
             )
         })?;
+        let host = IpAddr::V4(net.redis_link.inner_ip);
+        let target = SocketAddr::new(host, REDIS_PORT);
+        let (replica, sentinel) = if sentinel {
+            tokio::task::block_in_place(|| -> Result<_, HarnessError> {
+                let replica = RedisServer::start_at(
+                    Some(&net.redis.name),
+                    host,
+                    REPLICA_PORT,
+                    &[
+                        "--protected-mode",
+                        "no",
+                        "--replicaof",
+                        &host.to_string(),
+                        &REDIS_PORT.to_string(),
+                    ],
+                )?;
+                let s = Sentinel::start(&net.redis.name, host, target)?;
+                Ok((Some(replica), Some(s)))
+            })?
+        } else {
+            (None, None)
+        };
         let backend = Backend::start_on(SocketAddr::from((net.front_host, 0))).await?;
-        let target = SocketAddr::from((net.redis_link.inner_ip, REDIS_PORT));
         let mut relays = Vec::new();
         for l in &net.store_links {
             relays.push(Relay::start(SocketAddr::from((l.host_ip, REDIS_PORT)), target).await?);
@@ -98,6 +222,8 @@ impl Fleet {
             nodes: (0..n).map(|_| None).collect(),
             relays,
             backend,
+            sentinel,
+            replica,
             redis,
             net,
         };
@@ -192,6 +318,8 @@ key = "header:x-client"
         for n in &mut self.nodes {
             *n = None;
         }
+        self.sentinel = None;
+        self.replica = None;
         self.redis.kill();
     }
 }

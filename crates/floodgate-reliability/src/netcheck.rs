@@ -121,7 +121,8 @@ pub fn analyse(
         })
         .collect();
     let g = s.guarantee(case.strategy);
-    let o: Overshoot = audit::audit(&admissions, g, &s.limit());
+    let extra = case.fault.extra_bound(&s.limit());
+    let o: Overshoot = audit::audit(&admissions, g, &s.limit(), extra);
     // verdicts
     let mut fails = Vec::new();
     if o.worst > 0 {
@@ -197,7 +198,11 @@ pub fn analyse(
         o.admitted,
         o.open,
         o.lasted.as_millis(),
-        g.formula(),
+        if extra > 0 {
+            format!("{}+{extra}", g.formula())
+        } else {
+            g.formula()
+        },
         max_took.as_millis(),
     );
     if !pass {
@@ -214,7 +219,11 @@ pub fn analyse(
         overshoot: o.worst,
         worst_count: o.worst_count,
         worst_bound: o.worst_bound,
-        bound_formula: g.formula(),
+        bound_formula: if extra > 0 {
+            format!("{}+{extra}", g.formula())
+        } else {
+            g.formula()
+        },
         over_for_ms: o.lasted.as_millis() as u64,
         apply_ms: apply.map(|d| d.as_millis() as u64),
         recover_ms: recover.map(|d| d.as_millis() as u64),

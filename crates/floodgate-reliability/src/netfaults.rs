@@ -40,16 +40,20 @@ pub enum NetFault {
     Loss5,
     /// Node 0 SIGKILLed mid-load, started again after the fault time.
     NodeKill,
+    /// The Redis primary SIGKILLed; Sentinel promotes the replica, and the relays
+    /// follow it (as a proxy in front of Redis that asks Sentinel does).
+    Failover,
 }
 
 impl NetFault {
     /// Every fault, in table order.
-    pub const ALL: [NetFault; 5] = [
+    pub const ALL: [NetFault; 6] = [
         NetFault::Partition,
         NetFault::Latency50,
         NetFault::Latency500,
         NetFault::Loss5,
         NetFault::NodeKill,
+        NetFault::Failover,
     ];
 
     /// Its name in the table.
@@ -60,6 +64,7 @@ impl NetFault {
             NetFault::Latency500 => "latency 500ms+-50",
             NetFault::Loss5 => "loss 5% (stalls)",
             NetFault::NodeKill => "node0 killed, restarted",
+            NetFault::Failover => "failover: primary killed",
         }
     }
 
@@ -73,7 +78,20 @@ impl NetFault {
 
     /// Whether the store cannot decide for the affected nodes during the whole fault.
     pub(crate) fn must_degrade(self) -> bool {
-        matches!(self, NetFault::Partition | NetFault::Latency500)
+        matches!(
+            self,
+            NetFault::Partition | NetFault::Latency500 | NetFault::Failover
+        )
+    }
+
+    /// Added to the strategy's bound: a failover may lose what the replica had not yet
+    /// received (replication is asynchronous); a key whose state is lost or older starts
+    /// again with at most a full capacity, so at most `C` more per key.
+    pub fn extra_bound(self, limit: &Limit) -> u64 {
+        match self {
+            NetFault::Failover => limit.capacity,
+            _ => 0,
+        }
     }
 }
 
@@ -104,6 +122,7 @@ pub fn fast_cases() -> Vec<Case> {
         c(NetFault::Latency500, "shared", "fail-closed"),
         c(NetFault::Loss5, "shared", "fail-closed"),
         c(NetFault::NodeKill, "shared", "fail-closed"),
+        c(NetFault::Failover, "shared", "fail-closed"),
     ]
 }
 
@@ -275,6 +294,7 @@ pub fn render(rows: &[NetRow]) -> String {
 pub struct Timeline {
     /// Injected.
     pub fault: Instant,
-    /// Healed (for a node kill: its restart began).
+    /// Healed (for a node kill: its restart began; for a failover: the relays moved to
+    /// the promoted replica).
     pub heal: Instant,
 }

@@ -43,7 +43,14 @@ async fn run_case(case: Case, s: &Settings, tag: char) -> anyhow::Result<NetRow>
         burst: 19,
         prefix: format!("fgnf-{}-{tag}:", std::process::id()),
     };
-    let mut fleet = Fleet::start(s.bin.clone(), s.nodes, cfg, tag).await?;
+    let mut fleet = Fleet::start(
+        s.bin.clone(),
+        s.nodes,
+        cfg,
+        tag,
+        case.fault == NetFault::Failover,
+    )
+    .await?;
     let mut workers = Vec::new();
     for n in 0..s.nodes {
         let addr = fleet.node_addr(n);
@@ -62,9 +69,31 @@ async fn run_case(case: Case, s: &Settings, tag: char) -> anyhow::Result<NetRow>
     }
     let clients = Clients::start(&fleet.net.client.name, workers, Duration::from_secs(10));
     tokio::time::sleep(s.healthy).await;
+    let mut note = String::new();
+    let unreplicated = if case.fault == NetFault::Failover {
+        tokio::task::block_in_place(|| unreplicated(&fleet))
+    } else {
+        None
+    };
     let t_fault = Instant::now();
     inject(&mut fleet, case.fault, true).await?;
-    tokio::time::sleep(s.fault_for.saturating_sub(t_fault.elapsed())).await;
+    if case.fault == NetFault::Failover {
+        // the fault lasts until Sentinel names the replica
+        let promoted = promotion(&fleet, Duration::from_secs(15)).await;
+        let Some(p) = promoted else {
+            anyhow::bail!("Sentinel promoted no replica within 15 s");
+        };
+        for r in &fleet.relays {
+            r.retarget(p);
+        }
+        note = format!(
+            "; promoted {p} after {} ms, at most {} bytes unreplicated at the kill",
+            t_fault.elapsed().as_millis(),
+            unreplicated.map_or("?".to_string(), |b| b.to_string())
+        );
+    } else {
+        tokio::time::sleep(s.fault_for.saturating_sub(t_fault.elapsed())).await;
+    }
     let t_heal = Instant::now();
     inject(&mut fleet, case.fault, false).await?;
     tokio::time::sleep(s.after).await;
@@ -81,6 +110,7 @@ async fn run_case(case: Case, s: &Settings, tag: char) -> anyhow::Result<NetRow>
         heal: t_heal,
     };
     let mut row = analyse(case, s, &tl, &samples, &arrivals);
+    row.detail.push_str(&note);
     if panics > 0 || !alive || panicked {
         row.pass = false;
         row.detail.push_str(&format!(
@@ -111,6 +141,11 @@ async fn inject(fleet: &mut Fleet, fault: NetFault, on: bool) -> anyhow::Result<
                 r.set(t);
             }
         }
+        NetFault::Failover => {
+            if on {
+                tokio::task::block_in_place(|| fleet.redis.kill());
+            }
+        }
         NetFault::NodeKill => {
             if on {
                 tokio::task::block_in_place(|| fleet.kill_node(0));
@@ -120,6 +155,41 @@ async fn inject(fleet: &mut Fleet, fault: NetFault, on: bool) -> anyhow::Result<
         }
     }
     Ok(())
+}
+
+/// Bytes of the primary's replication stream the replica had not acknowledged, read
+/// just before the kill (`INFO replication`: `master_repl_offset` less the replica's
+/// `offset`). The replica acknowledges once a second, so this is an upper bound of what
+/// a failover at that instant loses, not the loss itself (the auditor measures that).
+fn unreplicated(fleet: &Fleet) -> Option<u64> {
+    let info = fleet.redis.cli(&["INFO", "replication"]);
+    let field = |k: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(k))
+            .map(str::to_owned)
+    };
+    let primary: u64 = field("master_repl_offset:")?.parse().ok()?;
+    let replica: u64 = field("slave0:")?
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("offset="))?
+        .parse()
+        .ok()?;
+    Some(primary.saturating_sub(replica))
+}
+
+/// Wait until Sentinel names a primary other than the killed one.
+async fn promotion(fleet: &Fleet, within: Duration) -> Option<std::net::SocketAddr> {
+    let old = std::net::SocketAddr::new(fleet.redis.host, fleet.redis.port);
+    let deadline = Instant::now() + within;
+    let sentinel = fleet.sentinel.as_ref()?;
+    while Instant::now() < deadline {
+        let now = tokio::task::block_in_place(|| sentinel.primary());
+        if let Some(p) = now.filter(|p| *p != old) {
+            return Some(p);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
 }
 
 /// Run `cases`, one fleet each (tags `a`, `b`, ... keep their names apart), printing

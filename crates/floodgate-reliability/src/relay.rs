@@ -114,10 +114,11 @@ pub struct RelayStats {
     pub stalled: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     toxics: Toxics,
     stats: RelayStats,
+    target: SocketAddr,
 }
 
 /// A running relay: listens on `addr`, forwards to the target.
@@ -126,6 +127,8 @@ pub struct Relay {
     /// Where nodes connect.
     pub addr: SocketAddr,
     shared: Arc<Mutex<Shared>>,
+    /// Bumped to close every connection (the target moved).
+    generation: tokio::sync::watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -142,8 +145,14 @@ impl Relay {
             what: "relay address".into(),
             source,
         })?;
-        let shared = Arc::new(Mutex::new(Shared::default()));
+        let shared = Arc::new(Mutex::new(Shared {
+            toxics: Toxics::NONE,
+            stats: RelayStats::default(),
+            target,
+        }));
         let sh = shared.clone();
+        let generation = tokio::sync::watch::channel(0u64).0;
+        let gen_tx = generation.clone();
         let task = tokio::spawn(async move {
             let mut conns = JoinSet::new();
             loop {
@@ -152,8 +161,13 @@ impl Relay {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     continue;
                 };
-                lock(&sh).stats.connections += 1;
+                let target = {
+                    let mut s = lock(&sh);
+                    s.stats.connections += 1;
+                    s.target
+                };
                 let sh = sh.clone();
+                let mut gen_rx = gen_tx.subscribe();
                 conns.spawn(async move {
                     let Ok(Ok(redis)) =
                         tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(target))
@@ -168,11 +182,24 @@ impl Relay {
                     tokio::select! {
                         () = pump(nr, rw, sh.clone(), true) => {}
                         () = pump(rr, nw, sh, false) => {}
+                        _ = gen_rx.changed() => {}
                     }
                 });
             }
         });
-        Ok(Relay { addr, shared, task })
+        Ok(Relay {
+            addr,
+            shared,
+            generation,
+            task,
+        })
+    }
+
+    /// Forward new connections to `target` and close every open one (as a proxy in
+    /// front of Redis does when Sentinel names a new primary).
+    pub fn retarget(&self, target: SocketAddr) {
+        lock(&self.shared).target = target;
+        self.generation.send_modify(|g| *g += 1);
     }
 
     /// Set the faults (takes effect for the next chunk read).
