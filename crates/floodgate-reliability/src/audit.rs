@@ -55,6 +55,13 @@ pub enum Guarantee {
         /// Nodes in the fleet.
         nodes: u64,
     },
+    /// Each key decided by its owner; while the owner is unreachable every other node
+    /// decides alone with a fresh limiter (local fallback), and a restarted owner starts
+    /// fresh: at worst every node and the owner's two lives each admit the limit's bound.
+    Sticky {
+        /// Nodes in the fleet.
+        nodes: u64,
+    },
 }
 
 impl Guarantee {
@@ -67,6 +74,7 @@ impl Guarantee {
                 nodes * l.capacity.div_ceil(nodes.max(1))
                     + (l.rate * span.as_secs_f64()).floor() as u64
             }
+            Guarantee::Sticky { nodes } => (nodes + 1) * l.bound(span),
         }
     }
 
@@ -76,6 +84,7 @@ impl Guarantee {
             Guarantee::Shared => "C+r(W+lag)".into(),
             Guarantee::Hybrid { nodes, lease } => format!("C+r(W+lag)+{nodes}x{lease}"),
             Guarantee::Local { nodes } => format!("{nodes}xceil(C/{nodes})+r(W+lag)"),
+            Guarantee::Sticky { nodes } => format!("{}x(C+r(W+lag))", nodes + 1),
         }
     }
 }
@@ -196,6 +205,10 @@ mod tests {
         assert_eq!(
             Guarantee::Local { nodes: 3 }.bound(&LIMIT, Duration::from_secs(1)),
             17
+        );
+        assert_eq!(
+            Guarantee::Sticky { nodes: 3 }.bound(&LIMIT, Duration::from_secs(1)),
+            60
         );
     }
 

@@ -131,9 +131,10 @@ impl Drop for Sentinel {
 /// How the nodes are configured.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
-    /// `fleet.strategy`: `shared` or `hybrid` (the strategies on Redis).
+    /// `fleet.strategy`: `shared` or `hybrid` (on Redis), `local` or `sticky` (in
+    /// process: no `[store]` section, the relays idle).
     pub strategy: &'static str,
-    /// `store.redis.fault_policy`: `fail-open` or `fail-closed`.
+    /// `store.redis.fault_policy`: `fail-open` or `fail-closed` (unused in process).
     pub fault_policy: &'static str,
     /// `store.redis.timeout`.
     pub store_timeout: Duration,
@@ -250,21 +251,25 @@ impl Fleet {
         } else {
             String::new()
         };
+        let store = if matches!(c.strategy, "shared" | "hybrid") {
+            format!(
+                "[store]\ntype = \"redis\"\n\n[store.redis]\nurl = \"redis://{relay}/\"\n\
+                 prefix = \"{prefix}\"\ntimeout = \"{timeout}ms\"\nfault_policy = \"{policy}\"\n",
+                relay = self.relays[i].addr,
+                prefix = c.prefix,
+                timeout = c.store_timeout.as_millis(),
+                policy = c.fault_policy,
+            )
+        } else {
+            String::new()
+        };
         format!(
             r#"upstream = "http://{upstream}"
 upstream_timeout = "5s"
 connect_timeout = "1s"
 shutdown_grace = "1s"
 
-[store]
-type = "redis"
-
-[store.redis]
-url = "redis://{relay}/"
-prefix = "{prefix}"
-timeout = "{timeout}ms"
-fault_policy = "{policy}"
-
+{store}
 [fleet]
 strategy = "{strategy}"
 nodes = [{nodes}]
@@ -281,10 +286,6 @@ burst = {burst}
 key = "header:x-client"
 "#,
             upstream = self.backend.addr,
-            relay = self.relays[i].addr,
-            prefix = c.prefix,
-            timeout = c.store_timeout.as_millis(),
-            policy = c.fault_policy,
             strategy = c.strategy,
             me = self.node_addr(i),
             rate = c.rate,

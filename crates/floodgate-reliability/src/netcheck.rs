@@ -121,7 +121,9 @@ pub fn analyse(
         })
         .collect();
     let g = s.guarantee(case.strategy);
-    let extra = case.fault.extra_bound(&s.limit());
+    let extra = case
+        .fault
+        .extra_bound(&s.limit(), case.strategy, s.nodes as u64);
     let o: Overshoot = audit::audit(&admissions, g, &s.limit(), extra);
     // verdicts
     let mut fails = Vec::new();
@@ -185,10 +187,10 @@ pub fn analyse(
     let mut detail = format!(
         "{} req, {policy_during} {} on node{} in fault, {policy_outside} outside, {} admissions audited ({} open), over for {} ms, bound {}, max {} ms",
         samples.len(),
-        if case.policy == "fail-open" {
-            "open"
-        } else {
-            "503"
+        match case.policy {
+            "fail-open" => "open",
+            "fail-closed" => "503",
+            _ => "policy answers",
         },
         if affected.len() == 1 {
             "0".to_string()

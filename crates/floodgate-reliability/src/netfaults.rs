@@ -87,9 +87,11 @@ impl NetFault {
     /// Added to the strategy's bound: a failover may lose what the replica had not yet
     /// received (replication is asynchronous); a key whose state is lost or older starts
     /// again with at most a full capacity, so at most `C` more per key.
-    pub fn extra_bound(self, limit: &Limit) -> u64 {
-        match self {
-            NetFault::Failover => limit.capacity,
+    /// Under `local` a killed node comes back with a fresh share: `ceil(C / nodes)` more.
+    pub fn extra_bound(self, limit: &Limit, strategy: &str, nodes: u64) -> u64 {
+        match (self, strategy) {
+            (NetFault::Failover, _) => limit.capacity,
+            (NetFault::NodeKill, "local") => limit.capacity.div_ceil(nodes.max(1)),
             _ => 0,
         }
     }
@@ -126,9 +128,22 @@ pub fn fast_cases() -> Vec<Case> {
     ]
 }
 
-/// Every fault under each strategy on Redis and each policy.
+/// Every fault under each strategy on Redis and each policy, and a node kill under the
+/// in-process strategies: `local` (no store to fail) and `sticky`, whose policy for an
+/// unreachable owner is to decide locally.
 pub fn long_cases() -> Vec<Case> {
-    let mut v = Vec::new();
+    let mut v = vec![
+        Case {
+            fault: NetFault::NodeKill,
+            strategy: "local",
+            policy: "none",
+        },
+        Case {
+            fault: NetFault::NodeKill,
+            strategy: "sticky",
+            policy: "local-fallback",
+        },
+    ];
     for fault in NetFault::ALL {
         for strategy in ["shared", "hybrid"] {
             for policy in ["fail-closed", "fail-open"] {
@@ -208,11 +223,14 @@ impl Settings {
     }
 
     pub(crate) fn guarantee(&self, strategy: &str) -> Guarantee {
+        let nodes = self.nodes as u64;
         match strategy {
             "hybrid" => Guarantee::Hybrid {
-                nodes: self.nodes as u64,
+                nodes,
                 lease: self.lease,
             },
+            "local" => Guarantee::Local { nodes },
+            "sticky" => Guarantee::Sticky { nodes },
             _ => Guarantee::Shared,
         }
     }
@@ -257,7 +275,7 @@ pub struct NetRow {
 pub fn render(rows: &[NetRow]) -> String {
     let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
     let mut out = format!(
-        "{:<24} {:<7} {:<11} {:>8} {:>7} {:>6} {:>22} {:>9} {:>9}  {}\n",
+        "{:<24} {:<7} {:<14} {:>8} {:>7} {:>6} {:>22} {:>9} {:>9}  {}\n",
         "fault",
         "strat",
         "policy",
@@ -272,7 +290,7 @@ pub fn render(rows: &[NetRow]) -> String {
     for r in rows {
         let over = format!("{:+} ({}/{})", r.overshoot, r.worst_count, r.worst_bound);
         out.push_str(&format!(
-            "{:<24} {:<7} {:<11} {:>8} {:>7} {:>6} {:>22} {:>9} {:>9}  {}: {}\n",
+            "{:<24} {:<7} {:<14} {:>8} {:>7} {:>6} {:>22} {:>9} {:>9}  {}: {}\n",
             r.fault,
             r.strategy,
             r.policy,

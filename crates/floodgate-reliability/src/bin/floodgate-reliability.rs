@@ -35,6 +35,10 @@ struct Args {
     /// net (network faults on a fleet in namespaces; needs root and `ip`).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Network faults: only the cases whose "fault strategy policy" contains this text
+    /// (e.g. "sticky", "failover", "partition node0-redis hybrid").
+    #[arg(long)]
+    net_filter: Option<String>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -173,6 +177,14 @@ async fn main() -> Result<()> {
                 } else {
                     (netfaults::Settings::fast(bin), netfaults::fast_cases())
                 };
+                let cases: Vec<_> = cases
+                    .into_iter()
+                    .filter(|c| {
+                        args.net_filter.as_deref().is_none_or(|f| {
+                            format!("{} {} {}", c.fault.name(), c.strategy, c.policy).contains(f)
+                        })
+                    })
+                    .collect();
                 net_rows = netrun::run_all(&cases, &s).await;
             }
         }
