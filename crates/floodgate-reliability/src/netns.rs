@@ -134,8 +134,14 @@ pub fn cleanup_all() {
     }
 }
 
+/// Whether process `pid` runs (a zombie, killed but not yet reaped, does not).
 fn pid_alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // "PID (comm) STATE ...": the state follows the last ')'
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
 
 /// Remove namespaces and links named by this harness whose process is gone (a run
