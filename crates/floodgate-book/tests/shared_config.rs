@@ -17,6 +17,7 @@ connect_timeout = "2s"
 breaker_open_for = "100ms"
 deny_cache_keys = 10
 time = "caller"
+module = "always"
 fault_policy = "fail-closed"
 [fleet]
 strategy = "hybrid"
@@ -42,6 +43,7 @@ const SHARED_YAML: &str = r#"store:
     breaker_open_for: 100ms
     deny_cache_keys: 10
     time: caller
+    module: always
     fault_policy: fail-closed
 fleet:
   strategy: hybrid
@@ -93,6 +95,10 @@ fn proxy_toml_server_toml_and_server_yaml_read_equal_sections() {
     assert_eq!(st, sy);
     assert_eq!(p.0.redis().timeout, std::time::Duration::from_millis(25));
     assert_eq!(p.1.count(), 2);
+    assert_eq!(
+        p.0.redis().store_config().module,
+        floodgate_redis::ModuleUse::Always
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use floodgate_core::Nanos;
 
-use crate::fg;
+use crate::{decide, fg};
 use redis_module::{Context, KeyType, RedisError, RedisResult, RedisString, RedisValue};
 
 /// The primary's clock, read once per command: nanoseconds since the Unix epoch
@@ -86,7 +86,7 @@ fn run_policies(
     Ok(outcome)
 }
 
-fn ints(reply: [i64; 5]) -> RedisValue {
+fn ints(reply: impl IntoIterator<Item = i64>) -> RedisValue {
     RedisValue::Array(reply.into_iter().map(RedisValue::Integer).collect())
 }
 
@@ -98,8 +98,8 @@ fn fg_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let w = words(&args);
     let policy =
         fg::parse_policy(&w[1], &w[3], w.get(4).map(String::as_str)).map_err(RedisError::String)?;
-    let outcome = run_policies(ctx, &[&args[2]], &[policy])?;
-    Ok(ints(outcome.replies[0]))
+    let mut outcome = run_policies(ctx, &[&args[2]], &[policy])?;
+    Ok(ints(outcome.replies.swap_remove(0)))
 }
 
 /// `FG.MULTI n (algorithm key rate cost) x n`: all-or-nothing. The reply: `limited` (0/1)
@@ -143,6 +143,40 @@ fn fg_multi(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Array(reply))
 }
 
+/// `FG.DECIDE`: the store's scripts' calls, answered by the module (see [`decide`]).
+fn fg_decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let words: Vec<&[u8]> = args[1..].iter().map(RedisString::as_slice).collect();
+    let req = decide::parse(&words).map_err(RedisError::String)?;
+    let clock = now();
+    let at = req
+        .now
+        .unwrap_or((clock.0 / 1_000_000_000, clock.0 % 1_000_000_000));
+    let keys: Vec<&RedisString> = (0..req.checks.len())
+        .map(|i| &args[1 + i * decide::GROUP])
+        .collect();
+    let stored = keys
+        .iter()
+        .map(|k| read_string(ctx, k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let stored: Vec<Option<&[u8]>> = stored.iter().map(Option::as_deref).collect();
+    let key_bytes: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let ran = decide::run(&req, &key_bytes, &stored, at).map_err(RedisError::String)?;
+    // expiries run from the server's clock (the caller's instant may be another)
+    let anchor_ms = clock.0 / 1_000_000;
+    for w in &ran.writes {
+        store(
+            ctx,
+            keys[w.check],
+            &w.bytes,
+            anchor_ms.saturating_add(w.ttl_ms),
+        )?;
+    }
+    Ok(match ran.reply[..] {
+        [one] if req.mode == decide::Mode::One => RedisValue::Integer(one),
+        _ => RedisValue::Array(ran.reply.into_iter().map(RedisValue::Integer).collect()),
+    })
+}
+
 redis_module::redis_module! {
     name: "floodgate",
     version: 1,
@@ -153,5 +187,7 @@ redis_module::redis_module! {
         ["fg.throttle", fg_throttle, "write deny-oom fast", 2, 2, 1, ""],
         // keys at 3, 7, ...: the last is the 3rd word from the end
         ["fg.multi", fg_multi, "write deny-oom", 3, -3, 4, ""],
+        // keys at 1, 9, ...: groups of 8 words, then mode, now_s and now_ns
+        ["fg.decide", fg_decide, "write deny-oom", 1, -11, 8, ""],
     ],
 }

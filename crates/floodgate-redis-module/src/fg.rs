@@ -15,6 +15,9 @@ pub const FG_THROTTLE_USAGE: &str =
 /// `FG.MULTI`'s usage line.
 pub const FG_MULTI_USAGE: &str = "Usage: FG.MULTI <n> <algorithm> <key> <rate> <cost> [<algorithm> <key> <rate> <cost> ...] (n groups)";
 
+/// The largest sliding-log limit (its value holds up to that many 16-byte entries).
+pub const MAX_LOG: u64 = 10_000;
+
 /// One policy of a call: its algorithm and what the request costs under it.
 #[derive(Debug)]
 pub struct Policy {
@@ -41,8 +44,9 @@ pub struct Write {
 pub struct Outcome {
     /// All policies admitted the request (and all were charged).
     pub allowed: bool,
-    /// `[limited, limit, remaining, retry_after_s, reset_after_s]` per policy.
-    pub replies: Vec<[i64; 5]>,
+    /// `[limited, limit, remaining, retry_after_s, reset_after_s]` per policy, and for a
+    /// `leaky-queue` a sixth: the delay before forwarding, in ms rounded up.
+    pub replies: Vec<Vec<i64>>,
     /// The values to store.
     pub writes: Vec<Write>,
 }
@@ -52,12 +56,13 @@ pub fn parse_policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<P
     let kind: Kind = algorithm
         .parse()
         .map_err(|e| format!("ERR algorithm: {e}"))?;
-    if matches!(kind, Kind::SlidingLog | Kind::LeakyQueue) {
+    let rate: Rate = rate.parse().map_err(|e| format!("ERR rate: {e}"))?;
+    if kind == Kind::SlidingLog && rate.count() > MAX_LOG {
         return Err(format!(
-            "ERR algorithm {kind} is not available in the Redis module yet (its state is a log or a delay)"
+            "ERR sliding-log keeps an entry per admitted instant: its limit must be at most {MAX_LOG}, got {} (sliding-counter approximates it in 25 bytes)",
+            rate.count()
         ));
     }
-    let rate: Rate = rate.parse().map_err(|e| format!("ERR rate: {e}"))?;
     let algorithm = Spec::new(kind, rate)
         .build()
         .map_err(|e| format!("ERR {e}"))?;
@@ -106,9 +111,23 @@ pub fn decide(
     }
     Ok(Outcome {
         allowed: multi.allowed,
-        replies: multi.decisions.iter().map(|d| d.throttle_reply()).collect(),
+        replies: policies
+            .iter()
+            .zip(&multi.decisions)
+            .map(|(p, d)| reply(p, d))
+            .collect(),
         writes,
     })
+}
+
+/// A decision's integers: `CL.THROTTLE`'s five, and a queue's delay in ms.
+fn reply(p: &Policy, d: &floodgate_core::Decision) -> Vec<i64> {
+    let mut r = d.throttle_reply().to_vec();
+    if p.algorithm.kind() == Kind::LeakyQueue {
+        let ms = d.delay.as_nanos().div_ceil(1_000_000);
+        r.push(i64::try_from(ms).unwrap_or(i64::MAX));
+    }
+    r
 }
 
 #[cfg(test)]
@@ -125,6 +144,8 @@ mod tests {
             "token-bucket",
             "leaky-meter",
             "gcra",
+            "sliding-log",
+            "leaky-queue",
         ] {
             let p = [parse_policy(alg, "2/min", None).unwrap()];
             let mut stored: Option<Vec<u8>> = None;
@@ -149,6 +170,16 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_replies_its_delay() {
+        // 2 per minute, burst 1 (capacity 2), delay=0: the second waits 30 s
+        let p = [parse_policy("leaky-queue", "2/min", None).unwrap()];
+        let o = decide(&p, &[None], NOW).unwrap();
+        assert_eq!(o.replies[0], [0, 2, 1, -1, 30, 0]);
+        let o = decide(&p, &[Some(&o.writes[0].bytes)], NOW).unwrap();
+        assert_eq!(o.replies[0], [0, 2, 0, -1, 60, 30_000]);
+    }
+
+    #[test]
     fn several_policies_all_or_nothing() {
         let p = [
             parse_policy("gcra", "10/min", Some("1")).unwrap(),
@@ -169,7 +200,7 @@ mod tests {
     fn bad_policies_name_the_argument() {
         let e = |a, r, c| parse_policy(a, r, c).unwrap_err();
         assert!(e("nope", "1/s", None).starts_with("ERR algorithm: unknown algorithm"));
-        assert!(e("sliding-log", "1/s", None).contains("not available"));
+        assert!(e("sliding-log", "10001/s", None).contains("at most 10000"));
         assert!(e("gcra", "1/q", None).starts_with("ERR rate: "));
         assert!(e("gcra", "0/s", None).starts_with("ERR rate: "));
         assert!(e("gcra", "1/s", Some("-1")).starts_with("ERR cost must be an integer"));

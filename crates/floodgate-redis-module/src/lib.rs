@@ -4,6 +4,8 @@
 // unit-test builds, whose allocator is the system's, not Redis's.
 #[cfg(not(test))]
 mod commands;
+pub mod decide;
 pub mod fg;
+pub mod script_values;
 pub mod throttle;
 pub mod value;

@@ -10,7 +10,7 @@
 //! or after which the key is back at full capacity, so dropping it then loses nothing.
 
 use floodgate_core::algorithms::{
-    FixedWindowState, GcraState, LeakyState, SlidingCounterState, TokenBucketState,
+    FixedWindowState, GcraState, LeakyState, SlidingCounterState, SlidingLogState, TokenBucketState,
 };
 use floodgate_core::{AnyState, Nanos};
 
@@ -24,6 +24,7 @@ const FIXED_WINDOW_TAG: u8 = 2;
 const SLIDING_COUNTER_TAG: u8 = 3;
 const TOKEN_BUCKET_TAG: u8 = 4;
 const LEAKY_TAG: u8 = 5;
+const SLIDING_LOG_TAG: u8 = 6;
 
 /// A stored value that is not one of the module's.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,16 +69,20 @@ pub fn encode_gcra(state: &GcraState) -> [u8; GCRA_LEN] {
     v
 }
 
-/// The bytes of any state the module stores (`None`: a state it does not store, a key
-/// never seen or a sliding log).
+/// The bytes of any state the module stores (`None`: a key never seen).
 pub fn encode_any(state: &AnyState) -> Option<Vec<u8>> {
+    let log: Vec<u64>;
     let (tag, fields): (u8, &[u64]) = match state {
         AnyState::Gcra(s) => return Some(encode_gcra(s).to_vec()),
         AnyState::FixedWindow(s) => (FIXED_WINDOW_TAG, &[s.window, s.count]),
         AnyState::SlidingCounter(s) => (SLIDING_COUNTER_TAG, &[s.window, s.current, s.previous]),
         AnyState::TokenBucket(s) => (TOKEN_BUCKET_TAG, &[s.deficit, s.last.0]),
         AnyState::Leaky(s) => (LEAKY_TAG, &[s.level, s.last.0]),
-        AnyState::Empty | AnyState::SlidingLog(_) => return None,
+        AnyState::SlidingLog(s) => {
+            log = s.entries().flat_map(|(t, c)| [t.0, c]).collect();
+            (SLIDING_LOG_TAG, &log)
+        }
+        AnyState::Empty => return None,
     };
     let mut v = Vec::with_capacity(1 + 8 * fields.len());
     v.push(tag);
@@ -123,6 +128,9 @@ pub fn decode_any(stored: Option<&[u8]>) -> Result<AnyState, NotOurs> {
             level,
             last: Nanos(last),
         }),
+        (SLIDING_LOG_TAG, pairs) if pairs.len() % 2 == 0 => AnyState::SlidingLog(
+            SlidingLogState::from_entries(pairs.chunks_exact(2).map(|p| (Nanos(p[0]), p[1]))),
+        ),
         _ => return Err(bad()),
     })
 }
@@ -176,6 +184,10 @@ mod tests {
                 level: 8,
                 last: Nanos(9),
             }),
+            AnyState::SlidingLog(SlidingLogState::from_entries([
+                (Nanos(10), 2),
+                (Nanos(11), 3),
+            ])),
         ];
         for s in states {
             let b = encode_any(&s).unwrap();
@@ -183,7 +195,13 @@ mod tests {
         }
         assert_eq!(encode_any(&AnyState::Empty), None);
         assert_eq!(decode_any(None), Ok(AnyState::Empty));
-        for bad in [&b""[..], b"\x02abc", b"\x09abcdefgh", b"\x02abcdefgh"] {
+        for bad in [
+            &b""[..],
+            b"\x02abc",
+            b"\x09abcdefgh",
+            b"\x02abcdefgh",
+            b"\x06abcdefgh",
+        ] {
             assert!(decode_any(Some(bad)).is_err(), "{bad:?}");
         }
     }

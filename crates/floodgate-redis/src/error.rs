@@ -69,6 +69,14 @@ pub enum Error {
         /// What it answered or which error parsing it gave.
         detail: String,
     },
+    /// `ModuleUse::Always`, and the server does not have the Redis module loaded.
+    #[error(
+        "the Redis at {target} does not have floodgate's module loaded (FG.DECIDE is unknown), and the store is configured to use it always"
+    )]
+    ModuleMissing {
+        /// Where.
+        target: String,
+    },
     /// No answer within the per-call timeout.
     #[error("Redis did not answer within {after:?}")]
     Timeout {

@@ -18,5 +18,5 @@ pub use inflight::RedisInFlight;
 pub use keys::KeySpace;
 pub use limiter::{Fault, Outcome, RedisLimiter, Source};
 pub use scripts::{Now, ScriptCall};
-pub use store::{FaultPolicy, RedisStore, Stats, StoreConfig, TimeSource};
+pub use store::{FaultPolicy, ModuleUse, RedisStore, Stats, StoreConfig, TimeSource};
 pub use throttle::{ThrottleArgError, ThrottleArgs};

@@ -152,8 +152,10 @@ impl RedisLimiter {
     }
 
     async fn raw(&self, key: &[u8], now: Now, cost: u64) -> Result<Decision, Error> {
-        let inv = self.call.invocation(key, now, cost, self.pad_ms)?;
-        let reply = self.store.eval(&inv).await?;
+        let reply = self
+            .store
+            .decide_one(&self.call, key, now, cost, self.pad_ms)
+            .await?;
         self.call.decision(&reply, cost)
     }
 

@@ -152,15 +152,28 @@ fn faulted(
 /// One call of the MULTI script (every key in one slot: any keys on a single node).
 async fn eval_multi(checks: &[Check<'_>], now: Now, mode: Mode) -> Result<MultiOutcome, Error> {
     let store = checks[0].limiter.store();
+    let mode = if mode == Mode::Dry { "dry" } else { "all" };
     let mut inv = MULTI.prepare_invoke();
-    inv.arg(if mode == Mode::Dry { "dry" } else { "all" });
-    ScriptCall::push_now(&mut inv, now)?;
-    for c in checks {
-        let key = c.limiter.redis_key(c.user)?;
-        c.limiter
-            .call
-            .push_multi(&mut inv, &key, c.cost, c.limiter.pad_ms);
+    let mut cmd = redis::cmd("FG.DECIDE");
+    if store.uses_module() {
+        for c in checks {
+            let key = c.limiter.redis_key(c.user)?;
+            c.limiter
+                .call
+                .push_module(&mut cmd, &key, c.cost, c.limiter.pad_ms);
+        }
+        ScriptCall::push_module_now(&mut cmd, mode, now)?;
+    } else {
+        inv.arg(mode);
+        ScriptCall::push_now(&mut inv, now)?;
+        for c in checks {
+            let key = c.limiter.redis_key(c.user)?;
+            c.limiter
+                .call
+                .push_multi(&mut inv, &key, c.cost, c.limiter.pad_ms);
+        }
     }
+    let mode = if mode == "dry" { Mode::Dry } else { Mode::All };
     match store.breaker.gate() {
         Gate::Reject(wait) => {
             bump(&store.counters.circuit_rejected);
@@ -168,7 +181,12 @@ async fn eval_multi(checks: &[Check<'_>], now: Now, mode: Mode) -> Result<MultiO
         }
         Gate::Pass | Gate::Probe => {}
     }
-    let parsed = match store.eval(&inv).await {
+    let sent = if store.uses_module() {
+        store.module_call(&cmd).await
+    } else {
+        store.eval(&inv).await
+    };
+    let parsed = match sent {
         Ok(reply) => parse(checks, &reply, mode),
         Err(e) => Err(e),
     };

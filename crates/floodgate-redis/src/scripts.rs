@@ -122,6 +122,10 @@ pub struct ScriptCall {
     /// GCRA's script replies with one integer (the TAT's lead over now, signed by the
     /// decision); the decision is this algorithm's, computed from it.
     gcra: Option<Gcra>,
+    /// The Redis module's parameters (`FG.DECIDE`'s `p1..p4`; see [`push_module`]).
+    ///
+    /// [`push_module`]: ScriptCall::push_module
+    module: [i64; 4],
 }
 
 fn domain(what: &'static str, value: u128, unit: &str) -> Result<u64, Error> {
@@ -230,6 +234,25 @@ impl ScriptCall {
                 (&*LEAKY_BUCKET, 6, vec![limit, a, b, und])
             }
         };
+        let module = match algorithm {
+            AnyAlgorithm::Gcra(g) => [g.emission_interval_nanos(), g.tolerance_nanos(), 0, 0],
+            AnyAlgorithm::FixedWindow(f) => [limit, f.window_nanos(), 0, 0],
+            AnyAlgorithm::SlidingLog(f) => [limit, f.window_nanos(), 0, 0],
+            AnyAlgorithm::SlidingCounter(f) => [limit, f.window_nanos(), 0, 0],
+            AnyAlgorithm::TokenBucket(t) => {
+                [limit, t.refill().count(), t.refill().period_nanos(), 0]
+            }
+            AnyAlgorithm::Leaky(l) => [
+                limit,
+                l.rate().count(),
+                l.rate().period_nanos(),
+                match l.delay_mode() {
+                    DelayMode::NoDelay => u64::MAX,
+                    DelayMode::After(n) => n,
+                },
+            ],
+        }
+        .map(|p| i64::try_from(p).unwrap_or(-1));
         let params = params
             .into_iter()
             .map(|p| i64::try_from(p).unwrap_or(-1))
@@ -245,7 +268,38 @@ impl ScriptCall {
             limit,
             params,
             gcra,
+            module,
         })
+    }
+
+    /// Append this call's group of the Redis module's `FG.DECIDE` (key, algorithm, cost,
+    /// padding, four parameters: the same decision as this call's script; see
+    /// `floodgate-redis-module`'s `decide`).
+    pub fn push_module(&self, cmd: &mut redis::Cmd, key: &[u8], cost: u64, pad_ms: u64) {
+        cmd.arg(key).arg(self.multi_index);
+        for a in self.args(cost, pad_ms).take(2) {
+            cmd.arg(a);
+        }
+        for p in self.module {
+            cmd.arg(p);
+        }
+    }
+
+    /// End an `FG.DECIDE`: the mode (`one`, `all` or `dry`) and the instant.
+    pub fn push_module_now(cmd: &mut redis::Cmd, mode: &str, now: Now) -> Result<(), Error> {
+        cmd.arg(mode);
+        match now {
+            Now::Redis => {
+                cmd.arg("redis").arg(0);
+            }
+            Now::Caller(t) => {
+                if t.0 >= 1 << 63 {
+                    return Err(Error::TimeOutOfRange { now_ns: t.0 });
+                }
+                cmd.arg(t.0 / NANO).arg(t.0 % NANO);
+            }
+        }
+        Ok(())
     }
 
     /// The algorithm's name, used in key names.

@@ -10,6 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use crate::breaker::Breaker;
 use crate::error::Error;
 use crate::keys::KeySpace;
+use crate::scripts::{Now, ScriptCall};
 
 /// What a limiter answers when Redis cannot (timeout, error, circuit open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,6 +36,21 @@ pub enum TimeSource {
     Caller,
 }
 
+/// Whether the store sends the Redis module's commands (`floodgate-redis-module`'s
+/// `FG.DECIDE`) instead of its Lua scripts. The decisions are the same either way; the
+/// module costs Redis less per call. Settles and in-flight leases always run the scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModuleUse {
+    /// Use the module when the server has it loaded (found on connect), the scripts
+    /// otherwise. The default.
+    #[default]
+    Auto,
+    /// Use the module; connecting fails when the server does not have it.
+    Always,
+    /// Use the scripts, whatever the server has loaded.
+    Never,
+}
+
 /// Configuration of a [`RedisStore`]. `Default` gives the documented defaults.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -58,6 +74,8 @@ pub struct StoreConfig {
     pub expiry_padding: Duration,
     /// Keys each limiter's local cache of denials holds; 0 disables it. Default 100 000.
     pub deny_cache_keys: usize,
+    /// The Redis module or the scripts. Default [`ModuleUse::Auto`].
+    pub module: ModuleUse,
 }
 
 impl Default for StoreConfig {
@@ -72,6 +90,7 @@ impl Default for StoreConfig {
             time: TimeSource::Redis,
             expiry_padding: Duration::ZERO,
             deny_cache_keys: 100_000,
+            module: ModuleUse::Auto,
         }
     }
 }
@@ -137,6 +156,8 @@ pub struct RedisStore {
     pub(crate) breaker: Breaker,
     pub(crate) counters: Counters,
     target: String,
+    /// The module's commands are sent instead of the scripts.
+    module: bool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -207,8 +228,9 @@ impl RedisStore {
             Ok(Err(e)) => return Err(classify(&target, e)),
             Ok(Ok(c)) => c,
         };
-        let store = RedisStore::with_conn(Conn::Single(conn), config, keys, target);
+        let mut store = RedisStore::with_conn(Conn::Single(conn), config, keys, target);
         store.check_ping().await?;
+        store.module = store.choose_module().await?;
         Ok(store)
     }
 
@@ -241,12 +263,42 @@ impl RedisStore {
             Ok(Err(e)) => return Err(classify(&target, e)),
             Ok(Ok(c)) => c,
         };
-        Ok(RedisStore::with_conn(
-            Conn::Cluster(conn),
-            config,
-            keys,
-            target,
-        ))
+        let mut store = RedisStore::with_conn(Conn::Cluster(conn), config, keys, target);
+        store.module = store.choose_module().await?;
+        Ok(store)
+    }
+
+    /// Whether to send the module's commands: as configured, and for
+    /// [`ModuleUse::Auto`] whether the server has `FG.DECIDE` (`COMMAND INFO`; where
+    /// `COMMAND` is refused, an `FG.DECIDE` without arguments, which the module answers
+    /// with its usage line and a server without it with "unknown command").
+    async fn choose_module(&self) -> Result<bool, Error> {
+        if self.config.module == ModuleUse::Never {
+            return Ok(false);
+        }
+        let info = self
+            .command::<redis::Value>(redis::cmd("COMMAND").arg("INFO").arg("fg.decide"))
+            .await;
+        let found = match info {
+            Ok(redis::Value::Array(v)) => v.first().is_some_and(|c| *c != redis::Value::Nil),
+            _ => match self.command::<redis::Value>(&redis::cmd("FG.DECIDE")).await {
+                Ok(_) => false,
+                Err(Error::Redis(e)) => e.to_string().contains("Usage: FG.DECIDE"),
+                Err(_) => false,
+            },
+        };
+        if !found && self.config.module == ModuleUse::Always {
+            return Err(Error::ModuleMissing {
+                target: self.target.clone(),
+            });
+        }
+        Ok(found)
+    }
+
+    /// Whether decisions are sent to the Redis module (`FG.DECIDE`) rather than to the
+    /// Lua scripts (see [`ModuleUse`]).
+    pub fn uses_module(&self) -> bool {
+        self.module
     }
 
     fn with_conn(conn: Conn, config: StoreConfig, keys: KeySpace, target: String) -> RedisStore {
@@ -257,6 +309,7 @@ impl RedisStore {
             keys,
             counters: Counters::default(),
             target,
+            module: false,
         }
     }
 
@@ -318,14 +371,34 @@ impl RedisStore {
     /// `SCRIPT FLUSH` or a restart, `NOSCRIPT` makes it load the script and retry once.
     /// The reply is the script's integers: an array, or one integer as a one-element vector.
     pub async fn eval(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Vec<i64>, Error> {
-        bump(&self.counters.redis_calls);
         let mut conn = self.conn.clone();
-        let fut = async {
+        self.counted(async {
             match &mut conn {
                 Conn::Single(c) => inv.invoke_async::<Ints>(c).await,
                 Conn::Cluster(c) => inv.invoke_async::<Ints>(c).await,
             }
-        };
+        })
+        .await
+    }
+
+    /// Send a module command (`FG.DECIDE`) as [`eval`](Self::eval) sends a script: the
+    /// per-call timeout, the counters, its integers.
+    pub async fn module_call(&self, cmd: &redis::Cmd) -> Result<Vec<i64>, Error> {
+        let mut conn = self.conn.clone();
+        self.counted(async {
+            match &mut conn {
+                Conn::Single(c) => cmd.query_async::<Ints>(c).await,
+                Conn::Cluster(c) => cmd.query_async::<Ints>(c).await,
+            }
+        })
+        .await
+    }
+
+    async fn counted(
+        &self,
+        fut: impl std::future::Future<Output = Result<Ints, redis::RedisError>>,
+    ) -> Result<Vec<i64>, Error> {
+        bump(&self.counters.redis_calls);
         match tokio::time::timeout(self.config.timeout, fut).await {
             Err(_) => {
                 bump(&self.counters.timeouts);
@@ -338,6 +411,26 @@ impl RedisStore {
                 Err(Error::Redis(e))
             }
             Ok(Ok(v)) => Ok(v.0),
+        }
+    }
+
+    /// One check of `call` on `key`: `FG.DECIDE` when the module is used, else the
+    /// call's script. The reply is the script's either way.
+    pub(crate) async fn decide_one(
+        &self,
+        call: &ScriptCall,
+        key: &[u8],
+        now: Now,
+        cost: u64,
+        pad_ms: u64,
+    ) -> Result<Vec<i64>, Error> {
+        if self.module {
+            let mut cmd = redis::cmd("FG.DECIDE");
+            call.push_module(&mut cmd, key, cost, pad_ms);
+            ScriptCall::push_module_now(&mut cmd, "one", now)?;
+            self.module_call(&cmd).await
+        } else {
+            self.eval(&call.invocation(key, now, cost, pad_ms)?).await
         }
     }
 

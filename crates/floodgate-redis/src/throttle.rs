@@ -38,8 +38,9 @@ impl RedisStore {
         let call = ScriptCall::new(&AnyAlgorithm::Gcra(args.gcra()?))?;
         let key = self.keys.key(call.kind(), user)?;
         let pad = self.config.expiry_padding.as_nanos().div_ceil(1_000_000) as u64;
-        let inv = call.invocation(&key, now, args.quantity, pad)?;
-        let reply = self.eval(&inv).await?;
+        let reply = self
+            .decide_one(&call, &key, now, args.quantity, pad)
+            .await?;
         Ok(call.decision(&reply, args.quantity)?.throttle_reply())
     }
 }

@@ -10,22 +10,37 @@ use std::time::{Duration, Instant};
 
 use floodgate_core::algorithms::*;
 use floodgate_core::{AnyAlgorithm, Nanos, Rate};
-use floodgate_redis::{RedisLimiter, RedisStore, StoreConfig};
+use floodgate_redis::{ModuleUse, RedisLimiter, RedisStore, StoreConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_master_cluster() {
-    let nodes: Vec<common::Server> = (0..3)
-        .map(|_| {
-            common::Server::start_with(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
-            ])
-        })
-        .collect();
+    three_masters(false).await;
+}
+
+/// The same with floodgate's Redis module loaded on every master: the store sends
+/// `FG.DECIDE` (its key first, so the client routes it as it routes a script's key),
+/// and the settles and leases go to the scripts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_master_cluster_with_the_module() {
+    three_masters(true).await;
+}
+
+async fn three_masters(module: bool) {
+    let mut args: Vec<String> = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+    ]
+    .map(String::from)
+    .to_vec();
+    if module {
+        args.extend(common::load_module_args());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let nodes: Vec<common::Server> = (0..3).map(|_| common::Server::start_with(&args)).collect();
     let addrs: Vec<String> = nodes
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port))
@@ -56,6 +71,11 @@ async fn three_master_cluster() {
         timeout: Duration::from_secs(2),
         expiry_padding: Duration::from_secs(60),
         deny_cache_keys: 0,
+        module: if module {
+            ModuleUse::Always
+        } else {
+            ModuleUse::Never
+        },
         ..StoreConfig::default()
     };
     let cluster = std::sync::Arc::new(
@@ -63,6 +83,7 @@ async fn three_master_cluster() {
             .await
             .unwrap(),
     );
+    assert_eq!(cluster.uses_module(), module);
     let r = Rate::per_second(5).unwrap();
     let w = Duration::from_secs(1);
     let algs = [
@@ -208,6 +229,18 @@ async fn three_master_cluster() {
                 assert_eq!(got, expect, "{alg:?} {u:?} settle {step}");
             }
         }
+    }
+    if module {
+        let decided: u64 = nodes
+            .iter()
+            .map(|n| {
+                common::commandstats(n)
+                    .get("fg.decide")
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum();
+        assert!(decided > 1000, "{decided} FG.DECIDE calls");
     }
     drop(nodes); // SIGKILL all three and remove their directories
 }

@@ -4,10 +4,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use floodgate_core::{Algorithm, AnyState, Nanos};
-use floodgate_redis::{RedisLimiter, StoreConfig};
+use std::sync::Arc;
+
+use floodgate_redis::{ModuleUse, RedisLimiter, RedisStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -16,16 +17,24 @@ async fn scripts_match_the_core_exactly() {
     let prefix = common::unique_prefix("diff");
     let store = common::store_with(
         common::SHARED,
-        StoreConfig {
-            prefix: prefix.clone(),
-            timeout: Duration::from_secs(5),
-            // simulated time runs far ahead of real time: keep keys for the whole test
-            expiry_padding: Duration::from_secs(600),
-            deny_cache_keys: 0,
-            ..StoreConfig::default()
-        },
+        common::sim_config(&prefix, ModuleUse::Never),
     )
     .await;
+    checks_match_the_core(store, &prefix).await;
+}
+
+/// The same sequences through the Redis module (`FG.DECIDE`), in a redis-server of the
+/// test's own with the module loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_module_matches_the_core_exactly() {
+    let prefix = common::unique_prefix("diffmod");
+    let (server, store) = common::module_store(&prefix).await;
+    checks_match_the_core(store, &prefix).await;
+    assert!(common::calls(&server, "fg.decide") > 10_000);
+    assert_eq!(common::calls(&server, "evalsha"), 0);
+}
+
+async fn checks_match_the_core(store: Arc<RedisStore>, prefix: &str) {
     let mut tasks = Vec::new();
     for (i, (alg, scale)) in common::configs().into_iter().enumerate() {
         let store = store.clone();
@@ -83,7 +92,7 @@ async fn scripts_match_the_core_exactly() {
     for t in tasks {
         t.await.unwrap();
     }
-    let n = common::assert_ttls_and_clean(&store, &prefix).await;
+    let n = common::assert_ttls_and_clean(&store, prefix).await;
     assert!(n > 0);
 }
 
@@ -93,21 +102,30 @@ async fn scripts_match_the_core_exactly() {
 /// never, with actual costs below, at and above the estimate (debt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settles_match_the_core_exactly() {
-    use floodgate_core::{Charge, Settle};
-    use floodgate_redis::Now;
-
     let prefix = common::unique_prefix("diffsettle");
     let store = common::store_with(
         common::SHARED,
-        StoreConfig {
-            prefix: prefix.clone(),
-            timeout: Duration::from_secs(5),
-            expiry_padding: Duration::from_secs(600),
-            deny_cache_keys: 0,
-            ..StoreConfig::default()
-        },
+        common::sim_config(&prefix, ModuleUse::Never),
     )
     .await;
+    settles_match_the_core(store, &prefix).await;
+}
+
+/// With the module: the checks go to `FG.DECIDE`, the reservations and settles (which
+/// the module does not have) to the settle script, on the same keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settles_match_the_core_with_the_module() {
+    let prefix = common::unique_prefix("diffsettlemod");
+    let (server, store) = common::module_store(&prefix).await;
+    settles_match_the_core(store, &prefix).await;
+    assert!(common::calls(&server, "fg.decide") > 1000);
+    assert!(common::calls(&server, "evalsha") > 1000);
+}
+
+async fn settles_match_the_core(store: Arc<RedisStore>, prefix: &str) {
+    use floodgate_core::{Charge, Settle};
+    use floodgate_redis::Now;
+
     let mut tasks = Vec::new();
     for (i, (alg, scale)) in common::configs().into_iter().enumerate() {
         let store = store.clone();
@@ -206,5 +224,5 @@ async fn settles_match_the_core_exactly() {
         refunds > 100 && debts > 100 && refused < 500,
         "{refunds} refunds, {debts} debts, {refused} refused"
     );
-    common::assert_ttls_and_clean(&store, &prefix).await;
+    common::assert_ttls_and_clean(&store, prefix).await;
 }

@@ -11,7 +11,7 @@ use floodgate_core::algorithms::FixedWindow;
 use floodgate_core::multi::{Check as CoreCheck, check_all as core_check_all};
 use floodgate_core::{Algorithm, AnyAlgorithm, KeyedLimiter, Nanos};
 use floodgate_redis::multi::{Check, check_all, check_all_at};
-use floodgate_redis::{Error, FaultPolicy, RedisLimiter, Source, StoreConfig};
+use floodgate_redis::{Error, FaultPolicy, ModuleUse, RedisLimiter, Source, StoreConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -33,7 +33,31 @@ fn window(limit: u64, secs: u64) -> AnyAlgorithm {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_match_the_core_all_or_nothing() {
     let prefix = common::unique_prefix("multi-diff");
-    let store = common::store_with(common::SHARED, config(&prefix)).await;
+    let store = common::store_with(
+        common::SHARED,
+        StoreConfig {
+            module: ModuleUse::Never,
+            ..config(&prefix)
+        },
+    )
+    .await;
+    all_or_nothing_matches_the_core(store, &prefix).await;
+}
+
+/// The same through the Redis module: one `FG.DECIDE` per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_module_matches_the_core_all_or_nothing() {
+    let prefix = common::unique_prefix("multi-diffmod");
+    let (server, store) = common::module_store(&prefix).await;
+    all_or_nothing_matches_the_core(store, &prefix).await;
+    assert!(common::calls(&server, "fg.decide") > 1000);
+    assert_eq!(common::calls(&server, "evalsha"), 0);
+}
+
+async fn all_or_nothing_matches_the_core(
+    store: std::sync::Arc<floodgate_redis::RedisStore>,
+    prefix: &str,
+) {
     let configs = common::configs();
     let n = configs.len();
     let mut tasks = Vec::new();
@@ -120,7 +144,7 @@ async fn decisions_match_the_core_all_or_nothing() {
     for t in tasks {
         t.await.unwrap();
     }
-    common::assert_ttls_and_clean(&store, &prefix).await;
+    common::assert_ttls_and_clean(&store, prefix).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

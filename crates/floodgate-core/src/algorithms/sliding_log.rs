@@ -49,6 +49,14 @@ impl SlidingLogState {
     pub fn entries(&self) -> impl Iterator<Item = (Nanos, u64)> + '_ {
         self.entries.iter().copied()
     }
+
+    /// The state holding `entries` (oldest first), as a store that keeps the log itself
+    /// reads it back: the total is their sum.
+    pub fn from_entries(entries: impl IntoIterator<Item = (Nanos, u64)>) -> SlidingLogState {
+        let entries: VecDeque<(Nanos, u64)> = entries.into_iter().collect();
+        let total = entries.iter().fold(0u64, |t, (_, c)| t.saturating_add(*c));
+        SlidingLogState { entries, total }
+    }
 }
 
 impl SlidingLog {

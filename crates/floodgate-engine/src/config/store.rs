@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use floodgate_core::de::{duration, positive_count, timeout};
-use floodgate_redis::{FaultPolicy, StoreConfig, TimeSource};
+use floodgate_redis::{FaultPolicy, ModuleUse, StoreConfig, TimeSource};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
@@ -154,6 +154,11 @@ pub struct RedisSection {
     /// `redis` (Redis `TIME`: one clock for every process, the default) or `caller`.
     #[serde(deserialize_with = "de_time")]
     pub time: TimeSource,
+    /// `auto` (default: floodgate's Redis module when the server has it loaded, the Lua
+    /// scripts otherwise), `always` (the module; connecting fails without it) or `never`
+    /// (the scripts).
+    #[serde(deserialize_with = "de_module")]
+    pub module: ModuleUse,
     /// What a request gets when Redis cannot decide: `fail-open` (default, admitted) or
     /// `fail-closed` (denied).
     pub fault_policy: StoreFailure,
@@ -173,6 +178,7 @@ impl Default for RedisSection {
             breaker_open_for: d.breaker_open_for,
             deny_cache_keys: d.deny_cache_keys,
             time: d.time,
+            module: d.module,
             fault_policy: StoreFailure::Allow,
         }
     }
@@ -188,6 +194,7 @@ impl RedisSection {
             breaker_open_for: self.breaker_open_for,
             deny_cache_keys: self.deny_cache_keys,
             time: self.time,
+            module: self.module,
             policy: match self.fault_policy {
                 StoreFailure::Allow => FaultPolicy::FailOpen,
                 StoreFailure::Deny => FaultPolicy::FailClosed,
@@ -225,6 +232,18 @@ fn de_time<'de, D: Deserializer<'de>>(d: D) -> Result<TimeSource, D::Error> {
         "caller" => Ok(TimeSource::Caller),
         _ => Err(de::Error::custom(format!(
             "{s:?}: expected redis or caller"
+        ))),
+    }
+}
+
+fn de_module<'de, D: Deserializer<'de>>(d: D) -> Result<ModuleUse, D::Error> {
+    let s = String::deserialize(d)?;
+    match s.as_str() {
+        "auto" => Ok(ModuleUse::Auto),
+        "always" => Ok(ModuleUse::Always),
+        "never" => Ok(ModuleUse::Never),
+        _ => Err(de::Error::custom(format!(
+            "{s:?}: expected auto, always or never"
         ))),
     }
 }

@@ -31,6 +31,7 @@ connect_timeout = "2s"
 breaker_open_for = "0s"
 deny_cache_keys = 0
 time = "caller"
+module = "never"
 fault_policy = "fail-closed"
 [fleet]
 strategy = "hybrid"
@@ -55,6 +56,7 @@ const YAML: &str = r#"store:
     breaker_open_for: 0s
     deny_cache_keys: 0
     time: caller
+    module: never
     fault_policy: fail-closed
 fleet:
   strategy: hybrid
@@ -77,6 +79,7 @@ fn toml_and_yaml_give_equal_sections() {
     assert_eq!(r.timeout, Duration::from_millis(20));
     assert_eq!(r.fault_policy, StoreFailure::Deny);
     assert_eq!(r.store_config().time, floodgate_redis::TimeSource::Caller);
+    assert_eq!(r.store_config().module, floodgate_redis::ModuleUse::Never);
     assert_eq!(t.store.max_keys(), 5000);
     assert_eq!(t.fleet.strategy, Some(Strategy::Hybrid));
     assert_eq!(t.fleet.count(), 3);
@@ -89,6 +92,10 @@ fn toml_and_yaml_give_equal_sections() {
     assert_eq!(
         t.store.redis().store_config().timeout,
         Duration::from_millis(50)
+    );
+    assert_eq!(
+        t.store.redis().store_config().module,
+        floodgate_redis::ModuleUse::Auto
     );
     assert!(t.headers.ratelimit && t.headers.delay && t.headers.legacy.is_none());
     assert_eq!(t.fleet, FleetSection::default());
@@ -115,6 +122,12 @@ fn a_bad_value_gets_the_same_message_in_toml_and_yaml() {
             "fault_policy: fail-closed",
             "fault_policy = \"maybe\"",
             "store.redis.fault_policy: \"maybe\": expected fail-open or fail-closed",
+        ),
+        (
+            "module = \"never\"",
+            "module: never",
+            "module = \"sometimes\"",
+            "store.redis.module: \"sometimes\": expected auto, always or never",
         ),
     ];
     for (toml_line, yaml_line, bad_toml, want) in cases {

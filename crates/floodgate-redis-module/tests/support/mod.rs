@@ -22,9 +22,16 @@ impl Drop for Proc {
 /// `target/debug/libfloodgate_redis_module.so`, built first (`cargo build -p
 /// floodgate-redis-module`: a no-op when the workspace build made it already) in the
 /// target directory this test was built in, so a clean clone's `cargo test` finds it.
+/// `FLOODGATE_REDIS_MODULE=path` names a module built already instead (no cargo run:
+/// for a machine whose cargo locks are busy with other builds).
 pub fn module_path() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
+        if let Some(given) = std::env::var_os("FLOODGATE_REDIS_MODULE") {
+            let so = PathBuf::from(given);
+            assert!(so.is_file(), "FLOODGATE_REDIS_MODULE={so:?} is not a file");
+            return so;
+        }
         // this test runs from <target>/<profile>/deps/
         let exe = std::env::current_exe().expect("the test's own path");
         let target = exe

@@ -14,6 +14,18 @@ use floodgate_redis::{RedisStore, StoreConfig};
 
 pub const SHARED: &str = "redis://127.0.0.1:6379";
 
+/// The Redis module's test support: `module_path()` builds and finds the module.
+#[path = "../../../floodgate-redis-module/tests/support/mod.rs"]
+pub mod module_support;
+
+/// `--loadmodule` and the built module, for [`Server::start_with`].
+pub fn load_module_args() -> Vec<String> {
+    vec![
+        "--loadmodule".into(),
+        module_support::module_path().display().to_string(),
+    ]
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -46,6 +58,13 @@ pub struct Server {
 impl Server {
     pub fn start() -> Server {
         Server::start_with(&[])
+    }
+
+    /// A redis-server with floodgate's module loaded.
+    pub fn start_with_module() -> Server {
+        let args = load_module_args();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::start_with(&refs)
     }
 
     pub fn start_with(extra: &[&str]) -> Server {
@@ -156,6 +175,34 @@ impl Drop for Server {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A store for simulated time: caller instants far from the server's clock, so keys are
+/// kept 10 minutes past full capacity; no deny cache; the module as `module` says.
+pub fn sim_config(prefix: &str, module: floodgate_redis::ModuleUse) -> StoreConfig {
+    StoreConfig {
+        prefix: prefix.to_string(),
+        timeout: Duration::from_secs(5),
+        expiry_padding: Duration::from_secs(600),
+        deny_cache_keys: 0,
+        module,
+        ..StoreConfig::default()
+    }
+}
+
+/// A redis-server of the test's own with floodgate's module loaded, and a store on it
+/// that uses the module ([`sim_config`]).
+pub async fn module_store(prefix: &str) -> (Server, Arc<RedisStore>) {
+    let server = Server::start_with_module();
+    let config = sim_config(prefix, floodgate_redis::ModuleUse::Always);
+    let store = store_with(&server.url(), config).await;
+    assert!(store.uses_module());
+    (server, store)
+}
+
+/// Calls of `command` (lower case) in our own server's `INFO commandstats`.
+pub fn calls(server: &Server, command: &str) -> u64 {
+    commandstats(server).get(command).copied().unwrap_or(0)
 }
 
 pub async fn store(url: &str, prefix: &str) -> Arc<RedisStore> {

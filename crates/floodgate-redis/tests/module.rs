@@ -1,0 +1,171 @@
+//! The store and floodgate's Redis module (`floodgate-redis-module`): found on connect,
+//! forced either way by `StoreConfig::module`, found without `COMMAND` when an ACL
+//! forbids it, sharing keys with the scripts (a limit used by clients with and without
+//! the module, decided as the core decides), and the scripts still answering what the
+//! module does not have (in-flight leases, reserve and settle).
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use floodgate_core::{Algorithm, AnyState, Nanos};
+use floodgate_redis::{Error, ModuleUse, RedisInFlight, RedisLimiter, RedisStore};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn found_on_connect_or_forced_either_way() {
+    let with = common::Server::start_with_module();
+    let without = common::Server::start();
+    let connect = |url: String, m| async move {
+        RedisStore::connect(&url, common::sim_config("fgm:", m)).await
+    };
+    assert!(
+        connect(with.url(), ModuleUse::Auto)
+            .await
+            .unwrap()
+            .uses_module()
+    );
+    assert!(
+        connect(with.url(), ModuleUse::Always)
+            .await
+            .unwrap()
+            .uses_module()
+    );
+    assert!(
+        !connect(with.url(), ModuleUse::Never)
+            .await
+            .unwrap()
+            .uses_module()
+    );
+    assert!(
+        !connect(without.url(), ModuleUse::Auto)
+            .await
+            .unwrap()
+            .uses_module()
+    );
+    assert!(
+        !connect(without.url(), ModuleUse::Never)
+            .await
+            .unwrap()
+            .uses_module()
+    );
+    match connect(without.url(), ModuleUse::Always).await {
+        Err(e @ Error::ModuleMissing { .. }) => {
+            assert!(e.to_string().contains("FG.DECIDE is unknown"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // an ACL user that may not run COMMAND: the module is found by an FG.DECIDE without
+    // arguments (its usage line), and not found where the server answers "unknown command"
+    for (server, found) in [(&with, true), (&without, false)] {
+        let ok = server.cli(&[
+            "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-command",
+        ]);
+        assert_eq!(ok, "OK");
+        let url = format!("redis://app:pw@127.0.0.1:{}", server.port);
+        let store = connect(url, ModuleUse::Auto).await.unwrap();
+        assert_eq!(store.uses_module(), found);
+        let e = store
+            .command::<redis::Value>(redis::cmd("COMMAND").arg("INFO").arg("get"))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no permissions"), "{e}");
+    }
+}
+
+/// Clients with the module and clients without it share one limit: every call goes to
+/// either at random, on the same keys, and every decision is the core's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn module_and_scripts_share_keys() {
+    let prefix = common::unique_prefix("shared");
+    let (server, module) = common::module_store(&prefix).await;
+    let scripts =
+        common::store_with(&server.url(), common::sim_config(&prefix, ModuleUse::Never)).await;
+    assert!(module.uses_module() && !scripts.uses_module());
+    let mut tasks = Vec::new();
+    for (i, (alg, scale)) in common::configs().into_iter().enumerate() {
+        let limiters = [
+            RedisLimiter::new(module.clone(), alg.clone()).unwrap(),
+            RedisLimiter::new(scripts.clone(), alg.clone()).unwrap(),
+        ];
+        tasks.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(0x5A4E + i as u64);
+            let mut states: HashMap<u8, AnyState> = HashMap::new();
+            let limit = alg.limit();
+            let mut now: u64 = 1_700_000_000_000_000_000 + rng.random_range(0..1_000_000_000_000);
+            for op in 0..200 {
+                now += match rng.random_range(0..4) {
+                    0 => 0,
+                    1 | 2 => rng.random_range(0..=scale / limit.clamp(1, 1000) + 1),
+                    _ => rng.random_range(0..=scale),
+                };
+                let cost = match rng.random_range(0..10) {
+                    0 => 0,
+                    1 => rng.random_range(1..=limit.min(1_000_000)),
+                    _ => 1,
+                };
+                let key = rng.random_range(0..2u8);
+                let side = rng.random_range(0..2usize);
+                let expect = alg.check(states.entry(key).or_default(), Nanos(now), cost);
+                let got = limiters[side]
+                    .try_check_at(&[b'k', i as u8, key], Nanos(now), cost)
+                    .await
+                    .unwrap();
+                assert_eq!(got, expect, "{alg:?} op {op} via {side}, cost {cost}");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    common::assert_ttls_and_clean(&module, &prefix).await;
+    assert!(common::calls(&server, "fg.decide") > 1000);
+    assert!(common::calls(&server, "evalsha") > 1000);
+}
+
+/// In-flight leases and settles are the scripts' on a store that uses the module: each
+/// call of theirs is an `EVALSHA`, each check an `FG.DECIDE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_and_settles_fall_back_to_the_scripts() {
+    use floodgate_core::AnyAlgorithm;
+    use floodgate_core::algorithms::Gcra;
+    use floodgate_core::inflight::LeaseTtl;
+
+    let (server, store) = common::module_store("fgf:").await;
+    let before = |name: &str| common::calls(&server, name);
+    let alg =
+        AnyAlgorithm::Gcra(Gcra::new(floodgate_core::Rate::per_second(10).unwrap(), 3).unwrap());
+    let limiter = RedisLimiter::new(store.clone(), alg).unwrap();
+    let t = Nanos(1_700_000_000_000_000_000);
+    let (fg0, ev0) = (before("fg.decide"), before("evalsha"));
+    assert!(limiter.try_check_at(b"u", t, 1).await.unwrap().allowed);
+    assert_eq!((before("fg.decide") - fg0, before("evalsha") - ev0), (1, 0));
+    let (d, charge) = limiter
+        .reserve_at(b"u", floodgate_redis::Now::Caller(t), 2)
+        .await
+        .unwrap();
+    assert!(d.allowed);
+    assert_eq!(
+        d.remaining, 0,
+        "the module's charge is seen by the settle script"
+    );
+    let s = limiter
+        .settle_at(b"u", floodgate_redis::Now::Caller(t), charge.unwrap(), 0)
+        .await
+        .unwrap();
+    assert_eq!(s.refunded, 2);
+    // (a script's first EVALSHA may be answered NOSCRIPT and sent again: at least 2)
+    let ev1 = before("evalsha");
+    assert_eq!(before("fg.decide") - fg0, 1);
+    assert!(ev1 - ev0 >= 2, "{ev0} -> {ev1}");
+    // and the refund is seen by the module
+    assert_eq!(limiter.try_check_at(b"u", t, 0).await.unwrap().remaining, 2);
+    let leases = RedisInFlight::new(store.clone(), 1).unwrap();
+    let ttl = LeaseTtl::new(Duration::from_secs(5)).unwrap();
+    assert!(leases.acquire_at(b"u", t, ttl).await.unwrap().is_ok());
+    assert!(leases.acquire_at(b"u", t, ttl).await.unwrap().is_err());
+    assert_eq!(before("fg.decide") - fg0, 2);
+    assert!(before("evalsha") - ev1 >= 2);
+}
