@@ -49,6 +49,12 @@ echo "load before: $(uptime)"
   row "floodgate module FG.THROTTLE gcra" "$FP" fg.throttle FG.THROTTLE gcra 'g:__rand_int__' 1000000/s 1
   row "floodgate module FG.THROTTLE token-bucket" "$FP" fg.throttle FG.THROTTLE token-bucket 't:__rand_int__' 1000000/s 1
   row "floodgate module FG.MULTI 2 gcra" "$FP" fg.multi FG.MULTI 2 gcra 'u:__rand_int__' 1000000/s 1 gcra global 1000000000/s 1
+  # the Redis store's call (floodgate-redis with the module): GCRA T = 1 us, tau = 1 ms
+  row "floodgate module FG.DECIDE gcra (the store's call)" "$FP" fg.decide FG.DECIDE 'd:__rand_int__' 1 1 0 1000 1000000 0 0 one redis 0
+  row "floodgate module FG.DECIDE token-bucket (the store's call)" "$FP" fg.decide FG.DECIDE 'e:__rand_int__' 5 1 0 1000 1000000 1000000000 0 one redis 0
+  # the same calls as the store's scripts (no module), on the same server
+  GCRA_SHA=$(redis-cli -p "$FP" script load "$(cat crates/floodgate-redis/lua/gcra.lua)")
+  row "floodgate-redis GCRA script (EVALSHA, the store without the module)" "$FP" evalsha EVALSHA "$GCRA_SHA" 1 'l:__rand_int__' redis 0 1 0 1000 1000000
   row "SET (the server's floor)" "$FP" set SET 's:__rand_int__' 123456789
 } >"$TMP/rows"
 echo "load after: $(uptime)"
