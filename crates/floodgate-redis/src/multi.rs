@@ -153,26 +153,21 @@ fn faulted(
 async fn eval_multi(checks: &[Check<'_>], now: Now, mode: Mode) -> Result<MultiOutcome, Error> {
     let store = checks[0].limiter.store();
     let mode = if mode == Mode::Dry { "dry" } else { "all" };
+    // the script's call, and the module's when it is used (the script's is sent if the
+    // module turns out gone)
     let mut inv = MULTI.prepare_invoke();
     let mut cmd = redis::cmd("FG.DECIDE");
-    if store.uses_module() {
-        for c in checks {
-            let key = c.limiter.redis_key(c.user)?;
-            c.limiter
-                .call
-                .push_module(&mut cmd, &key, c.cost, c.limiter.pad_ms);
-        }
-        ScriptCall::push_module_now(&mut cmd, mode, now)?;
-    } else {
-        inv.arg(mode);
-        ScriptCall::push_now(&mut inv, now)?;
-        for c in checks {
-            let key = c.limiter.redis_key(c.user)?;
-            c.limiter
-                .call
-                .push_multi(&mut inv, &key, c.cost, c.limiter.pad_ms);
+    inv.arg(mode);
+    ScriptCall::push_now(&mut inv, now)?;
+    for c in checks {
+        let key = c.limiter.redis_key(c.user)?;
+        let pad = c.limiter.pad_ms;
+        c.limiter.call.push_multi(&mut inv, &key, c.cost, pad);
+        if store.uses_module() {
+            c.limiter.call.push_module(&mut cmd, &key, c.cost, pad);
         }
     }
+    ScriptCall::push_module_now(&mut cmd, mode, now)?;
     let mode = if mode == "dry" { Mode::Dry } else { Mode::All };
     match store.breaker.gate() {
         Gate::Reject(wait) => {
@@ -181,10 +176,12 @@ async fn eval_multi(checks: &[Check<'_>], now: Now, mode: Mode) -> Result<MultiO
         }
         Gate::Pass | Gate::Probe => {}
     }
-    let sent = if store.uses_module() {
-        store.module_call(&cmd).await
-    } else {
-        store.eval(&inv).await
+    let sent = match store.uses_module() {
+        true => match store.module_call(&cmd).await {
+            Err(e) if store.module_vanished(&e) => store.eval(&inv).await,
+            other => other,
+        },
+        false => store.eval(&inv).await,
     };
     let parsed = match sent {
         Ok(reply) => parse(checks, &reply, mode),

@@ -42,7 +42,8 @@ pub enum TimeSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ModuleUse {
     /// Use the module when the server has it loaded (found on connect), the scripts
-    /// otherwise. The default.
+    /// otherwise; a server that later answers "unknown command" to it (unloaded, or a
+    /// failover to a server without it) gets the scripts from that call on. The default.
     #[default]
     Auto,
     /// Use the module; connecting fails when the server does not have it.
@@ -157,7 +158,7 @@ pub struct RedisStore {
     pub(crate) counters: Counters,
     target: String,
     /// The module's commands are sent instead of the scripts.
-    module: bool,
+    module: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -230,7 +231,7 @@ impl RedisStore {
         };
         let mut store = RedisStore::with_conn(Conn::Single(conn), config, keys, target);
         store.check_ping().await?;
-        store.module = store.choose_module().await?;
+        store.module = store.choose_module().await?.into();
         Ok(store)
     }
 
@@ -264,7 +265,7 @@ impl RedisStore {
             Ok(Ok(c)) => c,
         };
         let mut store = RedisStore::with_conn(Conn::Cluster(conn), config, keys, target);
-        store.module = store.choose_module().await?;
+        store.module = store.choose_module().await?.into();
         Ok(store)
     }
 
@@ -281,11 +282,15 @@ impl RedisStore {
             .await;
         let found = match info {
             Ok(redis::Value::Array(v)) => v.first().is_some_and(|c| *c != redis::Value::Nil),
-            _ => match self.command::<redis::Value>(&redis::cmd("FG.DECIDE")).await {
-                Ok(_) => false,
-                Err(Error::Redis(e)) => e.to_string().contains("Usage: FG.DECIDE"),
-                Err(_) => false,
-            },
+            // refused (an ACL without COMMAND): ask the command itself
+            Err(Error::Redis(_)) => {
+                match self.command::<redis::Value>(&redis::cmd("FG.DECIDE")).await {
+                    Err(Error::Redis(e)) => e.to_string().contains("Usage: FG.DECIDE"),
+                    _ => false,
+                }
+            }
+            // no answer in time, or an answer of another shape: the scripts
+            _ => false,
         };
         if !found && self.config.module == ModuleUse::Always {
             return Err(Error::ModuleMissing {
@@ -298,7 +303,19 @@ impl RedisStore {
     /// Whether decisions are sent to the Redis module (`FG.DECIDE`) rather than to the
     /// Lua scripts (see [`ModuleUse`]).
     pub fn uses_module(&self) -> bool {
-        self.module
+        self.module.load(Ordering::Relaxed)
+    }
+
+    /// With [`ModuleUse::Auto`], an "unknown command" answer to the module's command
+    /// means the server no longer has it (unloaded, or a failover to a server without
+    /// it): from now on the scripts are sent, and the caller sends this call's script.
+    pub(crate) fn module_vanished(&self, e: &Error) -> bool {
+        let gone = self.config.module == ModuleUse::Auto
+            && matches!(e, Error::Redis(r) if r.to_string().contains("unknown command"));
+        if gone {
+            self.module.store(false, Ordering::Relaxed);
+        }
+        gone
     }
 
     fn with_conn(conn: Conn, config: StoreConfig, keys: KeySpace, target: String) -> RedisStore {
@@ -309,7 +326,7 @@ impl RedisStore {
             keys,
             counters: Counters::default(),
             target,
-            module: false,
+            module: false.into(),
         }
     }
 
@@ -424,14 +441,16 @@ impl RedisStore {
         cost: u64,
         pad_ms: u64,
     ) -> Result<Vec<i64>, Error> {
-        if self.module {
+        if self.uses_module() {
             let mut cmd = redis::cmd("FG.DECIDE");
             call.push_module(&mut cmd, key, cost, pad_ms);
             ScriptCall::push_module_now(&mut cmd, "one", now)?;
-            self.module_call(&cmd).await
-        } else {
-            self.eval(&call.invocation(key, now, cost, pad_ms)?).await
+            match self.module_call(&cmd).await {
+                Err(e) if self.module_vanished(&e) => {}
+                other => return other,
+            }
         }
+        self.eval(&call.invocation(key, now, cost, pad_ms)?).await
     }
 
     /// Whether this is a connection to a Redis Cluster.

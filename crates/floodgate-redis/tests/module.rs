@@ -75,6 +75,60 @@ async fn found_on_connect_or_forced_either_way() {
     }
 }
 
+/// With `auto`, a server that loses the module (unloaded here; a failover to a server
+/// without it alike) is answered by the scripts from the next call on, on the same keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_falls_back_to_the_scripts_when_the_module_goes() {
+    use floodgate_core::AnyAlgorithm;
+    use floodgate_core::algorithms::FixedWindow;
+
+    let mut args = common::load_module_args();
+    args.extend(["--enable-module-command".into(), "yes".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = common::Server::start_with(&args);
+    let store =
+        common::store_with(&server.url(), common::sim_config("fgg:", ModuleUse::Auto)).await;
+    assert!(store.uses_module());
+    let alg = AnyAlgorithm::FixedWindow(FixedWindow::new(3, Duration::from_secs(60)).unwrap());
+    let limiter = RedisLimiter::new(store.clone(), alg.clone()).unwrap();
+    let other = RedisLimiter::new(store.clone(), alg.clone()).unwrap();
+    let t = Nanos(1_700_000_000_000_000_000);
+    let mut state = AnyState::default();
+    assert_eq!(
+        limiter.try_check_at(b"u", t, 1).await.unwrap(),
+        alg.check(&mut state, t, 1)
+    );
+    assert_eq!(server.cli(&["MODULE", "UNLOAD", "floodgate"]), "OK");
+    assert_eq!(
+        limiter.try_check_at(b"u", t, 1).await.unwrap(),
+        alg.check(&mut state, t, 1)
+    );
+    assert!(!store.uses_module());
+    let out = floodgate_redis::multi::check_all_at(
+        &[
+            floodgate_redis::multi::Check {
+                limiter: &limiter,
+                user: b"u",
+                cost: 1,
+            },
+            floodgate_redis::multi::Check {
+                limiter: &other,
+                user: b"v",
+                cost: 1,
+            },
+        ],
+        t,
+    )
+    .await
+    .unwrap();
+    assert!(out.allowed);
+    assert_eq!(out.decisions[0], alg.check(&mut state, t, 1));
+    assert!(
+        common::calls(&server, "evalsha") >= 2,
+        "the scripts answered"
+    );
+}
+
 /// Clients with the module and clients without it share one limit: every call goes to
 /// either at random, on the same keys, and every decision is the core's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
