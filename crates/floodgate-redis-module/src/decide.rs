@@ -126,6 +126,13 @@ fn build(alg: u8, p: [i64; 4]) -> Result<Alg, String> {
                     "ERR GCRA's tolerance {tau} ns is not a multiple of its interval {t} ns"
                 ));
             }
+            // the scripts' bound (floodgate-redis GCRA_TOLERANCE_LIMIT): the stored TAT's
+            // nanosecond part then fits its 7 bytes
+            if tau >= (1 << 53) - (1 << 30) {
+                return Err(format!(
+                    "ERR GCRA's tolerance {tau} ns is not below 2^53 - 2^30 ns"
+                ));
+            }
             Alg::Gcra(Gcra::new(rate(1, t)?, tau / t).map_err(cfg)?)
         }
         2 => Alg::Other(AnyAlgorithm::FixedWindow(
@@ -406,6 +413,7 @@ mod tests {
         assert!(e("k 2 x 0 2 1000 0 0 one 1 0").starts_with("ERR cost must be an integer"));
         assert!(e("k 2 1 0 2 1000 0 0 some 1 0").starts_with("ERR mode"));
         assert!(e("k 1 1 0 3 10 0 0 one 1 0").contains("not a multiple"));
+        assert!(e("k 1 1 0 1 9007199254740992 0 0 one 1 0").contains("not below 2^53"));
         assert!(e("k 2 1 0 2 1000 0 0 one 1 1000000000").contains("out of range"));
         assert!(e("k 2 1 0 0 1000 0 0 one 1 0").contains("check 1"));
         assert!(call("k 2 1 0 2 1000000 0 0 one 1 0", &[Some(b"junk")]).is_err());
