@@ -19,6 +19,7 @@ use tokio::task::JoinSet;
 use crate::config::{Config, Settings, StoreSettings};
 use crate::engine::{Engine, FaultPolicy, StoreHandle};
 use crate::grpc::RlsService;
+use crate::grpc::serve::GrpcDoor;
 use crate::http::{HttpState, router};
 use crate::metrics::Metrics;
 use crate::reload::{self, Reloader};
@@ -199,22 +200,15 @@ pub async fn start(
         .await;
 
     if let Some(listener) = grpc_l {
-        let svc = RlsService::new(engine.clone()).into_server(max_bytes);
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let mut rx = shutdown_rx.clone();
-        tasks.spawn(async move {
-            let r = tonic::transport::Server::builder()
-                .add_service(health_service)
-                .add_service(svc)
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = rx.wait_for(|stop| *stop).await;
-                })
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "gRPC server failed");
-            }
-        });
+        let rls = RlsService::new(engine.clone());
+        let routes = tonic::service::Routes::new(health_service)
+            .add_service(rls.clone().into_server(max_bytes));
+        let door = Arc::new(GrpcDoor::new(rls, routes, max_bytes));
+        tasks.spawn(crate::grpc::serve::serve(
+            listener,
+            door,
+            shutdown_rx.clone(),
+        ));
     }
     let resp_svc = Arc::new(
         RespService::new(throttle, metrics.clone(), RespLimits::default())

@@ -10,6 +10,11 @@
 //! * `response_headers_to_add`: the RateLimit fields and, when over limit, `Retry-After`.
 //! * Bad requests get `INVALID_ARGUMENT`, unknown domains `NOT_FOUND` (or OK with no
 //!   limit under `unknown_domain: allow`), store errors `INTERNAL`.
+//!
+//! [`serve`] is the listener: hyper's HTTP/2, `ShouldRateLimit` answered directly, the
+//! rest by tonic.
+
+pub mod serve;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -118,14 +123,11 @@ pub fn error_status(e: &CheckError) -> GrpcStatus {
     }
 }
 
-#[tonic::async_trait]
-impl RateLimitService for RlsService {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
+impl RlsService {
+    /// Answer one decoded `ShouldRateLimit` request (both the tonic service and the
+    /// direct unary path of [`serve`] call this).
+    pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, GrpcStatus> {
         let start = Instant::now();
-        let req = request.get_ref();
         let metrics = self.engine.metrics();
         let default_cost = u64::from(req.hits_addend.max(1));
         let mut descriptors = Vec::with_capacity(req.descriptors.len());
@@ -158,12 +160,22 @@ impl RateLimitService for RlsService {
             Ok(outcome) => {
                 let resp = response(&outcome);
                 metrics.request("grpc", outcome.request_outcome(), start.elapsed());
-                Ok(Response::new(resp))
+                Ok(resp)
             }
             Err(e) => {
                 metrics.request("grpc", e.request_outcome(), start.elapsed());
                 Err(error_status(&e))
             }
         }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RlsService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
+        self.decide(request.get_ref()).await.map(Response::new)
     }
 }

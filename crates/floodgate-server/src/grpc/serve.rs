@@ -1,0 +1,405 @@
+//! The gRPC listener: HTTP/2 connections served by hyper, with `ShouldRateLimit` answered
+//! directly and everything else handed to tonic's routes (the health service, unknown
+//! methods, and any `ShouldRateLimit` call the direct path does not take).
+//!
+//! The direct path reads the one length-prefixed message of a unary call, decodes it with
+//! prost, asks [`RlsService::decide`] (the same code the tonic service runs) and writes the
+//! reply as tonic does: `content-type: application/grpc`, one data frame, a `grpc-status:
+//! 0` trailer; an error is a trailers-only reply ([`tonic::Status::into_http`]). It skips
+//! tonic's per-call router, codec buffers, boxed futures and layers, which cost about as
+//! much CPU as the decision itself. A call it cannot take as it is (a compressed or
+//! malformed message, more than one message, a message above the size cap, a body error)
+//! is replayed to the tonic service unchanged, so every error is tonic's own. A
+//! `grpc-timeout` header bounds the whole call, as tonic's server does.
+//!
+//! The connection settings are tonic's server defaults: HTTP/2 only, `TCP_NODELAY`, no
+//! keep-alive pings, hyper's windows, no limit on locally reset streams.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::server::conn::http2;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use prost::Message;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tonic::Status;
+use tonic::service::Routes;
+use tower_service::Service;
+
+use super::RlsService;
+
+/// The path of Envoy's `ShouldRateLimit`.
+pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// tonic's default HTTP/2 keep-alive timeout (unused without a keep-alive interval).
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What the gRPC listener serves.
+#[derive(Clone)]
+pub struct GrpcDoor {
+    service: RlsService,
+    routes: Routes,
+    max_bytes: usize,
+}
+
+impl std::fmt::Debug for GrpcDoor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcDoor")
+            .field("max_bytes", &self.max_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GrpcDoor {
+    /// `service` answers `ShouldRateLimit` directly (messages up to `max_bytes`);
+    /// `routes` (which must hold the same service) answers every other call.
+    pub fn new(service: RlsService, routes: Routes, max_bytes: usize) -> GrpcDoor {
+        GrpcDoor {
+            service,
+            routes: routes.prepare(),
+            max_bytes,
+        }
+    }
+
+    /// Answer one HTTP/2 request.
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<GrpcBody>
+    where
+        B: Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + Sync + Unpin,
+    {
+        match grpc_timeout(req.headers()) {
+            None => self.route(req).await,
+            Some(t) => tokio::time::timeout(t, self.route(req))
+                .await
+                .unwrap_or_else(|_| Status::cancelled("Timeout expired").into_http()),
+        }
+    }
+
+    async fn route<B>(&self, req: Request<B>) -> Response<GrpcBody>
+    where
+        B: Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + Sync + Unpin,
+    {
+        if req.uri().path() != SHOULD_RATE_LIMIT || req.headers().contains_key("grpc-encoding") {
+            return self.fallback(req.map(tonic::body::Body::new)).await;
+        }
+        let (parts, body) = req.into_parts();
+        let replay = match read_unary(body, self.max_bytes).await {
+            Ok((message, frames)) => match RateLimitRequest::decode(message) {
+                Ok(request) => {
+                    return match self.service.decide(&request).await {
+                        Ok(response) => unary_response(&response),
+                        Err(status) => status.into_http(),
+                    };
+                }
+                Err(_) => Replay::new(frames, None, None),
+            },
+            Err(replay) => replay,
+        };
+        let req = Request::from_parts(parts, tonic::body::Body::new(replay));
+        self.fallback(req).await
+    }
+
+    async fn fallback(&self, req: Request<tonic::body::Body>) -> Response<GrpcBody> {
+        let mut routes = self.routes.clone();
+        match routes.call(req).await {
+            Ok(response) => response.map(GrpcBody::Tonic),
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// Serve gRPC on `listener` until `shutdown` turns true (or its sender is gone); then stop
+/// accepting, let every connection finish its calls, and return when all are closed.
+pub async fn serve(
+    listener: TcpListener,
+    door: Arc<GrpcDoor>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(None)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .adaptive_window(false)
+        .max_local_error_reset_streams(None);
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = stopped(&mut shutdown) => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let door = door.clone();
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let door = door.clone();
+                        // boxed: hyper moves the call's future into a task of its own, and
+                        // moving a pointer is cheaper than moving the decision's state
+                        Box::pin(async move { Ok::<_, Infallible>(door.handle(req).await) })
+                    });
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    let mut stop = shutdown.clone();
+                    conns.spawn(async move {
+                        let mut conn = std::pin::pin!(conn);
+                        tokio::select! {
+                            r = conn.as_mut() => {
+                                if let Err(e) = r {
+                                    tracing::debug!(error = %e, "gRPC connection failed");
+                                }
+                            }
+                            () = stopped(&mut stop) => {
+                                conn.as_mut().graceful_shutdown();
+                                let _ = conn.await;
+                            }
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "gRPC accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}
+
+/// Resolves when `rx` turns true or its sender is gone.
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+/// The reply to a call answered directly: one message, then `grpc-status: 0`.
+fn unary_response(message: &RateLimitResponse) -> Response<GrpcBody> {
+    let len = message.encoded_len();
+    let mut buf = BytesMut::with_capacity(5 + len);
+    buf.put_u8(0);
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    message.encode_raw(&mut buf);
+    let mut trailers = HeaderMap::with_capacity(1);
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    let mut response = Response::new(GrpcBody::Unary {
+        data: Some(buf.freeze()),
+        trailers: Some(trailers),
+    });
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    response
+}
+
+/// The body of a unary call, when it is one uncompressed message of at most `max` bytes
+/// (the message without its 5-byte prefix, and the frames read); otherwise what was read,
+/// to be replayed.
+async fn read_unary<B>(mut body: B, max: usize) -> Result<(Bytes, Vec<Frame<Bytes>>), Replay<B>>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    let limit = max.saturating_add(5);
+    let mut frames = Vec::new();
+    let mut len = 0usize;
+    loop {
+        match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            None => break,
+            Some(Ok(frame)) => {
+                len = len.saturating_add(frame.data_ref().map_or(0, Bytes::len));
+                frames.push(frame);
+                if len > limit {
+                    return Err(Replay::new(frames, None, Some(body)));
+                }
+            }
+            Some(Err(e)) => return Err(Replay::new(frames, Some(e), Some(body))),
+        }
+    }
+    let mut data = frames.iter().filter_map(Frame::data_ref);
+    let whole = match (data.next(), data.next()) {
+        (None, _) => Bytes::new(),
+        (Some(one), None) => one.clone(),
+        (Some(_), Some(_)) => {
+            let mut buf = BytesMut::with_capacity(len);
+            for d in frames.iter().filter_map(Frame::data_ref) {
+                buf.extend_from_slice(d);
+            }
+            buf.freeze()
+        }
+    };
+    match whole.get(..5) {
+        Some(&[0, a, b, c, d]) if u32::from_be_bytes([a, b, c, d]) as usize == whole.len() - 5 => {
+            Ok((whole.slice(5..), frames))
+        }
+        _ => Err(Replay::new(frames, None, None)),
+    }
+}
+
+/// A request body read in part, given back whole: the frames read, the error that
+/// stopped the reading, then the rest.
+struct Replay<B: Body> {
+    frames: VecDeque<Frame<Bytes>>,
+    error: Option<B::Error>,
+    rest: Option<B>,
+}
+
+impl<B: Body> Replay<B> {
+    fn new(frames: Vec<Frame<Bytes>>, error: Option<B::Error>, rest: Option<B>) -> Replay<B> {
+        Replay {
+            frames: frames.into(),
+            error,
+            rest,
+        }
+    }
+}
+
+impl<B> Body for Replay<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        if let Some(frame) = this.frames.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        if let Some(e) = this.error.take() {
+            this.rest = None;
+            return Poll::Ready(Some(Err(e)));
+        }
+        match &mut this.rest {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty()
+            && self.error.is_none()
+            && self.rest.as_ref().is_none_or(Body::is_end_stream)
+    }
+}
+
+/// A reply body: a direct answer (at most one data frame, then trailers; neither for a
+/// trailers-only reply) or tonic's.
+pub enum GrpcBody {
+    /// Answered directly.
+    Unary {
+        /// The length-prefixed message.
+        data: Option<Bytes>,
+        /// `grpc-status` and the like.
+        trailers: Option<HeaderMap>,
+    },
+    /// Answered by tonic.
+    Tonic(tonic::body::Body),
+}
+
+impl Default for GrpcBody {
+    fn default() -> Self {
+        GrpcBody::Unary {
+            data: None,
+            trailers: None,
+        }
+    }
+}
+
+impl Body for GrpcBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        match self.get_mut() {
+            GrpcBody::Unary { data, trailers } => Poll::Ready(
+                data.take()
+                    .map(Frame::data)
+                    .or_else(|| trailers.take().map(Frame::trailers))
+                    .map(Ok),
+            ),
+            GrpcBody::Tonic(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            GrpcBody::Unary { data, trailers } => data.is_none() && trailers.is_none(),
+            GrpcBody::Tonic(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            GrpcBody::Unary { data, .. } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            GrpcBody::Tonic(body) => body.size_hint(),
+        }
+    }
+}
+
+/// The `grpc-timeout` header as tonic's server reads it (at most 8 digits and a unit:
+/// `H`, `M`, `S`, `m`, `u`, `n`); a malformed header is no timeout.
+fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    if value.is_empty() {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 60 * 60),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_reads_tonic_units() {
+        let t = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert("grpc-timeout", HeaderValue::from_str(v).unwrap());
+            grpc_timeout(&h)
+        };
+        assert_eq!(t("20m"), Some(Duration::from_millis(20)));
+        assert_eq!(t("3S"), Some(Duration::from_secs(3)));
+        assert_eq!(t("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(t("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(t("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(t("9n"), Some(Duration::from_nanos(9)));
+        assert_eq!(t("123456789m"), None);
+        assert_eq!(t("m"), None);
+        assert_eq!(t("5x"), None);
+        assert_eq!(t("-5m"), None);
+        assert_eq!(grpc_timeout(&HeaderMap::new()), None);
+    }
+}
