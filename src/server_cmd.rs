@@ -46,7 +46,8 @@ pub struct ServerArgs {
     /// Longest wait for in-flight requests at shutdown, e.g. 10s.
     #[arg(long, default_value = "10s")]
     shutdown_grace: String,
-    /// Worker threads (default: one per available core).
+    /// Worker threads (default: one per available core). With 1, everything runs on the
+    /// main thread (a current-thread runtime: no work stealing, no cross-thread wake-ups).
     #[arg(long)]
     threads: Option<usize>,
 }
@@ -109,14 +110,17 @@ pub fn run(args: ServerArgs) -> Result<()> {
             bail!("--resp: port 6379 is Redis's own port; pick another (the default is 16379)");
         }
     }
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    rt.enable_all();
-    if let Some(n) = args.threads {
-        if n == 0 {
-            bail!("--threads must be at least 1");
+    let mut rt = match args.threads {
+        Some(0) => bail!("--threads must be at least 1"),
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut rt = tokio::runtime::Builder::new_multi_thread();
+            rt.worker_threads(n);
+            rt
         }
-        rt.worker_threads(n);
-    }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
+    rt.enable_all();
     let rt = rt.build().context("starting the async runtime")?;
     rt.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
