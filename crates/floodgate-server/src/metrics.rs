@@ -23,7 +23,7 @@
 //! never a request value, unless the rule asks for `detailed_metric` or `value_to_metric`.
 //! Unknown domains are counted under `domain="(unknown)"` so clients cannot add labels.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use floodgate_engine::insight::{Insight, KeyDisplay};
@@ -110,7 +110,23 @@ pub struct Metrics {
     pub generation: Gauge,
     /// Who is being limited: the admin API's source, fed where decisions are counted.
     pub insight: Arc<Insight>,
+    /// `requests` and `latency` series resolved on first use (no label lookup per call).
+    resolved: Resolved,
 }
+
+/// Series of `requests` (by outcome) and `latency` (by door) resolved once: each is
+/// created in its family on first use, as `get_or_create` would, then used directly.
+#[derive(Debug, Default)]
+struct Resolved {
+    requests: [OnceLock<Counter>; REQUEST_OUTCOME_COUNT],
+    latency: [OnceLock<Histogram>; FRONTS.len()],
+}
+
+/// How many [`RequestOutcome`]s there are.
+const REQUEST_OUTCOME_COUNT: usize = RequestOutcome::Error as usize + 1;
+
+/// The doors whose latency series are resolved once.
+const FRONTS: [&str; 3] = ["grpc", "http", "resp"];
 
 impl Metrics {
     /// A registry with every metric registered; `redis` adds the store's counters. The
@@ -201,19 +217,31 @@ impl Metrics {
             last_reload_success,
             generation,
             insight: Arc::new(Insight::new("server", keys)),
+            resolved: Resolved::default(),
         }
     }
 
     /// Count one request of door `front` with `outcome` taking `elapsed`.
     pub fn request(&self, front: &'static str, outcome: RequestOutcome, elapsed: Duration) {
-        self.requests
-            .get_or_create(&OutcomeLabels {
-                outcome: outcome.label(),
-            })
-            .inc();
-        self.latency
-            .get_or_create(&FrontLabels { front })
-            .observe(elapsed.as_secs_f64());
+        let labels = || OutcomeLabels {
+            outcome: outcome.label(),
+        };
+        match self.resolved.requests.get(outcome as usize) {
+            Some(c) => c
+                .get_or_init(|| self.requests.get_or_create_owned(&labels()))
+                .inc(),
+            None => self.requests.get_or_create(&labels()).inc(),
+        };
+        let secs = elapsed.as_secs_f64();
+        match FRONTS.iter().position(|f| *f == front) {
+            Some(i) => self.resolved.latency[i]
+                .get_or_init(|| self.latency.get_or_create_owned(&FrontLabels { front }))
+                .observe(secs),
+            None => self
+                .latency
+                .get_or_create(&FrontLabels { front })
+                .observe(secs),
+        }
     }
 
     /// The counter of one policy decision outcome (resolve once, increment on the hot
