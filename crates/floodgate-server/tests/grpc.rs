@@ -467,6 +467,20 @@ async fn unknown_domains_can_be_allowed_as_envoy_does() {
 }
 
 #[tokio::test]
+async fn a_deadline_from_the_client_is_honoured_and_a_met_one_changes_nothing() {
+    // Envoy sends grpc-timeout with every call; the server reads it as tonic's does.
+    let srv = start("unknown_domain: allow\ndomain: d\ndescriptors: []\n").await;
+    let mut c = srv.client().await;
+    let mut r = tonic::Request::new(req("other", vec![desc(&[("a", "b")])], 0));
+    r.set_timeout(std::time::Duration::from_secs(5));
+    assert!(r.metadata().contains_key("grpc-timeout"));
+    let r = c.should_rate_limit(r).await.unwrap().into_inner();
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(r.statuses.len(), 1);
+    srv.stop().await;
+}
+
+#[tokio::test]
 async fn health_service_reports_serving() {
     use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_check_response::ServingStatus;
