@@ -12,6 +12,13 @@
 //! is replayed to the tonic service unchanged, so every error is tonic's own. A
 //! `grpc-timeout` header bounds the whole call, as tonic's server does.
 //!
+//! Why it is hand-written, measured (`docs/bench-server.md`, release build, perf under
+//! `examples/rls_load` with 16 callers): tonic's per-call stack was about 14% of the
+//! server's CPU; with this path the server's CPU per call fell from 15.4-16.5 us to
+//! 11.4-11.6 us (commit ea521f3, A/B on the same machine). Tested against the crate it
+//! stands in for: `tests/grpc_direct.rs` sends the same calls through this path and
+//! through tonic's service and compares status, headers, trailers and message.
+//!
 //! The connection settings are tonic's server defaults: HTTP/2 only, `TCP_NODELAY`, no
 //! keep-alive pings, hyper's windows, no limit on locally reset streams.
 

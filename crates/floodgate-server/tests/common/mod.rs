@@ -178,3 +178,42 @@ pub async fn resp_client(srv: &Srv) -> redis::aio::MultiplexedConnection {
         .await
         .unwrap()
 }
+
+/// The rules of the gRPC tests: one domain with a rule of each kind (per value, exact
+/// value, prefix, nested, two limits, shadow, unlimited, zero, replaces).
+pub const EDGE_RULES: &str = r#"
+headers: {retry_after_jitter: 0s}
+domains:
+  - domain: edge
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: minute, requests_per_unit: 3}
+      - key: remote_address
+        value: 10.9.9.9
+        rate_limit: {unit: minute, requests_per_unit: 1, name: banned}
+      - key: path
+        value: /api/*
+        rate_limit: {unit: hour, requests_per_unit: 2, name: api-prefix}
+      - key: path
+        rate_limit: {unit: hour, requests_per_unit: 100, name: any-path}
+      - key: tenant
+        descriptors:
+          - key: user
+            rate_limit: {unit: minute, requests_per_unit: 2}
+      - key: plan
+        value: free
+        rate_limits:
+          - {requests_per_unit: 10, unit: minute, name: per-minute}
+          - {requests_per_unit: 2, window: 30s, algorithm: sliding-log, name: per-30s}
+      - key: shadow
+        shadow_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 1}
+      - key: vip
+        rate_limit: {unlimited: true}
+      - key: blocked
+        rate_limit: {unit: second, requests_per_unit: 0}
+      - key: old
+        rate_limit: {unit: minute, requests_per_unit: 1, name: old-limit}
+      - key: new
+        rate_limit: {unit: minute, requests_per_unit: 5, name: new-limit, replaces: [{name: old-limit}]}
+"#;
