@@ -45,7 +45,9 @@ for cell in "${CELLS[@]}"; do
       --callgrind-out-file="$out" "$BIN" --instructions "$cell" "$lib" "$N" >"$TMP/stdout" 2>"$TMP/log" || {
       cat "$TMP/log" >&2; exit 1; }
     name=$(cut -d'|' -f1 "$TMP/stdout" | sed 's/ *$//')
-    awk -v n="$N" -v cell="$name" -v lib="$lib" '
+    shown="$lib"
+    case "$lib" in *'<'*) shown="floodgate \`${lib#floodgate }\`" ;; esac # Markdown: not an HTML tag
+    awk -v n="$N" -v cell="$name" -v lib="$shown" '
       /^events:/ { for (i = 2; i <= NF; i++) ev[i - 1] = $i }
       /^totals:/ { for (i = 2; i <= NF; i++) v[ev[i - 1]] = $i }
       END {

@@ -497,7 +497,7 @@ fn measure(cell: &Cell, reps: usize, budget: Duration) {
             "| {} | {} | {} | {} | {wall_ratio} | {} | {cpu_ratio} | {:.1}% |",
             cell.name,
             cell.threads,
-            cell.libs[l].name(),
+            markdown_code(cell.libs[l].name()),
             time(&mut wall[l]),
             time(&mut cpu[l]),
             100.0 * admitted[l] as f64 / (total * reps as f64)
@@ -581,5 +581,14 @@ fn main() {
     println!("|---|---:|---|---:|---:|---:|---:|---:|");
     for cell in cells(&filter, with_cas) {
         measure(&cell, reps.max(1), Duration::from_millis(ms));
+    }
+}
+
+/// `name` for a Markdown table cell: a type name with generics (`Limiter<Gcra>`) in
+/// backticks, so a renderer does not read `<Gcra>` as an HTML tag.
+fn markdown_code(name: &str) -> String {
+    match name.split_once(' ') {
+        Some((lib, ty)) if ty.contains('<') => format!("{lib} `{ty}`"),
+        _ => name.to_string(),
     }
 }
