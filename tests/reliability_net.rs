@@ -32,3 +32,34 @@ async fn a_partition_and_a_slow_link_keep_the_bounds_and_the_policy() {
     // the shared counter: never over its exact bound
     assert!(rows[0].overshoot <= 0, "\n{}", render(&rows));
 }
+
+/// Node 0's wall clock stepped 1 s forward, then back, the nodes deciding on their own
+/// clock (`store.redis.time = "caller"`): within the bound (C + r(W + lag) plus what the
+/// step refills), and the step took effect: node 0, reading the shared state as older,
+/// admits most of what is admitted while it lasts. About 8 s; skipped without
+/// namespaces or libfaketime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_step_on_a_node_deciding_on_its_own_clock_stays_within_its_bound() {
+    if let Err(e) = netns::available() {
+        eprintln!("skipped: {e}");
+        return;
+    }
+    if floodgate_reliability::netclock::libfaketime().is_none() {
+        eprintln!("skipped: libfaketime not found (Debian package faketime)");
+        return;
+    }
+    let cases = [Case {
+        fault: NetFault::ClockStepCaller,
+        strategy: "shared",
+        policy: "fail-closed",
+    }];
+    let rows = netrun::run_all(&cases, &Settings::fast(BIN.into())).await;
+    assert!(rows.iter().all(|r| r.pass), "\n{}", render(&rows));
+    let (node0, others) = rows[0].step_admitted.expect("a clock fault");
+    // without the step the three nodes share alike: node 0 about half of the others
+    assert!(
+        node0 > 2 * others,
+        "node0 {node0}, others {others}\n{}",
+        render(&rows)
+    );
+}

@@ -146,6 +146,10 @@ pub struct NodeConfig {
     pub burst: u64,
     /// A key prefix unique to the run.
     pub prefix: String,
+    /// `store.redis.time`: `redis` or `caller`.
+    pub time: &'static str,
+    /// Run node 0 under libfaketime, its clock steppable ([`Fleet::clock`]).
+    pub fake_clock: bool,
 }
 
 /// A running fleet. Dropping it stops every process, then removes the namespaces.
@@ -161,6 +165,8 @@ pub struct Fleet {
     pub relays: Vec<Relay>,
     /// The backend, on the front bridge.
     pub backend: Backend,
+    /// Node 0's clock, when [`NodeConfig::fake_clock`] asked for it.
+    pub clock: Option<crate::netclock::FakeClock>,
     /// Sentinel, when the fleet has a replica.
     pub sentinel: Option<Sentinel>,
     /// The replica (of `redis`), when asked for.
@@ -217,7 +223,20 @@ impl Fleet {
         for l in &net.store_links {
             relays.push(Relay::start(SocketAddr::from((l.host_ip, REDIS_PORT)), target).await?);
         }
+        let clock = if cfg.fake_clock {
+            let c = crate::netclock::FakeClock::new()?;
+            Some(c.ok_or_else(|| HarnessError::Spawn {
+                program: "libfaketime".into(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "not installed (Debian package faketime)",
+                ),
+            })?)
+        } else {
+            None
+        };
         let mut fleet = Fleet {
+            clock,
             bin,
             cfg,
             nodes: (0..n).map(|_| None).collect(),
@@ -254,11 +273,12 @@ impl Fleet {
         let store = if matches!(c.strategy, "shared" | "hybrid") {
             format!(
                 "[store]\ntype = \"redis\"\n\n[store.redis]\nurl = \"redis://{relay}/\"\n\
-                 prefix = \"{prefix}\"\ntimeout = \"{timeout}ms\"\nfault_policy = \"{policy}\"\n",
+                 prefix = \"{prefix}\"\ntimeout = \"{timeout}ms\"\nfault_policy = \"{policy}\"\ntime = \"{time}\"\n",
                 relay = self.relays[i].addr,
                 prefix = c.prefix,
                 timeout = c.store_timeout.as_millis(),
                 policy = c.fault_policy,
+                time = c.time,
             )
         } else {
             String::new()
@@ -296,6 +316,10 @@ key = "header:x-client"
     /// Start node i (again, after [`kill_node`](Self::kill_node)).
     pub async fn start_node(&mut self, i: usize) -> Result<(), FleetError> {
         let cfg = self.config(i);
+        let env = match (&self.clock, i) {
+            (Some(c), 0) => c.env(),
+            _ => Vec::new(),
+        };
         let p = ProxyProcess::start_at(
             &self.bin,
             &format!("node{i}"),
@@ -303,6 +327,7 @@ key = "header:x-client"
             Some(&self.net.nodes[i].name),
             self.node_addr(i),
             SocketAddr::from((self.net.node_front[i], ADMIN_PORT)),
+            &env,
         )
         .await?;
         self.nodes[i] = Some(p);

@@ -9,6 +9,7 @@ pub mod load;
 pub mod mem;
 pub mod net;
 pub mod netcheck;
+pub mod netclock;
 pub mod netfaults;
 pub mod netns;
 pub mod netrun;

@@ -43,17 +43,25 @@ pub enum NetFault {
     /// The Redis primary SIGKILLed; Sentinel promotes the replica, and the relays
     /// follow it (as a proxy in front of Redis that asks Sentinel does).
     Failover,
+    /// Node 0's wall clock (`CLOCK_REALTIME`) stepped [`STEP`](crate::netclock::STEP)
+    /// forward, then back ([`crate::netclock`]); the nodes decide on Redis `TIME`
+    /// (`store.redis.time = "redis"`), and the in-process strategies on the monotonic clock.
+    ClockStep,
+    /// The same step, the nodes deciding on their own clock (`time = "caller"`).
+    ClockStepCaller,
 }
 
 impl NetFault {
     /// Every fault, in table order.
-    pub const ALL: [NetFault; 6] = [
+    pub const ALL: [NetFault; 8] = [
         NetFault::Partition,
         NetFault::Latency50,
         NetFault::Latency500,
         NetFault::Loss5,
         NetFault::NodeKill,
         NetFault::Failover,
+        NetFault::ClockStep,
+        NetFault::ClockStepCaller,
     ];
 
     /// Its name in the table.
@@ -65,13 +73,31 @@ impl NetFault {
             NetFault::Loss5 => "loss 5% (stalls)",
             NetFault::NodeKill => "node0 killed, restarted",
             NetFault::Failover => "failover: primary killed",
+            NetFault::ClockStep => "clock+-1s node0",
+            NetFault::ClockStepCaller => "clock+-1s node0 caller",
+        }
+    }
+
+    /// Whether the fault steps a clock (the node runs under libfaketime).
+    pub fn is_clock(self) -> bool {
+        matches!(self, NetFault::ClockStep | NetFault::ClockStepCaller)
+    }
+
+    /// `store.redis.time` for the nodes.
+    pub fn time_source(self) -> &'static str {
+        match self {
+            NetFault::ClockStepCaller => "caller",
+            _ => "redis",
         }
     }
 
     /// The nodes the fault reaches.
     pub(crate) fn affected(self, nodes: usize) -> Vec<usize> {
         match self {
-            NetFault::Partition | NetFault::NodeKill => vec![0],
+            NetFault::Partition
+            | NetFault::NodeKill
+            | NetFault::ClockStep
+            | NetFault::ClockStepCaller => vec![0],
             _ => (0..nodes).collect(),
         }
     }
@@ -88,10 +114,24 @@ impl NetFault {
     /// received (replication is asynchronous); a key whose state is lost or older starts
     /// again with at most a full capacity, so at most `C` more per key.
     /// Under `local` a killed node comes back with a fresh share: `ceil(C / nodes)` more.
+    ///
+    /// A clock step on a node deciding on its own clock (`time = "caller"`, on Redis):
+    /// the GCRA state in Redis is a theoretical arrival time written in the writers'
+    /// clocks. A node whose clock is `s` ahead reads every key's state as `s` older, so
+    /// it can admit what `s` seconds of the rate refill, at most a full capacity:
+    /// `min(ceil(r x s), C)` more per key, once per forward step; meanwhile the state it
+    /// writes is `s` ahead for the nodes on the true time, which deny until their clocks
+    /// catch up (no more admitted in all, later). A step back only makes the stepped node
+    /// see the state as newer: it denies, never admits more. Decisions on Redis `TIME`,
+    /// or in process on the monotonic clock (which a real clock step does not move): 0.
     pub fn extra_bound(self, limit: &Limit, strategy: &str, nodes: u64) -> u64 {
         match (self, strategy) {
             (NetFault::Failover, _) => limit.capacity,
             (NetFault::NodeKill, "local") => limit.capacity.div_ceil(nodes.max(1)),
+            (NetFault::ClockStepCaller, "shared" | "hybrid") => {
+                let refill = (limit.rate * crate::netclock::STEP.as_secs_f64()).ceil() as u64;
+                refill.min(limit.capacity)
+            }
             _ => 0,
         }
     }
@@ -108,14 +148,22 @@ pub struct Case {
     pub policy: &'static str,
 }
 
-/// The fast cases (about a minute): the partition under each policy and under hybrid,
-/// both latencies, loss and a node kill, on the shared counter failing closed.
+impl Case {
+    /// A case.
+    pub const fn new(fault: NetFault, strategy: &'static str, policy: &'static str) -> Case {
+        Case {
+            fault,
+            strategy,
+            policy,
+        }
+    }
+}
+
+/// The fast cases (about a minute and a half): the partition under each policy and under
+/// hybrid, both latencies, loss, a node kill, a failover and the clock step on each time
+/// source, on the shared counter failing closed.
 pub fn fast_cases() -> Vec<Case> {
-    let c = |fault, strategy, policy| Case {
-        fault,
-        strategy,
-        policy,
-    };
+    let c = Case::new;
     vec![
         c(NetFault::Partition, "shared", "fail-closed"),
         c(NetFault::Partition, "shared", "fail-open"),
@@ -125,33 +173,32 @@ pub fn fast_cases() -> Vec<Case> {
         c(NetFault::Loss5, "shared", "fail-closed"),
         c(NetFault::NodeKill, "shared", "fail-closed"),
         c(NetFault::Failover, "shared", "fail-closed"),
+        c(NetFault::ClockStep, "shared", "fail-closed"),
+        c(NetFault::ClockStepCaller, "shared", "fail-closed"),
     ]
 }
 
-/// Every fault under each strategy on Redis and each policy, and a node kill under the
-/// in-process strategies: `local` (no store to fail) and `sticky`, whose policy for an
-/// unreachable owner is to decide locally.
+/// Every network fault under each strategy on Redis and each policy, and a node kill
+/// under the in-process strategies: `local` (no store to fail) and `sticky`, whose policy
+/// for an unreachable owner is to decide locally. The clock step: on Redis `TIME` under
+/// both strategies on Redis, on the nodes' own clock under the shared counter with each
+/// policy, and under `local` and `sticky` (their monotonic clock).
 pub fn long_cases() -> Vec<Case> {
+    let c = Case::new;
     let mut v = vec![
-        Case {
-            fault: NetFault::NodeKill,
-            strategy: "local",
-            policy: "none",
-        },
-        Case {
-            fault: NetFault::NodeKill,
-            strategy: "sticky",
-            policy: "local-fallback",
-        },
+        c(NetFault::NodeKill, "local", "none"),
+        c(NetFault::NodeKill, "sticky", "local-fallback"),
+        c(NetFault::ClockStep, "shared", "fail-closed"),
+        c(NetFault::ClockStep, "hybrid", "fail-closed"),
+        c(NetFault::ClockStep, "local", "none"),
+        c(NetFault::ClockStep, "sticky", "local-fallback"),
+        c(NetFault::ClockStepCaller, "shared", "fail-closed"),
+        c(NetFault::ClockStepCaller, "shared", "fail-open"),
     ];
-    for fault in NetFault::ALL {
+    for fault in NetFault::ALL.into_iter().filter(|f| !f.is_clock()) {
         for strategy in ["shared", "hybrid"] {
             for policy in ["fail-closed", "fail-open"] {
-                v.push(Case {
-                    fault,
-                    strategy,
-                    policy,
-                });
+                v.push(Case::new(fault, strategy, policy));
             }
         }
     }
@@ -265,6 +312,8 @@ pub struct NetRow {
     pub apply_ms: Option<u64>,
     /// From the end of the fault to the first normal decision on every affected node.
     pub recover_ms: Option<u64>,
+    /// A clock step: what node 0 and the other nodes admitted while it lasted.
+    pub step_admitted: Option<(u64, u64)>,
     /// Every check held.
     pub pass: bool,
     /// The figures behind the verdict.

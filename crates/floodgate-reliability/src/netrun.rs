@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::fleet::{Clients, Fleet, NodeConfig};
 use crate::load::{Shape, Worker};
 use crate::netcheck::analyse;
+use crate::netclock::STEP;
 use crate::netfaults::{Case, NetFault, NetRow, Settings, Timeline, render};
 use crate::relay::Toxics;
 
@@ -27,6 +28,7 @@ pub async fn run(case: Case, s: &Settings, tag: char) -> NetRow {
             over_for_ms: 0,
             apply_ms: None,
             recover_ms: None,
+            step_admitted: None,
             pass: false,
             detail: format!("setup failed: {e}"),
         },
@@ -42,6 +44,8 @@ async fn run_case(case: Case, s: &Settings, tag: char) -> anyhow::Result<NetRow>
         rate: "20/s".into(),
         burst: 19,
         prefix: format!("fgnf-{}-{tag}:", std::process::id()),
+        time: case.fault.time_source(),
+        fake_clock: case.fault.is_clock(),
     };
     let mut fleet = Fleet::start(
         s.bin.clone(),
@@ -153,6 +157,14 @@ async fn inject(fleet: &mut Fleet, fault: NetFault, on: bool) -> anyhow::Result<
                 fleet.start_node(0).await?;
             }
         }
+        NetFault::ClockStep | NetFault::ClockStepCaller => {
+            let clock = fleet
+                .clock
+                .as_ref()
+                .ok_or_else(|| anyhow::anyhow!("node 0 runs without libfaketime"))?;
+            let to = if on { STEP.as_secs_f64() } else { 0.0 };
+            clock.step_to(to)?;
+        }
     }
     Ok(())
 }
@@ -200,7 +212,17 @@ pub async fn run_all(cases: &[Case], s: &Settings) -> Vec<NetRow> {
         eprintln!("removed {swept} namespaces and links left by killed runs");
     }
     let mut rows = Vec::new();
+    let faketime = crate::netclock::libfaketime().is_some();
     for (i, c) in cases.iter().enumerate() {
+        if c.fault.is_clock() && !faketime {
+            eprintln!(
+                "skipped {} {} {}: libfaketime not found (Debian package faketime; or set FLOODGATE_LIBFAKETIME)",
+                c.fault.name(),
+                c.strategy,
+                c.policy
+            );
+            continue;
+        }
         let tag = (b'a' + (i % 26) as u8) as char;
         let row = run(*c, s, tag).await;
         eprint!(

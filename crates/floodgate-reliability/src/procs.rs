@@ -275,11 +275,12 @@ impl ProxyProcess {
             SocketAddr::from(([127, 0, 0, 1], free_port()?)),
             SocketAddr::from(([127, 0, 0, 1], free_port()?)),
         );
-        ProxyProcess::start_at(bin, name, config, None, listen, admin).await
+        ProxyProcess::start_at(bin, name, config, None, listen, admin, &[]).await
     }
 
     /// As [`start`](Self::start), inside network namespace `netns` (by name; `None`:
-    /// this one), listening on `listen` and `admin` (reachable from here).
+    /// this one), listening on `listen` and `admin` (reachable from here), with `env`
+    /// added to its environment.
     pub async fn start_at(
         bin: &Path,
         name: &str,
@@ -287,6 +288,7 @@ impl ProxyProcess {
         netns: Option<&str>,
         listen: SocketAddr,
         admin: SocketAddr,
+        env: &[(String, String)],
     ) -> Result<ProxyProcess, HarnessError> {
         let dir = temp_dir(name)?;
         let path = dir.join("floodgate.toml");
@@ -306,6 +308,7 @@ impl ProxyProcess {
             .arg(&path)
             .env("FLOODGATE_LOG", "warn")
             .env("RUST_BACKTRACE", "1")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(err)
             .spawn()
