@@ -12,35 +12,43 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 mod common;
-use common::{Proc, free_port, http_get, http_post_json, ok_backend, wait_listening};
+use common::{Proc, free_ports, http_get, http_post_json, ok_backend, wait_child_listening};
 
 const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
 
-/// Start `floodgate proxy` with one fixed-window policy of 20/s keyed on `x-api-key`.
+/// Start `floodgate proxy` with one fixed-window policy of 20/s keyed on `x-api-key`
+/// (on other ports, up to three times, when the process exits before listening: a port
+/// chosen free can be taken by another test before the proxy binds it).
 async fn proxy(dir: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
     let upstream = ok_backend().await;
-    let (listen, admin) = (free_port(), free_port());
-    let cfg = dir.join("floodgate.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "listen = \"{listen}\"\nupstream = \"http://{upstream}\"\nadmin = \"{admin}\"\n\
-             store = \"memory\"\n\n\
-             [[policy]]\nname = \"api\"\nalgorithm = \"fixed-window\"\nrate = \"20/s\"\nkey = \"header:x-api-key\"\n"
-        ),
-    )
-    .unwrap();
-    let child = Command::new(BIN)
-        .args(["proxy", "--threads", "1", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let mut last = String::new();
+    for _ in 0..3 {
+        let [listen, admin] = free_ports();
+        let cfg = dir.join("floodgate.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen = \"{listen}\"\nupstream = \"http://{upstream}\"\nadmin = \"{admin}\"\n\
+                 store = \"memory\"\n\n\
+                 [[policy]]\nname = \"api\"\nalgorithm = \"fixed-window\"\nrate = \"20/s\"\nkey = \"header:x-api-key\"\n"
+            ),
+        )
         .unwrap();
-    let p = Proc(child);
-    wait_listening(listen).await;
-    wait_listening(admin).await;
-    (p, listen, admin)
+        let err = dir.join("proxy.stderr");
+        let child = Command::new(BIN)
+            .args(["proxy", "--threads", "1", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let mut p = Proc(child);
+        match wait_child_listening(&mut p, &[listen, admin]).await {
+            Ok(()) => return (p, listen, admin),
+            Err(e) => last = format!("{e}; stderr: {}", std::fs::read_to_string(&err).unwrap()),
+        }
+    }
+    panic!("floodgate proxy did not start: {last}");
 }
 
 /// Send `n` requests for `key`, `gap` apart (zero: back to back on `par` tasks); the

@@ -13,6 +13,36 @@ pub fn free_port() -> SocketAddr {
         .unwrap()
 }
 
+/// `N` distinct free loopback ports (all bound at once, then released; the caller binds
+/// them again right away). Two calls of [`free_port`] may hand out the same port.
+pub fn free_ports<const N: usize>() -> [SocketAddr; N] {
+    let held: Vec<std::net::TcpListener> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap())
+}
+
+/// Wait until `p` accepts TCP connections on every one of `addrs` (at most 30 s); an
+/// error when the process exits first (e.g. a port taken between choosing and binding)
+/// or the time runs out.
+pub async fn wait_child_listening(p: &mut Proc, addrs: &[SocketAddr]) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for addr in addrs {
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            if let Some(status) = p.0.try_wait().unwrap() {
+                return Err(format!(
+                    "the process exited ({status}) before listening on {addr}"
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("nothing listening on {addr} after 30 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
+}
+
 /// A child process killed and reaped on drop, so a failing test leaves nothing behind.
 pub struct Proc(pub Child);
 
