@@ -58,6 +58,22 @@ pub fn analyse(
         affected.clone()
     };
     let fault_end = tl.heal;
+    // first, when each recovering node answered normally again after the heal
+    for x in samples {
+        let a = answer(x, case.policy);
+        let normal = if clock {
+            a == (Answer::Decided { admitted: true }) && x.key.starts_with("hot")
+        } else {
+            matches!(a, Answer::Decided { .. })
+        };
+        if recovering.contains(&x.target) && x.sent >= tl.heal && normal {
+            let at = (x.sent + x.took).saturating_duration_since(tl.heal);
+            recovered
+                .entry(x.target)
+                .and_modify(|r| *r = (*r).min(at))
+                .or_insert(at);
+        }
+    }
     for x in samples {
         let a = answer(x, case.policy);
         let done = x.sent + x.took;
@@ -83,7 +99,15 @@ pub fn analyse(
         if a == Answer::Policy {
             // after the fault, a call that was already waiting may still time out
             let late = done > fault_end + s.store_timeout + s.slack;
-            if hit && (during || !late) && done >= tl.fault {
+            // after the heal and before the node's first normal answer, it is recovering
+            // (a TCP connection waits out its retransmission backoff; reconnecting SYNs
+            // back off too): the recovery bound covers that span, not the budget below
+            let recovering_now = hit
+                && x.sent >= fault_end
+                && recovered
+                    .get(&x.target)
+                    .is_some_and(|r| done <= fault_end + *r);
+            if hit && (during || !late || recovering_now) && done >= tl.fault {
                 policy_during += 1;
                 let at = done.saturating_duration_since(tl.fault);
                 apply = Some(apply.map_or(at, |p: Duration| p.min(at)));
@@ -93,18 +117,6 @@ pub fn analyse(
         }
         if during && a == (Answer::Decided { admitted: true }) {
             in_step[usize::from(x.target != 0)] += 1;
-        }
-        let normal = if clock {
-            a == (Answer::Decided { admitted: true }) && x.key.starts_with("hot")
-        } else {
-            matches!(a, Answer::Decided { .. })
-        };
-        if recovering.contains(&x.target) && x.sent >= tl.heal && normal {
-            let at = done.saturating_duration_since(tl.heal);
-            recovered
-                .entry(x.target)
-                .and_modify(|r| *r = (*r).min(at))
-                .or_insert(at);
         }
     }
     let recover = if recovering.iter().all(|n| recovered.contains_key(n)) {
@@ -384,5 +396,36 @@ mod tests {
         }
         let r = analyse(CASE, &s, &tl, &samples, &arrivals);
         assert!(r.detail.contains("never recovered"), "{}", r.detail);
+    }
+    #[test]
+    fn policy_answers_before_recovery_are_recovery_and_after_it_outside() {
+        // node 0 answers 503 for 1.7 s after the heal (its connection waits out TCP's
+        // retransmission backoff), then decides: within the 3 s recovery bound, passes
+        let (s, tl, mut samples, arrivals) = run();
+        let until = tl.heal + Duration::from_millis(1700);
+        for x in samples
+            .iter_mut()
+            .filter(|x| x.target == 0 && x.sent >= tl.heal && x.sent < until)
+        {
+            x.status = Some(503);
+            x.ratelimit = false;
+        }
+        let r = analyse(CASE, &s, &tl, &samples, &arrivals);
+        assert!(r.pass, "{}", r.detail);
+        assert!(r.recover_ms.unwrap() >= 1700, "{}", r.detail);
+        // the same answers on node 1, which the fault never touched, are outside it
+        let (s, tl, mut samples, arrivals) = run();
+        for x in samples.iter_mut().filter(|x| {
+            x.target == 1 && x.sent >= tl.heal && x.sent < until && x.status == Some(429)
+        }) {
+            x.status = Some(503);
+            x.ratelimit = false;
+        }
+        let r = analyse(CASE, &s, &tl, &samples, &arrivals);
+        assert!(
+            r.detail.contains("policy answers outside the fault"),
+            "{}",
+            r.detail
+        );
     }
 }
