@@ -26,8 +26,6 @@
 //!
 //! `--cas` adds, to the keyed cells, a prototype of governor's design built from floodgate's
 //! parts (a shard read lock and a compare-and-swap on the entry; `limiters/cas.rs`).
-//! `--swiss` adds floodgate's keyed check as it was on hashbrown's SwissTable, before its
-//! own table of one-line chunks (`limiters/swiss.rs`).
 //!
 //! `--instructions CELL LIBRARY CHECKS` runs one single-thread cell once, for
 //! `scripts/core-instructions.sh` (callgrind counts only inside `hot_loop`).
@@ -48,8 +46,6 @@ use governor::{Quota, RateLimiter};
 
 #[path = "limiters/cas.rs"]
 mod cas;
-#[path = "limiters/swiss.rs"]
-mod swiss;
 
 type NoOp = NoOpMiddleware<governor::nanos::Nanos>;
 
@@ -167,7 +163,6 @@ enum Lib {
     GovKeyed(RateLimiter<u64, DefaultKeyedStateStore<u64>, VirtualClock, NoOp>),
     FgKeyed(KeyedLimiter<u64, Gcra>),
     CasKeyed(cas::CasKeyed),
-    SwissKeyed(swiss::SwissKeyed),
     GovDirect(RateLimiter<NotKeyed, InMemoryState, VirtualClock, NoOp>),
     FgAtomic(AtomicGcra),
     FgMutex(Limiter<Gcra>),
@@ -180,7 +175,6 @@ impl Lib {
             Lib::GovKeyed(_) | Lib::GovDirect(_) => "governor",
             Lib::FgKeyed(_) => "floodgate",
             Lib::CasKeyed(_) => "prototype: read lock + CAS",
-            Lib::SwissKeyed(_) => "prototype: SwissTable",
             Lib::FgAtomic(_) => "floodgate AtomicGcra",
             Lib::FgMutex(_) => "floodgate Limiter<Gcra>",
             Lib::FgAny(_) => "floodgate Limiter<AnyAlgorithm>",
@@ -272,7 +266,6 @@ fn walk(lib: &Lib, walk: Walk<'_>, warm: bool) -> u64 {
         Lib::GovKeyed(l) => go!(|k| l.check_key(k).is_ok()),
         Lib::FgKeyed(l) => go!(|k| l.check(k, now(), 1).allowed),
         Lib::CasKeyed(l) => go!(|k| l.check(*k, now())),
-        Lib::SwissKeyed(l) => go!(|k| l.check(*k, now())),
         Lib::GovDirect(l) => go!(|_| l.check().is_ok()),
         Lib::FgAtomic(l) => go!(|_| l.check(now(), 1).allowed),
         Lib::FgMutex(l) => go!(|_| l.check(now(), 1).allowed),
@@ -348,22 +341,12 @@ struct Cell {
     libs: Vec<Lib>,
 }
 
-/// Prototypes added to the keyed cells.
-#[derive(Clone, Copy, Default)]
-struct Extras {
-    cas: bool,
-    swiss: bool,
-}
-
-fn keyed_cell(dist: Dist, n: usize, threads: usize, w: Arc<Workload>, extras: Extras) -> Cell {
+fn keyed_cell(dist: Dist, n: usize, threads: usize, w: Arc<Workload>, with_cas: bool) -> Cell {
     let gov = RateLimiter::dashmap_with_clock(quota(), VirtualClock);
     let fg = KeyedLimiter::new(gcra(), (2 * n).max(1_000_000)).unwrap();
     let mut libs = vec![Lib::GovKeyed(gov), Lib::FgKeyed(fg)];
-    if extras.cas {
+    if with_cas {
         libs.push(Lib::CasKeyed(cas::CasKeyed::new(gcra(), 64)));
-    }
-    if extras.swiss {
-        libs.push(Lib::SwissKeyed(swiss::SwissKeyed::new(gcra(), 64)));
     }
     Cell {
         name: format!("keyed, {} {}", dist_name(dist), count_name(n)),
@@ -404,7 +387,7 @@ fn count_name(n: usize) -> String {
 }
 
 /// Every cell, workloads shared between the 1- and 2-thread cells.
-fn cells(filter: &[String], extras: Extras) -> Vec<Cell> {
+fn cells(filter: &[String], with_cas: bool) -> Vec<Cell> {
     let wanted = |name: &str, threads: usize| {
         let full = format!("{name}, {threads}t");
         filter.is_empty() || filter.iter().any(|f| full.contains(f.as_str()))
@@ -427,7 +410,7 @@ fn cells(filter: &[String], extras: Extras) -> Vec<Cell> {
             let w = Arc::new(Workload::new(dist, n));
             for threads in [1, 2] {
                 if wanted(&name, threads) {
-                    out.push(keyed_cell(dist, n, threads, w.clone(), extras));
+                    out.push(keyed_cell(dist, n, threads, w.clone(), with_cas));
                 }
             }
         }
@@ -532,15 +515,10 @@ fn instructions(args: &[String]) {
         eprintln!("usage: --instructions CELL LIBRARY CHECKS (library: index in the cell)");
         std::process::exit(2);
     };
-    let Some(cell) = cells(
-        std::slice::from_ref(cell),
-        Extras {
-            cas: false,
-            swiss: true,
-        },
-    )
-    .into_iter()
-    .find(|c| c.threads == 1) else {
+    let Some(cell) = cells(std::slice::from_ref(cell), false)
+        .into_iter()
+        .find(|c| c.threads == 1)
+    else {
         eprintln!("no cell matches {cell:?}");
         std::process::exit(2);
     };
@@ -577,7 +555,7 @@ fn main() {
     }
     let mut reps = 7;
     let mut ms = 100;
-    let mut extras = Extras::default();
+    let mut with_cas = false;
     let mut filter = Vec::new();
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -590,8 +568,7 @@ fn main() {
         match a.as_str() {
             "--reps" => reps = num("--reps") as usize,
             "--ms" => ms = num("--ms"),
-            "--cas" => extras.cas = true,
-            "--swiss" => extras.swiss = true,
+            "--cas" => with_cas = true,
             _ => filter.push(a),
         }
     }
@@ -602,7 +579,7 @@ fn main() {
         "| cell | threads | library | wall ns per check | governor / floodgate, wall | CPU ns per check | governor / floodgate, CPU | admitted |"
     );
     println!("|---|---:|---|---:|---:|---:|---:|---:|");
-    for cell in cells(&filter, extras) {
+    for cell in cells(&filter, with_cas) {
         measure(&cell, reps.max(1), Duration::from_millis(ms));
     }
 }

@@ -4,11 +4,10 @@
 //! # Layout
 //! Keys are hashed once (foldhash, randomly seeded per limiter, so an attacker cannot aim
 //! keys at one bucket) and spread over a power-of-two number of shards, each a mutex around
-//! a hash table of `(K, State)` whose chunks keep tags and entries on one cache line (one
-//! miss for a key not in cache, where a SwissTable takes two; `table.rs`). A decision
-//! locks exactly one shard for the duration of one `check`: decisions on one key are
-//! serialised, so N threads on one key admit exactly what one thread would (no
-//! overshoot), and threads on different keys rarely meet.
+//! a `hashbrown::HashTable<(K, State)>`. A decision locks exactly one shard for the
+//! duration of one `check`: decisions on one key are serialised, so N threads on one key
+//! admit exactly what one thread would (no overshoot), and threads on different keys
+//! rarely meet.
 //!
 //! # The cap, and what eviction costs
 //! Each shard holds at most `max_keys / shards` keys, so the whole limiter never holds more
@@ -28,7 +27,7 @@
 //! heavy, steady client) in preference to one-shot keys from an attacker rotating keys.
 //! The work is amortised: one pass over a shard per `shard_cap / 16` insertions.
 //!
-//! Memory is `O(max_keys)`: about 27 bytes per key at 1M `u64` keys with GCRA (see
+//! Memory is `O(max_keys)`: about 36 bytes per key at 1M `u64` keys with GCRA (see the
 //! docs/bench-core.md), plus whatever the key type owns on the heap.
 
 use std::borrow::Borrow;
@@ -36,13 +35,12 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashTable};
 use parking_lot::RwLock;
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::ConfigError;
-use crate::table::Table;
 use crate::time::Nanos;
 
 /// Default number of shards.
@@ -59,7 +57,7 @@ pub(crate) struct Shard<K, S, A> {
     /// The default algorithm, copied into every shard so that reading it costs nothing
     /// beyond the shard lock already held ([`KeyedLimiter::set_algorithm`] updates all).
     pub(crate) alg: Arc<A>,
-    pub(crate) table: Table<(K, S)>,
+    pub(crate) table: HashTable<(K, S)>,
 }
 
 pub(crate) type PaddedShard<K, S, A> = Padded<ShardLock<Shard<K, S, A>>>;
@@ -156,7 +154,7 @@ where
                 .map(|_| {
                     Padded(ShardLock::new(Shard {
                         alg: algorithm.clone(),
-                        table: Table::new(),
+                        table: HashTable::new(),
                     }))
                 })
                 .collect(),
@@ -341,7 +339,7 @@ where
     }
 
     pub(crate) fn shard_index(&self, hash: u64) -> usize {
-        // Bits 40.. : the table uses the low 32 bits for the chunk and the top 7 for tags.
+        // Bits 40.. : hashbrown uses the low bits for the slot and the top 7 for tags.
         (hash >> 40) as usize & self.shard_shift_mask
     }
 
@@ -402,11 +400,9 @@ where
     fn drop_idle(&self, shard: &mut Shard<K, A::State, A>, now: Nanos) -> usize {
         let default = shard.alg.clone();
         let before = shard.table.len();
-        let hasher = &self.hasher;
-        shard.table.retain(
-            |(k, s)| self.full_at_of(k, s, &default) > now,
-            |(k, _)| hasher.hash_one(k),
-        );
+        shard
+            .table
+            .retain(|(k, s)| self.full_at_of(k, s, &default) > now);
         let dropped = before - shard.table.len();
         self.idle_dropped
             .fetch_add(dropped as u64, Ordering::Relaxed);
@@ -432,18 +428,14 @@ where
             .collect();
         let threshold = *times.select_nth_unstable(n - 1).1;
         let evicted = n;
-        let hasher = &self.hasher;
-        shard.table.retain(
-            |(k, s)| {
-                if n > 0 && self.full_at_of(k, s, &default) <= threshold {
-                    n -= 1;
-                    false
-                } else {
-                    true
-                }
-            },
-            |(k, _)| hasher.hash_one(k),
-        );
+        shard.table.retain(|(k, s)| {
+            if n > 0 && self.full_at_of(k, s, &default) <= threshold {
+                n -= 1;
+                false
+            } else {
+                true
+            }
+        });
         self.evicted.fetch_add(evicted as u64, Ordering::Relaxed);
     }
 }
