@@ -3,12 +3,14 @@
 // redis-module's `redis_module!` expands to the module's FFI entry points here.
 #![allow(unsafe_code)]
 
+use std::borrow::Cow;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use floodgate_core::Nanos;
 
+use crate::keys::{Key, reply_array, reply_int, reply_ints};
 use crate::{decide, fg};
-use redis_module::{Context, KeyType, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, Status};
 
 /// The primary's clock, read once per command: nanoseconds since the Unix epoch
 /// (`CLOCK_REALTIME`, the clock Redis `TIME` reads). Replicas never read it: the module
@@ -20,26 +22,10 @@ fn now() -> Nanos {
         .unwrap_or(Nanos::ZERO)
 }
 
-/// The string value at `key` (`None`: no key); an error for a key of another type.
-fn read_string(ctx: &Context, key: &RedisString) -> Result<Option<Vec<u8>>, RedisError> {
-    let k = ctx.open_key(key);
-    match k.key_type() {
-        KeyType::Empty => Ok(None),
-        KeyType::String => Ok(k.read()?.map(<[u8]>::to_vec)),
-        _ => Err(RedisError::Str(
-            "WRONGTYPE Operation against a key holding the wrong kind of value",
-        )),
-    }
-}
-
-/// `SET key bytes PXAT ms` here, and the same command (the effect, with its absolute
-/// expiry) to replicas and the AOF.
-fn store(ctx: &Context, key: &RedisString, bytes: &[u8], expire_at_ms: u64) -> RedisResult<()> {
-    let at = expire_at_ms.to_string();
-    let args: [&[u8]; 4] = [key.as_slice(), bytes, b"PXAT", at.as_bytes()];
-    ctx.call("SET", &args[..])?;
-    ctx.replicate("SET", &args[..]);
-    Ok(())
+/// An argument as text, borrowed when it is UTF-8 (a word that is not is refused by the
+/// parser that reads it).
+fn text(a: &RedisString) -> Cow<'_, str> {
+    String::from_utf8_lossy(a.as_slice())
 }
 
 /// `CL.THROTTLE key max_burst count period [quantity]`.
@@ -50,44 +36,38 @@ fn cl_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             floodgate_core::cell::THROTTLE_USAGE
         )));
     }
-    let words = words(&args[2..]);
-    let words: Vec<&str> = words.iter().map(String::as_str).collect();
-    let stored = read_string(ctx, &args[1])?;
-    let (reply, write) = crate::throttle::cell_throttle(&words, stored.as_deref(), now())
-        .map_err(RedisError::String)?;
+    let (burst, count, period) = (text(&args[2]), text(&args[3]), text(&args[4]));
+    let quantity = args.get(5).map(text);
+    let words: [&str; 4] = [&burst, &count, &period, quantity.as_deref().unwrap_or("")];
+    let words = &words[..args.len() - 2];
+    let mut key = Key::open(ctx.get_raw(), &args[1])?;
+    let (reply, write) =
+        crate::throttle::cell_throttle(words, key.value()?, now()).map_err(RedisError::String)?;
     if let Some(w) = write {
-        store(ctx, &args[1], &w.bytes, w.expire_at_ms)?;
+        key.store(&w.bytes, w.expire_at_ms)?;
     }
-    Ok(ints(reply))
+    reply_ints(ctx.get_raw(), &reply);
+    Ok(RedisValue::NoReply)
 }
 
-/// The arguments as text (lossy: a non-UTF-8 word is refused by the parser that reads it).
-fn words(args: &[RedisString]) -> Vec<String> {
-    args.iter()
-        .map(|a| String::from_utf8_lossy(a.as_slice()).into_owned())
-        .collect()
-}
-
-/// Decide `policies` on `keys` all-or-nothing and store the writes; the outcome.
+/// Decide `policies` on `names` all-or-nothing and store the writes; the outcome.
 fn run_policies(
     ctx: &Context,
-    keys: &[&RedisString],
+    names: &[&RedisString],
     policies: &[fg::Policy],
 ) -> RedisResult<fg::Outcome> {
-    let stored = keys
+    let mut keys = names
         .iter()
-        .map(|k| read_string(ctx, k))
+        .map(|n| Key::open(ctx.get_raw(), n))
         .collect::<Result<Vec<_>, _>>()?;
-    let stored: Vec<Option<&[u8]>> = stored.iter().map(Option::as_deref).collect();
-    let outcome = fg::decide(policies, &stored, now()).map_err(RedisError::String)?;
+    let outcome = {
+        let stored = keys.iter().map(Key::value).collect::<Result<Vec<_>, _>>()?;
+        fg::decide(policies, &stored, now()).map_err(RedisError::String)?
+    };
     for w in &outcome.writes {
-        store(ctx, keys[w.policy], &w.bytes, w.expire_at_ms)?;
+        keys[w.policy].store(&w.bytes, w.expire_at_ms)?;
     }
     Ok(outcome)
-}
-
-fn ints(reply: impl IntoIterator<Item = i64>) -> RedisValue {
-    RedisValue::Array(reply.into_iter().map(RedisValue::Integer).collect())
 }
 
 /// `FG.THROTTLE algorithm key rate [cost]`.
@@ -95,11 +75,12 @@ fn fg_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !(4..=5).contains(&args.len()) {
         return Err(RedisError::String(format!("ERR {}", fg::FG_THROTTLE_USAGE)));
     }
-    let w = words(&args);
-    let policy =
-        fg::parse_policy(&w[1], &w[3], w.get(4).map(String::as_str)).map_err(RedisError::String)?;
-    let mut outcome = run_policies(ctx, &[&args[2]], &[policy])?;
-    Ok(ints(outcome.replies.swap_remove(0)))
+    let cost = args.get(4).map(text);
+    let policy = fg::parse_policy(&text(&args[1]), &text(&args[3]), cost.as_deref())
+        .map_err(RedisError::String)?;
+    let outcome = run_policies(ctx, &[&args[2]], &[policy])?;
+    reply_ints(ctx.get_raw(), &outcome.replies[0]);
+    Ok(RedisValue::NoReply)
 }
 
 /// `FG.MULTI n (algorithm key rate cost) x n`: all-or-nothing. The reply: `limited` (0/1)
@@ -119,7 +100,6 @@ fn fg_multi(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     {
         return Err(usage());
     }
-    let w = words(&args);
     let mut keys: Vec<&RedisString> = Vec::with_capacity(n);
     let mut policies = Vec::with_capacity(n);
     for g in 0..n {
@@ -128,19 +108,27 @@ fn fg_multi(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         if keys.iter().any(|k| k.as_slice() == key.as_slice()) {
             return Err(RedisError::String(format!(
                 "ERR key {:?} appears twice: give each policy its own key",
-                w[at + 1]
+                text(key)
             )));
         }
         keys.push(key);
         policies.push(
-            fg::parse_policy(&w[at], &w[at + 2], Some(&w[at + 3]))
-                .map_err(|e| RedisError::String(format!("{e} (policy {})", g + 1)))?,
+            fg::parse_policy(
+                &text(&args[at]),
+                &text(&args[at + 2]),
+                Some(&text(&args[at + 3])),
+            )
+            .map_err(|e| RedisError::String(format!("{e} (policy {})", g + 1)))?,
         );
     }
     let outcome = run_policies(ctx, &keys, &policies)?;
-    let mut reply = vec![RedisValue::Integer(i64::from(!outcome.allowed))];
-    reply.extend(outcome.replies.into_iter().map(ints));
-    Ok(RedisValue::Array(reply))
+    let raw = ctx.get_raw();
+    reply_array(raw, 1 + outcome.replies.len());
+    reply_int(raw, i64::from(!outcome.allowed));
+    for r in &outcome.replies {
+        reply_ints(raw, r);
+    }
+    Ok(RedisValue::NoReply)
 }
 
 /// `FG.DECIDE`: the store's scripts' calls, answered by the module (see [`decide`]).
@@ -151,30 +139,61 @@ fn fg_decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let at = req
         .now
         .unwrap_or((clock.0 / 1_000_000_000, clock.0 % 1_000_000_000));
-    let keys: Vec<&RedisString> = (0..req.checks.len())
+    let names: Vec<&RedisString> = (0..req.checks.len())
         .map(|i| &args[1 + i * decide::GROUP])
         .collect();
-    let stored = keys
-        .iter()
-        .map(|k| read_string(ctx, k))
-        .collect::<Result<Vec<_>, _>>()?;
-    let stored: Vec<Option<&[u8]>> = stored.iter().map(Option::as_deref).collect();
-    let key_bytes: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-    let ran = decide::run(&req, &key_bytes, &stored, at).map_err(RedisError::String)?;
+    // each key opened once (a key listed twice is the first check's)
+    let mut opened: Vec<(usize, Key)> = Vec::with_capacity(names.len());
+    let mut key_of = Vec::with_capacity(names.len());
+    for (i, n) in names.iter().enumerate() {
+        match names[..i].iter().position(|o| o.as_slice() == n.as_slice()) {
+            Some(first) => key_of.push(key_of[first]),
+            None => {
+                key_of.push(opened.len());
+                opened.push((i, Key::open(ctx.get_raw(), n)?));
+            }
+        }
+    }
+    let ran = {
+        let values = opened
+            .iter()
+            .map(|(_, k)| k.value())
+            .collect::<Result<Vec<_>, _>>()?;
+        let stored: Vec<Option<&[u8]>> = key_of.iter().map(|&k| values[k]).collect();
+        let key_bytes: Vec<&[u8]> = names.iter().map(|k| k.as_slice()).collect();
+        decide::run(&req, &key_bytes, &stored, at).map_err(RedisError::String)?
+    };
     // expiries run from the server's clock (the caller's instant may be another)
     let anchor_ms = clock.0 / 1_000_000;
     for w in &ran.writes {
-        store(
-            ctx,
-            keys[w.check],
-            &w.bytes,
-            anchor_ms.saturating_add(w.ttl_ms),
-        )?;
+        opened[key_of[w.check]]
+            .1
+            .store(&w.bytes, anchor_ms.saturating_add(w.ttl_ms))?;
     }
-    Ok(match ran.reply[..] {
-        [one] if req.mode == decide::Mode::One => RedisValue::Integer(one),
-        _ => RedisValue::Array(ran.reply.into_iter().map(RedisValue::Integer).collect()),
-    })
+    match ran.reply[..] {
+        [one] if req.mode == decide::Mode::One => reply_int(ctx.get_raw(), one),
+        _ => reply_ints(ctx.get_raw(), &ran.reply),
+    }
+    Ok(RedisValue::NoReply)
+}
+
+/// At load: refuse a server without the key API the commands use, and take over the
+/// signalling of modified keys (done when a key is written, not whenever one is opened
+/// for writing).
+fn init(_ctx: &Context, _args: &[RedisString]) -> Status {
+    if !crate::keys::load_api() {
+        return Status::Err;
+    }
+    // SAFETY: called once, at load, with the module's context
+    unsafe {
+        if let Some(set) = redis_module::raw::RedisModule_SetModuleOptions {
+            set(
+                _ctx.get_raw(),
+                redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as i32,
+            );
+        }
+    }
+    Status::Ok
 }
 
 redis_module::redis_module! {
@@ -182,6 +201,7 @@ redis_module::redis_module! {
     version: 1,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [],
+    init: init,
     commands: [
         ["cl.throttle", cl_throttle, "write deny-oom fast", 1, 1, 1, ""],
         ["fg.throttle", fg_throttle, "write deny-oom fast", 2, 2, 1, ""],

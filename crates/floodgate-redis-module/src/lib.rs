@@ -6,6 +6,8 @@
 mod commands;
 pub mod decide;
 pub mod fg;
+#[cfg(not(test))]
+mod keys;
 pub mod script_values;
 pub mod throttle;
 pub mod value;
