@@ -76,11 +76,27 @@ fn fg_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::String(format!("ERR {}", fg::FG_THROTTLE_USAGE)));
     }
     let cost = args.get(4).map(text);
-    let policy = fg::parse_policy(&text(&args[1]), &text(&args[3]), cost.as_deref())
-        .map_err(RedisError::String)?;
-    let outcome = run_policies(ctx, &[&args[2]], &[policy])?;
-    reply_ints(ctx.get_raw(), &outcome.replies[0]);
+    let policy =
+        policy(&text(&args[1]), &text(&args[3]), cost.as_deref()).map_err(RedisError::String)?;
+    let mut key = Key::open(ctx.get_raw(), &args[2])?;
+    let (reply, write) =
+        fg::decide_one(&policy, key.value()?, now()).map_err(RedisError::String)?;
+    if let Some(w) = write {
+        key.store(&w.bytes, w.expire_at_ms)?;
+    }
+    reply_ints(ctx.get_raw(), &reply);
     Ok(RedisValue::NoReply)
+}
+
+thread_local! {
+    /// The policies built so far (commands run on Redis's main thread).
+    static POLICIES: std::cell::RefCell<fg::PolicyCache> =
+        const { std::cell::RefCell::new(fg::PolicyCache::new()) };
+}
+
+/// [`fg::parse_policy`] through the cache.
+fn policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<fg::Policy, String> {
+    POLICIES.with_borrow_mut(|c| c.policy(algorithm, rate, cost))
 }
 
 /// `FG.MULTI n (algorithm key rate cost) x n`: all-or-nothing. The reply: `limited` (0/1)
@@ -139,6 +155,21 @@ fn fg_decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let at = req
         .now
         .unwrap_or((clock.0 / 1_000_000_000, clock.0 % 1_000_000_000));
+    // expiries run from the server's clock (the caller's instant may be another)
+    let anchor_ms = clock.0 / 1_000_000;
+    if req.mode == decide::Mode::One {
+        // the store's usual call: one check, one key
+        let mut key = Key::open(ctx.get_raw(), &args[1])?;
+        let (reply, write) = decide::run_one(&req, key.value()?, at).map_err(RedisError::String)?;
+        if let Some(w) = write {
+            key.store(&w.bytes, anchor_ms.saturating_add(w.ttl_ms))?;
+        }
+        match reply[..] {
+            [one] => reply_int(ctx.get_raw(), one),
+            _ => reply_ints(ctx.get_raw(), &reply),
+        }
+        return Ok(RedisValue::NoReply);
+    }
     let names: Vec<&RedisString> = (0..req.checks.len())
         .map(|i| &args[1 + i * decide::GROUP])
         .collect();
@@ -163,17 +194,12 @@ fn fg_decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         let key_bytes: Vec<&[u8]> = names.iter().map(|k| k.as_slice()).collect();
         decide::run(&req, &key_bytes, &stored, at).map_err(RedisError::String)?
     };
-    // expiries run from the server's clock (the caller's instant may be another)
-    let anchor_ms = clock.0 / 1_000_000;
     for w in &ran.writes {
         opened[key_of[w.check]]
             .1
             .store(&w.bytes, anchor_ms.saturating_add(w.ttl_ms))?;
     }
-    match ran.reply[..] {
-        [one] if req.mode == decide::Mode::One => reply_int(ctx.get_raw(), one),
-        _ => reply_ints(ctx.get_raw(), &ran.reply),
-    }
+    reply_ints(ctx.get_raw(), &ran.reply);
     Ok(RedisValue::NoReply)
 }
 

@@ -30,6 +30,7 @@ use floodgate_core::algorithms::{
 use floodgate_core::{Algorithm, AnyAlgorithm, Decision, Denial, Nanos, Rate};
 
 use crate::script_values::{decode, encode, gcra_lead, pack_tat};
+use crate::value::Bytes;
 
 /// Words per check.
 pub const GROUP: usize = 8;
@@ -83,9 +84,32 @@ pub struct Write {
     /// Index of the (first) check on that key.
     pub check: usize,
     /// The value, in the scripts' format.
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
     /// Milliseconds to live.
     pub ttl_ms: u64,
+}
+
+/// One check's reply: GCRA's one integer, or the other algorithms' seven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ints {
+    ints: [i64; 7],
+    len: usize,
+}
+
+impl Ints {
+    fn of(v: &[i64]) -> Ints {
+        let mut ints = [0; 7];
+        ints[..v.len()].copy_from_slice(v);
+        Ints { ints, len: v.len() }
+    }
+}
+
+impl std::ops::Deref for Ints {
+    type Target = [i64];
+
+    fn deref(&self) -> &[i64] {
+        &self.ints[..self.len]
+    }
 }
 
 /// What a call answers and writes.
@@ -222,8 +246,8 @@ fn int_of(v: u64) -> i64 {
 }
 
 /// The seven integers of the scripts' reply.
-fn seven(d: &Decision) -> Vec<i64> {
-    vec![
+fn seven(d: &Decision) -> Ints {
+    Ints::of(&[
         i64::from(d.allowed),
         int_of(d.limit),
         int_of(d.remaining),
@@ -235,11 +259,11 @@ fn seven(d: &Decision) -> Vec<i64> {
             Some(Denial::RateLimited) => 1,
             Some(Denial::CostExceedsLimit { .. }) => 2,
         },
-    ]
+    ])
 }
 
 /// A check's reply, whether it admitted, and its write (bytes, ttl in ms).
-type Decided = (Vec<i64>, bool, Option<(Vec<u8>, u64)>);
+type Decided = (Ints, bool, Option<(Bytes, u64)>);
 
 /// One check on the value `stored` at `(s, n)` with `cost`: its reply, whether it
 /// admitted, and the write (bytes, ttl in ms).
@@ -257,14 +281,14 @@ fn one(
             };
             let (d, pending) = g.decide(&GcraState { tat: Nanos(lead) }, Nanos(0), cost);
             if !d.allowed {
-                return Ok((vec![-1 - int_of(lead)], false, None));
+                return Ok((Ints::of(&[-1 - int_of(lead)]), false, None));
             }
             // the new TAT, relative to now; the scripts' expiry: floor(ttl / 1 ms) + 1
             let write = pending.map(|ttl| {
                 let ms = (ttl.0 / 1_000_000 + 1).saturating_add(check.pad_ms);
                 (pack_tat(s, n + ttl.0), ms)
             });
-            Ok((vec![int_of(lead)], true, write))
+            Ok((Ints::of(&[int_of(lead)]), true, write))
         }
         Alg::Other(alg) => {
             let now = Nanos(s * 1_000_000_000 + n);
@@ -283,6 +307,27 @@ fn one(
     }
 }
 
+/// A request of mode `one` on the value `stored` of its key at `now`: [`run`]'s reply
+/// and write, without allocating.
+pub fn run_one(
+    req: &Request,
+    stored: Option<&[u8]>,
+    now: (u64, u64),
+) -> Result<(Ints, Option<Write>), String> {
+    let [c] = &req.checks[..] else {
+        return Err("ERR mode one takes exactly one check".into());
+    };
+    let (reply, _, write) = one(c, stored, now, c.cost)?;
+    Ok((
+        reply,
+        write.map(|(bytes, ttl_ms)| Write {
+            check: 0,
+            bytes,
+            ttl_ms,
+        }),
+    ))
+}
+
 /// Decide `req` on its keys (`keys[i]` is check `i`'s, `stored[i]` its value) at `now`
 /// (seconds, nanoseconds), as the store's scripts do: in order, a key listed twice seeing
 /// the earlier check's charge; when one denies (or in mode `dry`) nothing is written, and
@@ -299,7 +344,16 @@ pub fn run(
         .enumerate()
         .map(|(i, k)| keys[..i].iter().position(|o| o == k).unwrap_or(i))
         .collect();
-    let mut current: Vec<Option<Vec<u8>>> = stored.iter().map(|s| s.map(<[u8]>::to_vec)).collect();
+    let mut current: Vec<Option<Bytes>> = stored
+        .iter()
+        .map(|s| {
+            s.map(|v| {
+                let mut b = Bytes::new();
+                b.extend_from_slice(v);
+                b
+            })
+        })
+        .collect();
     let mut ttl: Vec<Option<u64>> = vec![None; keys.len()];
     let mut replies = Vec::with_capacity(req.checks.len());
     let mut admitted = Vec::with_capacity(req.checks.len());
@@ -317,7 +371,7 @@ pub fn run(
     if req.mode == Mode::One {
         let writes = write_list(&current, &ttl);
         return Ok(Ran {
-            reply: replies.swap_remove(0),
+            reply: replies.swap_remove(0).to_vec(),
             writes,
         });
     }
@@ -336,12 +390,12 @@ pub fn run(
     let mut reply = vec![i64::from(all)];
     for r in replies {
         reply.push(r.len() as i64);
-        reply.extend(r);
+        reply.extend_from_slice(&r);
     }
     Ok(Ran { reply, writes })
 }
 
-fn write_list(current: &[Option<Vec<u8>>], ttl: &[Option<u64>]) -> Vec<Write> {
+fn write_list(current: &[Option<Bytes>], ttl: &[Option<u64>]) -> Vec<Write> {
     ttl.iter()
         .zip(current)
         .enumerate()
@@ -368,7 +422,15 @@ mod tests {
         let refs: Vec<&[u8]> = w.iter().map(Vec::as_slice).collect();
         let req = parse(&refs)?;
         let keys: Vec<&[u8]> = (0..req.checks.len()).map(|i| refs[i * GROUP]).collect();
-        run(&req, &keys, stored, req.now.unwrap_or((1_700_000_000, 0)))
+        let now = req.now.unwrap_or((1_700_000_000, 0));
+        let ran = run(&req, &keys, stored, now)?;
+        if req.mode == Mode::One {
+            // the command's path for one check: the same reply and write
+            let (reply, write) = run_one(&req, stored[0], now)?;
+            assert_eq!(*reply, *ran.reply);
+            assert_eq!(write.as_ref(), ran.writes.first());
+        }
+        Ok(ran)
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use floodgate_core::multi::decide_all;
 use floodgate_core::{Algorithm, AnyAlgorithm, AnyState, Kind, Nanos, Rate, Spec};
 
-use crate::value::{decode_any, encode_any, expire_at_ms};
+use crate::value::{Bytes, decode_any, encode_any, expire_at_ms};
 
 /// `FG.THROTTLE`'s usage line.
 pub const FG_THROTTLE_USAGE: &str =
@@ -33,26 +33,42 @@ pub struct Write {
     /// Index of the policy (and key) written.
     pub policy: usize,
     /// The value.
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
     /// `PXAT`.
     pub expire_at_ms: u64,
 }
 
-/// The outcome of a call: per policy the five integers of `CL.THROTTLE`'s shape, whether
-/// all admitted, and the writes (none when one denied).
+/// One policy's reply: `[limited, limit, remaining, retry_after_s, reset_after_s]`, and
+/// for a `leaky-queue` a sixth: the delay before forwarding, in ms rounded up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    ints: [i64; 6],
+    len: usize,
+}
+
+impl std::ops::Deref for Reply {
+    type Target = [i64];
+
+    fn deref(&self) -> &[i64] {
+        &self.ints[..self.len]
+    }
+}
+
+/// The outcome of a call: per policy its reply, whether all admitted, and the writes
+/// (none when one denied).
 #[derive(Debug)]
 pub struct Outcome {
     /// All policies admitted the request (and all were charged).
     pub allowed: bool,
-    /// `[limited, limit, remaining, retry_after_s, reset_after_s]` per policy, and for a
-    /// `leaky-queue` a sixth: the delay before forwarding, in ms rounded up.
-    pub replies: Vec<Vec<i64>>,
+    /// Each policy's reply.
+    pub replies: Vec<Reply>,
     /// The values to store.
     pub writes: Vec<Write>,
 }
 
-/// Parse one policy's words. Errors name the argument.
-pub fn parse_policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<Policy, String> {
+/// Build the algorithm `algorithm` (a config name) at `rate` (`100/min`). Errors name
+/// the argument.
+pub fn build_algorithm(algorithm: &str, rate: &str) -> Result<AnyAlgorithm, String> {
     let kind: Kind = algorithm
         .parse()
         .map_err(|e| format!("ERR algorithm: {e}"))?;
@@ -63,16 +79,118 @@ pub fn parse_policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<P
             rate.count()
         ));
     }
-    let algorithm = Spec::new(kind, rate)
+    Spec::new(kind, rate)
         .build()
-        .map_err(|e| format!("ERR {e}"))?;
-    let cost = match cost {
-        None => 1,
+        .map_err(|e| format!("ERR {e}"))
+}
+
+fn parse_cost(cost: Option<&str>) -> Result<u64, String> {
+    match cost {
+        None => Ok(1),
         Some(c) => c
             .parse::<u64>()
-            .map_err(|_| format!("ERR cost must be an integer from 0 to 2^64 - 1, got {c:?}"))?,
+            .map_err(|_| format!("ERR cost must be an integer from 0 to 2^64 - 1, got {c:?}")),
+    }
+}
+
+/// Parse one policy's words. Errors name the argument.
+pub fn parse_policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<Policy, String> {
+    Ok(Policy {
+        algorithm: build_algorithm(algorithm, rate)?,
+        cost: parse_cost(cost)?,
+    })
+}
+
+/// Algorithms built from their words, kept for the calls that name them again (an
+/// application has a few policies and calls them many times; building one parses the
+/// rate and checks the configuration). Holds the last [`PolicyCache::SIZE`] built;
+/// refusals are not kept.
+#[derive(Debug, Default)]
+pub struct PolicyCache {
+    entries: Vec<(String, String, AnyAlgorithm)>,
+    next: usize,
+}
+
+impl PolicyCache {
+    /// Algorithms kept.
+    pub const SIZE: usize = 16;
+
+    /// An empty cache.
+    pub const fn new() -> PolicyCache {
+        PolicyCache {
+            entries: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// [`parse_policy`], the algorithm taken from the cache when built before.
+    pub fn policy(
+        &mut self,
+        algorithm: &str,
+        rate: &str,
+        cost: Option<&str>,
+    ) -> Result<Policy, String> {
+        let found = self
+            .entries
+            .iter()
+            .find(|(a, r, _)| a == algorithm && r == rate)
+            .map(|(_, _, alg)| alg.clone());
+        let algorithm = match found {
+            Some(alg) => alg,
+            None => {
+                let alg = build_algorithm(algorithm, rate)?;
+                let entry = (algorithm.to_string(), rate.to_string(), alg.clone());
+                if self.entries.len() < Self::SIZE {
+                    self.entries.push(entry);
+                } else {
+                    self.entries[self.next] = entry;
+                    self.next = (self.next + 1) % Self::SIZE;
+                }
+                alg
+            }
+        };
+        Ok(Policy {
+            algorithm,
+            cost: parse_cost(cost)?,
+        })
+    }
+}
+
+/// One policy on the key holding `stored` (`None`: no key) at `now`: its reply and its
+/// write (as [`decide`] with one policy, without allocating). `Err`: a key holding a value
+/// that is not the module's.
+pub fn decide_one(
+    p: &Policy,
+    stored: Option<&[u8]>,
+    now: Nanos,
+) -> Result<(Reply, Option<Write>), String> {
+    let mut state = decode_any(stored).map_err(|e| format!("WRONGTYPE key 1: {e}"))?;
+    let (d, pending) = p.algorithm.decide(&state, now, p.cost);
+    let write = match pending {
+        Some(pending) if d.allowed => write(0, p, &mut state, pending, now),
+        _ => None,
     };
-    Ok(Policy { algorithm, cost })
+    Ok((reply(p, &d), write))
+}
+
+fn write(
+    i: usize,
+    p: &Policy,
+    state: &mut AnyState,
+    pending: <AnyAlgorithm as Algorithm>::Pending,
+    now: Nanos,
+) -> Option<Write> {
+    p.algorithm.apply(state, pending);
+    let bytes = encode_any(state)?;
+    let full = p
+        .algorithm
+        .full_at(state)
+        .max(Nanos(now.0.saturating_add(1)));
+    Some(Write {
+        policy: i,
+        bytes,
+        expire_at_ms: expire_at_ms(full),
+    })
 }
 
 /// Decide `policies` on the keys holding `stored` (same order; `None`: no key) at `now`,
@@ -93,21 +211,11 @@ pub fn decide(
         .map(|(p, s)| (&p.algorithm, s, p.cost))
         .collect();
     let (multi, pendings) = decide_all(&checks, now);
-    let mut writes = Vec::new();
+    drop(checks);
+    let mut writes = Vec::with_capacity(policies.len());
     for (i, ((p, mut state), pending)) in policies.iter().zip(states).zip(pendings).enumerate() {
         let Some(pending) = pending else { continue };
-        p.algorithm.apply(&mut state, pending);
-        if let Some(bytes) = encode_any(&state) {
-            let full = p
-                .algorithm
-                .full_at(&state)
-                .max(Nanos(now.0.saturating_add(1)));
-            writes.push(Write {
-                policy: i,
-                bytes,
-                expire_at_ms: expire_at_ms(full),
-            });
-        }
+        writes.extend(write(i, p, &mut state, pending, now));
     }
     Ok(Outcome {
         allowed: multi.allowed,
@@ -121,11 +229,16 @@ pub fn decide(
 }
 
 /// A decision's integers: `CL.THROTTLE`'s five, and a queue's delay in ms.
-fn reply(p: &Policy, d: &floodgate_core::Decision) -> Vec<i64> {
-    let mut r = d.throttle_reply().to_vec();
+fn reply(p: &Policy, d: &floodgate_core::Decision) -> Reply {
+    let mut r = Reply {
+        ints: [0; 6],
+        len: 5,
+    };
+    r.ints[..5].copy_from_slice(&d.throttle_reply());
     if p.algorithm.kind() == Kind::LeakyQueue {
         let ms = d.delay.as_nanos().div_ceil(1_000_000);
-        r.push(i64::try_from(ms).unwrap_or(i64::MAX));
+        r.ints[5] = i64::try_from(ms).unwrap_or(i64::MAX);
+        r.len = 6;
     }
     r
 }
@@ -152,6 +265,9 @@ mod tests {
             let mut admitted = 0;
             for _ in 0..3 {
                 let o = decide(&p, &[stored.as_deref()], NOW).unwrap();
+                // one policy alone: the same reply and write
+                let (r, w) = decide_one(&p[0], stored.as_deref(), NOW).unwrap();
+                assert_eq!((r, w.as_ref()), (o.replies[0], o.writes.first()), "{alg}");
                 if o.allowed {
                     admitted += 1;
                     let w = o
@@ -160,7 +276,7 @@ mod tests {
                         .next()
                         .expect("an admitted request writes");
                     assert!(w.expire_at_ms > NOW.0 / 1_000_000, "{alg}");
-                    stored = Some(w.bytes);
+                    stored = Some(w.bytes.to_vec());
                 } else {
                     assert!(o.writes.is_empty());
                 }
@@ -170,13 +286,30 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_builds_each_policy_once_and_refuses_as_parse_policy() {
+        let mut cache = PolicyCache::new();
+        for i in 0..40 {
+            let rate = format!("{}/min", 1 + i % 20);
+            let p = cache.policy("gcra", &rate, Some("2")).unwrap();
+            let q = parse_policy("gcra", &rate, Some("2")).unwrap();
+            assert_eq!((p.algorithm, p.cost), (q.algorithm, q.cost));
+        }
+        assert_eq!(cache.entries.len(), PolicyCache::SIZE);
+        assert_eq!(
+            cache.policy("nope", "1/s", None).unwrap_err(),
+            parse_policy("nope", "1/s", None).unwrap_err()
+        );
+        assert!(cache.policy("gcra", "1/s", Some("x")).is_err());
+    }
+
+    #[test]
     fn a_queue_replies_its_delay() {
         // 2 per minute, burst 1 (capacity 2), delay=0: the second waits 30 s
         let p = [parse_policy("leaky-queue", "2/min", None).unwrap()];
         let o = decide(&p, &[None], NOW).unwrap();
-        assert_eq!(o.replies[0], [0, 2, 1, -1, 30, 0]);
+        assert_eq!(*o.replies[0], [0, 2, 1, -1, 30, 0]);
         let o = decide(&p, &[Some(&o.writes[0].bytes)], NOW).unwrap();
-        assert_eq!(o.replies[0], [0, 2, 0, -1, 60, 30_000]);
+        assert_eq!(*o.replies[0], [0, 2, 0, -1, 60, 30_000]);
     }
 
     #[test]
@@ -188,7 +321,7 @@ mod tests {
         let o = decide(&p, &[None, None], NOW).unwrap();
         assert!(o.allowed);
         assert_eq!(o.writes.len(), 2);
-        let stored: Vec<Vec<u8>> = o.writes.into_iter().map(|w| w.bytes).collect();
+        let stored: Vec<Vec<u8>> = o.writes.into_iter().map(|w| w.bytes.to_vec()).collect();
         let o = decide(&p, &[Some(&stored[0]), Some(&stored[1])], NOW).unwrap();
         assert!(!o.allowed);
         assert!(o.writes.is_empty(), "nothing charged when one denies");

@@ -13,6 +13,8 @@ use floodgate_core::algorithms::{
 };
 use floodgate_core::{AnyState, Kind, Nanos};
 
+use crate::value::Bytes;
+
 const E9: u64 = 1_000_000_000;
 
 fn bad(v: &[u8], what: &str) -> String {
@@ -22,17 +24,31 @@ fn bad(v: &[u8], what: &str) -> String {
     )
 }
 
-/// The decimal integers of a value, separated by single spaces.
-fn numbers(v: &[u8], what: &str) -> Result<Vec<u64>, String> {
-    let text = std::str::from_utf8(v).map_err(|_| bad(v, what))?;
-    text.split(' ')
-        .map(|w| {
-            if w.is_empty() || !w.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad(v, what));
-            }
-            w.parse().map_err(|_| bad(v, what))
-        })
-        .collect()
+/// The decimal integers of a value, separated by single spaces, one by one.
+fn numbers<'a>(v: &'a [u8], what: &'a str) -> impl Iterator<Item = Result<u64, String>> + 'a {
+    v.split(|&b| b == b' ').map(move |w| {
+        if w.is_empty() || !w.iter().all(u8::is_ascii_digit) {
+            return Err(bad(v, what));
+        }
+        // digits only: UTF-8; too many of them: not a u64
+        std::str::from_utf8(w)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| bad(v, what))
+    })
+}
+
+/// Exactly `N` integers.
+fn fields<const N: usize>(v: &[u8], what: &str) -> Result<[u64; N], String> {
+    let mut out = [0u64; N];
+    let mut it = numbers(v, what);
+    for slot in &mut out {
+        *slot = it.next().ok_or_else(|| bad(v, what))??;
+    }
+    match it.next() {
+        None => Ok(out),
+        Some(_) => Err(bad(v, what)),
+    }
 }
 
 /// The state of algorithm `kind` in `stored` (`None`: a key never seen).
@@ -41,61 +57,83 @@ pub fn decode(kind: Kind, stored: Option<&[u8]>) -> Result<AnyState, String> {
         return Ok(AnyState::Empty);
     };
     let what = kind.name();
-    let f = numbers(v, what)?;
-    Ok(match (kind, f.as_slice()) {
-        (Kind::FixedWindow, &[window, count]) => {
+    Ok(match kind {
+        Kind::FixedWindow => {
+            let [window, count] = fields(v, what)?;
             AnyState::FixedWindow(FixedWindowState { window, count })
         }
-        (Kind::SlidingCounter, &[window, current, previous]) => {
+        Kind::SlidingCounter => {
+            let [window, current, previous] = fields(v, what)?;
             AnyState::SlidingCounter(SlidingCounterState {
                 window,
                 current,
                 previous,
             })
         }
-        (Kind::TokenBucket, &[deficit, last]) => AnyState::TokenBucket(TokenBucketState {
-            deficit,
-            last: Nanos(last),
-        }),
-        (Kind::LeakyMeter | Kind::LeakyQueue, &[level, last]) => AnyState::Leaky(LeakyState {
-            level,
-            last: Nanos(last),
-        }),
-        (Kind::SlidingLog, [_total, pairs @ ..]) if pairs.len() % 2 == 0 => AnyState::SlidingLog(
-            SlidingLogState::from_entries(pairs.chunks_exact(2).map(|p| (Nanos(p[0]), p[1]))),
-        ),
+        Kind::TokenBucket => {
+            let [deficit, last] = fields(v, what)?;
+            AnyState::TokenBucket(TokenBucketState {
+                deficit,
+                last: Nanos(last),
+            })
+        }
+        Kind::LeakyMeter | Kind::LeakyQueue => {
+            let [level, last] = fields(v, what)?;
+            AnyState::Leaky(LeakyState {
+                level,
+                last: Nanos(last),
+            })
+        }
+        Kind::SlidingLog => {
+            let f = numbers(v, what).collect::<Result<Vec<u64>, String>>()?;
+            match f.as_slice() {
+                [_total, pairs @ ..] if pairs.len() % 2 == 0 => {
+                    AnyState::SlidingLog(SlidingLogState::from_entries(
+                        pairs.chunks_exact(2).map(|p| (Nanos(p[0]), p[1])),
+                    ))
+                }
+                _ => return Err(bad(v, what)),
+            }
+        }
         _ => return Err(bad(v, what)),
     })
 }
 
 /// The scripts' text of a state (`AnyState::Empty` and GCRA: none; GCRA's value is
 /// [`pack_tat`]).
-pub fn encode(state: &AnyState) -> Vec<u8> {
-    let f: Vec<u64> = match state {
-        AnyState::FixedWindow(s) => vec![s.window, s.count],
-        AnyState::SlidingCounter(s) => vec![s.window, s.current, s.previous],
-        AnyState::TokenBucket(s) => vec![s.deficit, s.last.0],
-        AnyState::Leaky(s) => vec![s.level, s.last.0],
-        AnyState::SlidingLog(s) => {
-            let mut f: Vec<u64> = vec![0];
-            for (t, c) in s.entries() {
-                f[0] = f[0].saturating_add(c);
-                f.extend([t.0, c]);
+pub fn encode(state: &AnyState) -> Bytes {
+    let mut b = Bytes::new();
+    let mut put = |fields: &[u64]| {
+        for (i, &f) in fields.iter().enumerate() {
+            if i > 0 {
+                b.extend_from_slice(b" ");
             }
-            f
+            b.push_decimal(f);
         }
-        AnyState::Empty | AnyState::Gcra(_) => Vec::new(),
     };
-    f.iter()
-        .map(u64::to_string)
-        .collect::<Vec<_>>()
-        .join(" ")
-        .into_bytes()
+    match state {
+        AnyState::FixedWindow(s) => put(&[s.window, s.count]),
+        AnyState::SlidingCounter(s) => put(&[s.window, s.current, s.previous]),
+        AnyState::TokenBucket(s) => put(&[s.deficit, s.last.0]),
+        AnyState::Leaky(s) => put(&[s.level, s.last.0]),
+        AnyState::SlidingLog(s) => {
+            let total = s.entries().fold(0u64, |t, (_, c)| t.saturating_add(c));
+            put(&[total]);
+            for (t, c) in s.entries() {
+                b.extend_from_slice(b" ");
+                b.push_decimal(t.0);
+                b.extend_from_slice(b" ");
+                b.push_decimal(c);
+            }
+        }
+        AnyState::Empty | AnyState::Gcra(_) => {}
+    }
+    b
 }
 
 /// GCRA's value: struct `>I5I7` of (`s`, `n`), the TAT being `s x 10^9 + n`.
-pub fn pack_tat(s: u64, n: u64) -> Vec<u8> {
-    let mut v = Vec::with_capacity(12);
+pub fn pack_tat(s: u64, n: u64) -> Bytes {
+    let mut v = Bytes::new();
     v.extend_from_slice(&s.to_be_bytes()[3..]);
     v.extend_from_slice(&n.to_be_bytes()[1..]);
     v
@@ -113,9 +151,7 @@ pub fn gcra_lead(v: &[u8], s: u64, n: u64) -> Result<u64, String> {
         lo[1..].copy_from_slice(&arr[5..]);
         (u64::from_be_bytes(hi), u64::from_be_bytes(lo))
     } else {
-        let [d] = numbers(v, "gcra")?[..] else {
-            return Err(bad(v, "gcra"));
-        };
+        let [d] = fields(v, "gcra")?;
         (d / E9, d % E9)
     };
     let ds = ts as i128 - s as i128;
@@ -143,7 +179,7 @@ mod tests {
             (Kind::SlidingLog, b"5 100 2 200 3"),
         ] {
             let s = decode(kind, Some(text)).unwrap();
-            assert_eq!(encode(&s), text, "{kind}");
+            assert_eq!(*encode(&s), *text, "{kind}");
         }
         assert_eq!(decode(Kind::Gcra, None), Ok(AnyState::Empty));
         for junk in [&b""[..], b"1", b"1  2", b"-1 2", b"1 2 3 4", b"a b"] {

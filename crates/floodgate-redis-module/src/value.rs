@@ -14,6 +14,101 @@ use floodgate_core::algorithms::{
 };
 use floodgate_core::{AnyState, Nanos};
 
+/// A value to store: up to [`Bytes::INLINE`] bytes in place (every state but a long
+/// sliding log's), more on the heap, so that a call writes without allocating.
+#[derive(Clone)]
+pub struct Bytes {
+    inline: [u8; Bytes::INLINE],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl Bytes {
+    /// Bytes held without allocating.
+    pub const INLINE: usize = 64;
+
+    /// No bytes.
+    pub const fn new() -> Bytes {
+        Bytes {
+            inline: [0; Bytes::INLINE],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+
+    /// Append `b`.
+    pub fn extend_from_slice(&mut self, b: &[u8]) {
+        if self.heap.is_empty() && self.len + b.len() <= Bytes::INLINE {
+            self.inline[self.len..self.len + b.len()].copy_from_slice(b);
+            self.len += b.len();
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.inline[..self.len]);
+            }
+            self.heap.extend_from_slice(b);
+        }
+    }
+
+    /// Append `n` in decimal.
+    pub fn push_decimal(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.extend_from_slice(&digits[at..]);
+    }
+}
+
+impl Default for Bytes {
+    fn default() -> Bytes {
+        Bytes::new()
+    }
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Bytes) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Bytes {}
+
+impl PartialEq<[u8]> for Bytes {
+    fn eq(&self, other: &[u8]) -> bool {
+        **self == *other
+    }
+}
+
+impl<const N: usize> PartialEq<&[u8; N]> for Bytes {
+    fn eq(&self, other: &&[u8; N]) -> bool {
+        **self == other[..]
+    }
+}
+
 /// The first byte of a `CL.THROTTLE` value (a GCRA TAT follows).
 pub const GCRA_TAG: u8 = 1;
 /// Length of a `CL.THROTTLE` value in bytes.
@@ -70,26 +165,32 @@ pub fn encode_gcra(state: &GcraState) -> [u8; GCRA_LEN] {
 }
 
 /// The bytes of any state the module stores (`None`: a key never seen).
-pub fn encode_any(state: &AnyState) -> Option<Vec<u8>> {
-    let log: Vec<u64>;
-    let (tag, fields): (u8, &[u64]) = match state {
-        AnyState::Gcra(s) => return Some(encode_gcra(s).to_vec()),
-        AnyState::FixedWindow(s) => (FIXED_WINDOW_TAG, &[s.window, s.count]),
-        AnyState::SlidingCounter(s) => (SLIDING_COUNTER_TAG, &[s.window, s.current, s.previous]),
-        AnyState::TokenBucket(s) => (TOKEN_BUCKET_TAG, &[s.deficit, s.last.0]),
-        AnyState::Leaky(s) => (LEAKY_TAG, &[s.level, s.last.0]),
+pub fn encode_any(state: &AnyState) -> Option<Bytes> {
+    let mut v = Bytes::new();
+    let mut put = |tag: u8, fields: &[u64]| {
+        v.extend_from_slice(&[tag]);
+        fields
+            .iter()
+            .for_each(|f| v.extend_from_slice(&f.to_le_bytes()));
+    };
+    match state {
+        AnyState::Gcra(s) => v.extend_from_slice(&encode_gcra(s)),
+        AnyState::FixedWindow(s) => put(FIXED_WINDOW_TAG, &[s.window, s.count]),
+        AnyState::SlidingCounter(s) => put(SLIDING_COUNTER_TAG, &[s.window, s.current, s.previous]),
+        AnyState::TokenBucket(s) => put(TOKEN_BUCKET_TAG, &[s.deficit, s.last.0]),
+        AnyState::Leaky(s) => put(LEAKY_TAG, &[s.level, s.last.0]),
         AnyState::SlidingLog(s) => {
-            log = s.entries().flat_map(|(t, c)| [t.0, c]).collect();
-            (SLIDING_LOG_TAG, &log)
+            put(SLIDING_LOG_TAG, &[]);
+            s.entries().for_each(|(t, c)| put_pair(&mut v, t.0, c));
         }
         AnyState::Empty => return None,
-    };
-    let mut v = Vec::with_capacity(1 + 8 * fields.len());
-    v.push(tag);
-    fields
-        .iter()
-        .for_each(|f| v.extend_from_slice(&f.to_le_bytes()));
+    }
     Some(v)
+}
+
+fn put_pair(v: &mut Bytes, a: u64, b: u64) {
+    v.extend_from_slice(&a.to_le_bytes());
+    v.extend_from_slice(&b.to_le_bytes());
 }
 
 /// The state in `stored`, whatever algorithm wrote it (`None`: no key). A state of another
@@ -104,33 +205,38 @@ pub fn decode_any(stored: Option<&[u8]>) -> Result<AnyState, NotOurs> {
     if rest.len() % 8 != 0 {
         return Err(bad());
     }
-    let f: Vec<u64> = rest
+    let mut f = rest
         .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
-        .collect();
-    Ok(match (tag, f.as_slice()) {
-        (GCRA_TAG, &[tat]) => AnyState::Gcra(GcraState { tat: Nanos(tat) }),
-        (FIXED_WINDOW_TAG, &[window, count]) => {
-            AnyState::FixedWindow(FixedWindowState { window, count })
-        }
-        (SLIDING_COUNTER_TAG, &[window, current, previous]) => {
-            AnyState::SlidingCounter(SlidingCounterState {
-                window,
-                current,
-                previous,
-            })
-        }
-        (TOKEN_BUCKET_TAG, &[deficit, last]) => AnyState::TokenBucket(TokenBucketState {
-            deficit,
-            last: Nanos(last),
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+    let mut field = || f.next().unwrap_or(0);
+    let n = rest.len() / 8;
+    Ok(match (tag, n) {
+        (GCRA_TAG, 1) => AnyState::Gcra(GcraState {
+            tat: Nanos(field()),
         }),
-        (LEAKY_TAG, &[level, last]) => AnyState::Leaky(LeakyState {
-            level,
-            last: Nanos(last),
+        (FIXED_WINDOW_TAG, 2) => AnyState::FixedWindow(FixedWindowState {
+            window: field(),
+            count: field(),
         }),
-        (SLIDING_LOG_TAG, pairs) if pairs.len() % 2 == 0 => AnyState::SlidingLog(
-            SlidingLogState::from_entries(pairs.chunks_exact(2).map(|p| (Nanos(p[0]), p[1]))),
-        ),
+        (SLIDING_COUNTER_TAG, 3) => AnyState::SlidingCounter(SlidingCounterState {
+            window: field(),
+            current: field(),
+            previous: field(),
+        }),
+        (TOKEN_BUCKET_TAG, 2) => AnyState::TokenBucket(TokenBucketState {
+            deficit: field(),
+            last: Nanos(field()),
+        }),
+        (LEAKY_TAG, 2) => AnyState::Leaky(LeakyState {
+            level: field(),
+            last: Nanos(field()),
+        }),
+        (SLIDING_LOG_TAG, n) if n % 2 == 0 => AnyState::SlidingLog(SlidingLogState::from_entries(
+            rest.chunks_exact(16).map(|p| {
+                let at = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().unwrap_or_default());
+                (Nanos(at(0)), at(8))
+            }),
+        )),
         _ => return Err(bad()),
     })
 }
@@ -164,6 +270,19 @@ mod tests {
     }
 
     #[test]
+    fn bytes_spill_to_the_heap_and_write_decimals() {
+        let mut b = Bytes::new();
+        b.push_decimal(0);
+        b.extend_from_slice(b" ");
+        b.push_decimal(u64::MAX);
+        assert_eq!(b, b"0 18446744073709551615");
+        let long: Vec<u8> = (0..200u8).collect();
+        b.extend_from_slice(&long);
+        assert_eq!(b.len(), 22 + 200);
+        assert_eq!(b[22..], long[..]);
+    }
+
+    #[test]
     fn every_stored_state_round_trips() {
         let states = [
             AnyState::Gcra(GcraState { tat: Nanos(7) }),
@@ -189,7 +308,10 @@ mod tests {
                 (Nanos(11), 3),
             ])),
         ];
-        for s in states {
+        let long_log = AnyState::SlidingLog(SlidingLogState::from_entries(
+            (1..=10).map(|i| (Nanos(i), i)),
+        ));
+        for s in states.into_iter().chain([long_log]) {
             let b = encode_any(&s).unwrap();
             assert_eq!(decode_any(Some(&b)), Ok(s));
         }
