@@ -116,8 +116,8 @@ fn fg_multi(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     {
         return Err(usage());
     }
-    let mut keys: Vec<&RedisString> = Vec::with_capacity(n);
-    let mut policies = Vec::with_capacity(n);
+    let mut keys: fg::Few<&RedisString> = fg::Few::with_capacity(n);
+    let mut policies: fg::Few<fg::Policy> = fg::Few::with_capacity(n);
     for g in 0..n {
         let at = 2 + 4 * g;
         let key = &args[at + 1];
@@ -129,7 +129,7 @@ fn fg_multi(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
         keys.push(key);
         policies.push(
-            fg::parse_policy(
+            policy(
                 &text(&args[at]),
                 &text(&args[at + 2]),
                 Some(&text(&args[at + 3])),

@@ -6,6 +6,7 @@
 
 use floodgate_core::multi::decide_all;
 use floodgate_core::{Algorithm, AnyAlgorithm, AnyState, Kind, Nanos, Rate, Spec};
+use smallvec::SmallVec;
 
 use crate::value::{Bytes, decode_any, encode_any, expire_at_ms};
 
@@ -54,6 +55,9 @@ impl std::ops::Deref for Reply {
     }
 }
 
+/// One item per policy of a call: up to 4 in place.
+pub type Few<T> = SmallVec<[T; 4]>;
+
 /// The outcome of a call: per policy its reply, whether all admitted, and the writes
 /// (none when one denied).
 #[derive(Debug)]
@@ -61,9 +65,9 @@ pub struct Outcome {
     /// All policies admitted the request (and all were charged).
     pub allowed: bool,
     /// Each policy's reply.
-    pub replies: Vec<Reply>,
+    pub replies: Few<Reply>,
     /// The values to store.
-    pub writes: Vec<Write>,
+    pub writes: Few<Write>,
 }
 
 /// Build the algorithm `algorithm` (a config name) at `rate` (`100/min`). Errors name
@@ -201,18 +205,18 @@ pub fn decide(
     stored: &[Option<&[u8]>],
     now: Nanos,
 ) -> Result<Outcome, String> {
-    let mut states: Vec<AnyState> = Vec::with_capacity(stored.len());
+    let mut states: Few<AnyState> = SmallVec::with_capacity(stored.len());
     for (i, s) in stored.iter().enumerate() {
         states.push(decode_any(*s).map_err(|e| format!("WRONGTYPE key {}: {e}", i + 1))?);
     }
-    let checks: Vec<(&AnyAlgorithm, &AnyState, u64)> = policies
+    let checks: Few<(&AnyAlgorithm, &AnyState, u64)> = policies
         .iter()
         .zip(&states)
         .map(|(p, s)| (&p.algorithm, s, p.cost))
         .collect();
     let (multi, pendings) = decide_all(&checks, now);
     drop(checks);
-    let mut writes = Vec::with_capacity(policies.len());
+    let mut writes = Few::new();
     for (i, ((p, mut state), pending)) in policies.iter().zip(states).zip(pendings).enumerate() {
         let Some(pending) = pending else { continue };
         writes.extend(write(i, p, &mut state, pending, now));

@@ -555,3 +555,60 @@ fn an_aof_replay_without_the_module_reaches_the_same_bytes_and_expiries() {
         assert_eq!(pexpiretime(&mut c, key), expiry, "{key}: the same expiry");
     }
 }
+
+/// A write acts on the key as `SET` does: a `WATCH` on it is broken and the `set` and
+/// `expire` keyspace events are sent; a call that writes nothing (denied) does neither.
+#[test]
+fn a_write_breaks_a_watch_and_notifies_as_set_and_a_denial_does_neither() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_redis, port) = start_redis(Some(&module_path()), dir.path(), &[]);
+    let mut c = connect(port);
+    let mut other = connect(port);
+    raw(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KEg$"]).unwrap();
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut sub_conn = client.get_connection().unwrap();
+    sub_conn
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut sub = sub_conn.as_pubsub();
+    sub.psubscribe("__keyevent@0__:*").unwrap();
+    // WATCH k, another client's call on k, then EXEC: nil when the call wrote k
+    let watched_exec = |c: &mut Connection, other: &mut Connection, call: &[&str]| {
+        raw(c, &["WATCH", "k"]).unwrap();
+        raw(other, call).unwrap();
+        raw(c, &["MULTI"]).unwrap();
+        raw(c, &["PING"]).unwrap();
+        raw(c, &["EXEC"]).unwrap()
+    };
+    // limit 1 per hour: the first call admits (writes), the second is denied
+    let call = ["FG.THROTTLE", "fixed-window", "k", "1/h"];
+    assert_eq!(
+        watched_exec(&mut c, &mut other, &call),
+        Value::Nil,
+        "a write"
+    );
+    let mut events = Vec::new();
+    for _ in 0..2 {
+        let m = sub.get_message().unwrap();
+        events.push((
+            m.get_channel_name().to_string(),
+            m.get_payload::<String>().unwrap(),
+        ));
+    }
+    assert_eq!(
+        events,
+        [
+            ("__keyevent@0__:set".to_string(), "k".to_string()),
+            ("__keyevent@0__:expire".to_string(), "k".to_string()),
+        ]
+    );
+    assert_ne!(
+        watched_exec(&mut c, &mut other, &call),
+        Value::Nil,
+        "a denial writes nothing"
+    );
+    // nothing more was notified: the next event is the next write's
+    raw(&mut other, &["SET", "marker", "1"]).unwrap();
+    let m = sub.get_message().unwrap();
+    assert_eq!(m.get_payload::<String>().unwrap(), "marker");
+}
