@@ -117,8 +117,9 @@ pub fn encode(state: &AnyState) -> Bytes {
         AnyState::TokenBucket(s) => put(&[s.deficit, s.last.0]),
         AnyState::Leaky(s) => put(&[s.level, s.last.0]),
         AnyState::SlidingLog(s) => {
-            let total = s.entries().fold(0u64, |t, (_, c)| t.saturating_add(c));
-            put(&[total]);
+            // at most 20 digits and a space per number
+            b.reserve(21 * (1 + 2 * s.entries().count()));
+            b.push_decimal(s.entries().fold(0u64, |t, (_, c)| t.saturating_add(c)));
             for (t, c) in s.entries() {
                 b.extend_from_slice(b" ");
                 b.push_decimal(t.0);

@@ -36,13 +36,28 @@ impl Bytes {
         }
     }
 
+    /// Make room for `additional` more bytes at once (a long value is then allocated once,
+    /// not grown step by step).
+    pub fn reserve(&mut self, additional: usize) {
+        let total = self.len() + additional;
+        if total > Bytes::INLINE {
+            if self.heap.capacity() == 0 {
+                let mut heap = Vec::with_capacity(total);
+                heap.extend_from_slice(&self.inline[..self.len]);
+                self.heap = heap;
+            } else {
+                self.heap.reserve(additional);
+            }
+        }
+    }
+
     /// Append `b`.
     pub fn extend_from_slice(&mut self, b: &[u8]) {
-        if self.heap.is_empty() && self.len + b.len() <= Bytes::INLINE {
+        if self.heap.capacity() == 0 && self.len + b.len() <= Bytes::INLINE {
             self.inline[self.len..self.len + b.len()].copy_from_slice(b);
             self.len += b.len();
         } else {
-            if self.heap.is_empty() {
+            if self.heap.capacity() == 0 {
                 self.heap.extend_from_slice(&self.inline[..self.len]);
             }
             self.heap.extend_from_slice(b);
@@ -75,7 +90,7 @@ impl std::ops::Deref for Bytes {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        if self.heap.is_empty() {
+        if self.heap.capacity() == 0 {
             &self.inline[..self.len]
         } else {
             &self.heap
@@ -180,7 +195,8 @@ pub fn encode_any(state: &AnyState) -> Option<Bytes> {
         AnyState::TokenBucket(s) => put(TOKEN_BUCKET_TAG, &[s.deficit, s.last.0]),
         AnyState::Leaky(s) => put(LEAKY_TAG, &[s.level, s.last.0]),
         AnyState::SlidingLog(s) => {
-            put(SLIDING_LOG_TAG, &[]);
+            v.reserve(1 + 16 * s.entries().count());
+            v.extend_from_slice(&[SLIDING_LOG_TAG]);
             s.entries().for_each(|(t, c)| put_pair(&mut v, t.0, c));
         }
         AnyState::Empty => return None,
