@@ -4,13 +4,16 @@
 #![allow(unsafe_code)]
 
 use std::borrow::Cow;
+use std::ffi::{CStr, c_int};
+use std::mem::ManuallyDrop;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use floodgate_core::Nanos;
 
 use crate::keys::{Key, reply_array, reply_int, reply_ints};
 use crate::{decide, fg};
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, Status};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, Status, raw};
+use smallvec::SmallVec;
 
 /// The primary's clock, read once per command: nanoseconds since the Unix epoch
 /// (`CLOCK_REALTIME`, the clock Redis `TIME` reads). Replicas never read it: the module
@@ -29,7 +32,7 @@ fn text(a: &RedisString) -> Cow<'_, str> {
 }
 
 /// `CL.THROTTLE key max_burst count period [quantity]`.
-fn cl_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn cl_throttle(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if !(5..=6).contains(&args.len()) {
         return Err(RedisError::String(format!(
             "ERR {}",
@@ -71,7 +74,7 @@ fn run_policies(
 }
 
 /// `FG.THROTTLE algorithm key rate [cost]`.
-fn fg_throttle(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn fg_throttle(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if !(4..=5).contains(&args.len()) {
         return Err(RedisError::String(format!("ERR {}", fg::FG_THROTTLE_USAGE)));
     }
@@ -101,7 +104,7 @@ fn policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<fg::Policy,
 
 /// `FG.MULTI n (algorithm key rate cost) x n`: all-or-nothing. The reply: `limited` (0/1)
 /// for the whole request, then each policy's five integers.
-fn fg_multi(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn fg_multi(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let usage = || RedisError::String(format!("ERR {}", fg::FG_MULTI_USAGE));
     let n: usize = args
         .get(1)
@@ -148,7 +151,7 @@ fn fg_multi(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `FG.DECIDE`: the store's scripts' calls, answered by the module (see [`decide`]).
-fn fg_decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn fg_decide(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let words: Vec<&[u8]> = args[1..].iter().map(RedisString::as_slice).collect();
     let req = decide::parse(&words).map_err(RedisError::String)?;
     let clock = now();
@@ -207,7 +210,7 @@ fn fg_decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// signalling of modified keys (done when a key is written, not whenever one is opened
 /// for writing).
 fn init(_ctx: &Context, _args: &[RedisString]) -> Status {
-    if !crate::keys::load_api() {
+    if !crate::keys::load_api() || create_commands(_ctx.get_raw()) == Status::Err {
         return Status::Err;
     }
     // SAFETY: called once, at load, with the module's context
@@ -222,18 +225,105 @@ fn init(_ctx: &Context, _args: &[RedisString]) -> Status {
     Status::Ok
 }
 
+/// A command's handler: the arguments (the command's name first) borrowed.
+type Handler = fn(&Context, &[RedisString]) -> RedisResult;
+
+/// Run `handler` on the command's arguments, borrowed from Redis for the call: neither
+/// retained and released one by one nor collected into a vector on the heap, as
+/// redis-module's own entry points do (up to 16 arguments in place).
+fn dispatch(ctx: *mut raw::RedisModuleCtx, argv: *mut Arg, argc: c_int, handler: Handler) -> c_int {
+    let context = Context::new(ctx);
+    let n = usize::try_from(argc).unwrap_or(0);
+    let ptrs: &[Arg] = if argv.is_null() || n == 0 {
+        &[]
+    } else {
+        // SAFETY: Redis passes `argc` valid argument strings at `argv` for the call
+        unsafe { std::slice::from_raw_parts(argv, n) }
+    };
+    let held: SmallVec<[ManuallyDrop<RedisString>; 16]> = ptrs
+        .iter()
+        .map(|&p| ManuallyDrop::new(RedisString::from_redis_module_string(ctx, p)))
+        .collect();
+    // SAFETY: `ManuallyDrop<T>` has the layout of `T`; the strings are Redis's, valid for
+    // the call, and never freed here (not dropped)
+    let args: &[RedisString] =
+        unsafe { std::slice::from_raw_parts(held.as_ptr().cast::<RedisString>(), held.len()) };
+    context.reply(handler(&context, args)) as c_int
+}
+
+type Arg = *mut raw::RedisModuleString;
+
+macro_rules! entry {
+    ($($entry:ident => $handler:ident),* $(,)?) => {$(
+        extern "C" fn $entry(ctx: *mut raw::RedisModuleCtx, argv: *mut Arg, argc: c_int) -> c_int {
+            dispatch(ctx, argv, argc, $handler)
+        }
+    )*};
+}
+
+entry! {
+    cl_throttle_entry => cl_throttle,
+    fg_throttle_entry => fg_throttle,
+    fg_multi_entry => fg_multi,
+    fg_decide_entry => fg_decide,
+}
+
+type Entry = extern "C" fn(*mut raw::RedisModuleCtx, *mut Arg, c_int) -> c_int;
+
+/// The commands: name, entry point, flags, first key, last key, key step.
+const COMMANDS: [(&CStr, Entry, &CStr, c_int, c_int, c_int); 4] = [
+    (
+        c"cl.throttle",
+        cl_throttle_entry,
+        c"write deny-oom fast",
+        1,
+        1,
+        1,
+    ),
+    (
+        c"fg.throttle",
+        fg_throttle_entry,
+        c"write deny-oom fast",
+        2,
+        2,
+        1,
+    ),
+    // keys at 3, 7, ...: the last is the 3rd word from the end
+    (c"fg.multi", fg_multi_entry, c"write deny-oom", 3, -3, 4),
+    // keys at 1, 9, ...: groups of 8 words, then mode, now_s and now_ns
+    (c"fg.decide", fg_decide_entry, c"write deny-oom", 1, -11, 8),
+];
+
+/// Register [`COMMANDS`].
+fn create_commands(ctx: *mut raw::RedisModuleCtx) -> Status {
+    // SAFETY: called at load with the module's context
+    let Some(create) = (unsafe { raw::RedisModule_CreateCommand }) else {
+        return Status::Err;
+    };
+    for (name, entry, flags, first, last, step) in COMMANDS {
+        // SAFETY: the names and flags are C strings that live for the program
+        let made = unsafe {
+            create(
+                ctx,
+                name.as_ptr(),
+                Some(entry),
+                flags.as_ptr(),
+                first,
+                last,
+                step,
+            )
+        };
+        if made != raw::REDISMODULE_OK as c_int {
+            return Status::Err;
+        }
+    }
+    Status::Ok
+}
+
 redis_module::redis_module! {
     name: "floodgate",
     version: 1,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [],
     init: init,
-    commands: [
-        ["cl.throttle", cl_throttle, "write deny-oom fast", 1, 1, 1, ""],
-        ["fg.throttle", fg_throttle, "write deny-oom fast", 2, 2, 1, ""],
-        // keys at 3, 7, ...: the last is the 3rd word from the end
-        ["fg.multi", fg_multi, "write deny-oom", 3, -3, 4, ""],
-        // keys at 1, 9, ...: groups of 8 words, then mode, now_s and now_ns
-        ["fg.decide", fg_decide, "write deny-oom", 1, -11, 8, ""],
-    ],
 }
