@@ -27,14 +27,16 @@ fn bad(v: &[u8], what: &str) -> String {
 /// The decimal integers of a value, separated by single spaces, one by one.
 fn numbers<'a>(v: &'a [u8], what: &'a str) -> impl Iterator<Item = Result<u64, String>> + 'a {
     v.split(|&b| b == b' ').map(move |w| {
-        if w.is_empty() || !w.iter().all(u8::is_ascii_digit) {
+        // one pass: digits only, at least one, and no overflow of a u64
+        if w.is_empty() {
             return Err(bad(v, what));
         }
-        // digits only: UTF-8; too many of them: not a u64
-        std::str::from_utf8(w)
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .ok_or_else(|| bad(v, what))
+        w.iter().try_fold(0u64, |n, &b| {
+            b.is_ascii_digit()
+                .then(|| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
+                .flatten()
+                .ok_or_else(|| bad(v, what))
+        })
     })
 }
 
@@ -183,7 +185,23 @@ mod tests {
             assert_eq!(*encode(&s), *text, "{kind}");
         }
         assert_eq!(decode(Kind::Gcra, None), Ok(AnyState::Empty));
-        for junk in [&b""[..], b"1", b"1  2", b"-1 2", b"1 2 3 4", b"a b"] {
+        assert_eq!(
+            decode(Kind::FixedWindow, Some(b"18446744073709551615 0")),
+            Ok(AnyState::FixedWindow(FixedWindowState {
+                window: u64::MAX,
+                count: 0
+            }))
+        );
+        for junk in [
+            &b""[..],
+            b"1",
+            b"1  2",
+            b"-1 2",
+            b"1 2 3 4",
+            b"a b",
+            b"18446744073709551616 0",
+            b"1 2\xff",
+        ] {
             assert!(decode(Kind::FixedWindow, Some(junk)).is_err(), "{junk:?}");
         }
         assert!(decode(Kind::SlidingLog, Some(b"1 2")).is_err());
