@@ -48,10 +48,20 @@ echo "load before: $(uptime)"
   row "floodgate module CL.THROTTLE" "$FP" cl.throttle CL.THROTTLE 'k:__rand_int__' 999 1000000 1 1
   row "floodgate module FG.THROTTLE gcra" "$FP" fg.throttle FG.THROTTLE gcra 'g:__rand_int__' 1000000/s 1
   row "floodgate module FG.THROTTLE token-bucket" "$FP" fg.throttle FG.THROTTLE token-bucket 't:__rand_int__' 1000000/s 1
+  row "floodgate module FG.THROTTLE fixed-window" "$FP" fg.throttle FG.THROTTLE fixed-window 'w:__rand_int__' 1000000/s 1
+  row "floodgate module FG.THROTTLE sliding-counter" "$FP" fg.throttle FG.THROTTLE sliding-counter 'c:__rand_int__' 1000000/s 1
+  # a sliding log keeps an entry per admitted call in its window (limit at most 10 000)
+  row "floodgate module FG.THROTTLE sliding-log" "$FP" fg.throttle FG.THROTTLE sliding-log 'o:__rand_int__' 10000/s 1
+  row "floodgate module FG.THROTTLE leaky-meter" "$FP" fg.throttle FG.THROTTLE leaky-meter 'm:__rand_int__' 1000000/s 1
+  row "floodgate module FG.THROTTLE leaky-queue" "$FP" fg.throttle FG.THROTTLE leaky-queue 'q:__rand_int__' 1000000/s 1
   row "floodgate module FG.MULTI 2 gcra" "$FP" fg.multi FG.MULTI 2 gcra 'u:__rand_int__' 1000000/s 1 gcra global 1000000000/s 1
   # the Redis store's call (floodgate-redis with the module): GCRA T = 1 us, tau = 1 ms
   row "floodgate module FG.DECIDE gcra (the store's call)" "$FP" fg.decide FG.DECIDE 'd:__rand_int__' 1 1 0 1000 1000000 0 0 one redis 0
   row "floodgate module FG.DECIDE token-bucket (the store's call)" "$FP" fg.decide FG.DECIDE 'e:__rand_int__' 5 1 0 1000 1000000 1000000000 0 one redis 0
+  row "floodgate module FG.DECIDE fixed window" "$FP" fg.decide FG.DECIDE 'f:__rand_int__' 2 1 0 1000000 1000000000 0 0 one redis 0
+  row "floodgate module FG.DECIDE sliding log" "$FP" fg.decide FG.DECIDE 'h:__rand_int__' 3 1 0 10000 1000000000 0 0 one redis 0
+  row "floodgate module FG.DECIDE sliding counter" "$FP" fg.decide FG.DECIDE 'i:__rand_int__' 4 1 0 1000000 1000000000 0 0 one redis 0
+  row "floodgate module FG.DECIDE leaky bucket" "$FP" fg.decide FG.DECIDE 'j:__rand_int__' 6 1 0 1000 1000000 1000000000 -1 one redis 0
   # the same calls as the store's scripts (no module), on the same server
   GCRA_SHA=$(redis-cli -p "$FP" script load "$(cat crates/floodgate-redis/lua/gcra.lua)")
   row "floodgate-redis GCRA script (EVALSHA, the store without the module)" "$FP" evalsha EVALSHA "$GCRA_SHA" 1 'l:__rand_int__' redis 0 1 0 1000 1000000
@@ -59,7 +69,8 @@ echo "load before: $(uptime)"
 } >"$TMP/rows"
 echo "load after: $(uptime)"
 CELL_US=$(head -1 "$TMP/rows" | cut -f2)
-printf '%-44s %14s %12s %16s\n' "command ($N requests, 16 clients)" "server µs/call" "vs redis-cell" "requests/s"
+CELL_RPS=$(head -1 "$TMP/rows" | cut -f3)
+printf '%-60s %14s %8s %12s %8s\n' "command ($N requests, 16 clients)" "server µs/call" "vs cell" "requests/s" "vs cell"
 while IFS=$'\t' read -r label us rps; do
-  printf '%-44s %14s %12s %16s\n' "$label" "$us" "$(python3 -c "print(f'{$us / $CELL_US:.2f}x')")" "$rps"
+  printf '%-60s %14s %8s %12s %8s\n' "$label" "$us" "$(python3 -c "print(f'{$us / $CELL_US:.2f}x')")" "$rps" "$(python3 -c "print(f'{$rps / $CELL_RPS:.2f}x')")"
 done <"$TMP/rows"
