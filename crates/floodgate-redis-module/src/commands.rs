@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::ffi::{CStr, c_int};
 use std::mem::ManuallyDrop;
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use floodgate_core::Nanos;
@@ -91,15 +92,17 @@ fn fg_throttle(ctx: &Context, args: &[RedisString]) -> RedisResult {
     Ok(RedisValue::NoReply)
 }
 
-thread_local! {
-    /// The policies built so far (commands run on Redis's main thread).
-    static POLICIES: std::cell::RefCell<fg::PolicyCache> =
-        const { std::cell::RefCell::new(fg::PolicyCache::new()) };
-}
+/// The policies built so far. A static, not a thread local: a thread local with a
+/// destructor would keep the library mapped after `MODULE UNLOAD`.
+static POLICIES: Mutex<fg::PolicyCache> = Mutex::new(fg::PolicyCache::new());
 
 /// [`fg::parse_policy`] through the cache.
 fn policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<fg::Policy, String> {
-    POLICIES.with_borrow_mut(|c| c.policy(algorithm, rate, cost))
+    match POLICIES.lock() {
+        Ok(mut cache) => cache.policy(algorithm, rate, cost),
+        // a panic while the cache was held: build without it
+        Err(_) => fg::parse_policy(algorithm, rate, cost),
+    }
 }
 
 /// `FG.MULTI n (algorithm key rate cost) x n`: all-or-nothing. The reply: `limited` (0/1)
