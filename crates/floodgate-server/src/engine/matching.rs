@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 use super::generation::LimitInst;
 
 /// One entry of a request descriptor.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry<'a> {
     /// Key.
     pub key: &'a str,
@@ -42,7 +42,8 @@ pub struct DescriptorIn<'a> {
 /// Append the values of `entries` to `out`, length-prefixed (unambiguous for any bytes).
 pub(super) fn push_values(out: &mut Vec<u8>, entries: &[Entry<'_>]) {
     for e in entries {
-        out.extend_from_slice(e.value.len().to_string().as_bytes());
+        // written in place: no String per entry on the request path
+        let _ = std::io::Write::write_fmt(out, format_args!("{}", e.value.len()));
         out.push(b':');
         out.extend_from_slice(e.value.as_bytes());
     }

@@ -342,9 +342,8 @@ impl Engine {
         for it in items {
             by_desc[it.desc].push((it.limit, it.decision));
         }
-        let mut applied: Vec<(&floodgate_engine::PolicyInfo, Decision)> = Vec::new();
         let mut delay = Duration::ZERO;
-        for (desc, (limits, node)) in by_desc.iter().zip(&found).enumerate() {
+        for (desc, (limits, node)) in by_desc.into_iter().zip(&found).enumerate() {
             let Some(idx) = *node else {
                 tree.no_rule.inc();
                 statuses.push(Status::plain(Matched::NoRule, false));
@@ -382,8 +381,7 @@ impl Engine {
                 }
             }
             if !n.shadow {
-                for (l, d) in limits {
-                    applied.push((&l.policy, *d));
+                for (_, d) in &limits {
                     delay = delay.max(d.delay);
                 }
             }
@@ -391,10 +389,14 @@ impl Engine {
                 over_limit: over,
                 matched: Matched::Limited,
                 shadow: n.shadow,
-                limits: limits.clone(),
+                limits,
             });
         }
         let over_limit = statuses.iter().any(|s| s.over_limit);
+        let mut applied: Vec<(&floodgate_engine::PolicyInfo, Decision)> = Vec::new();
+        for s in statuses.iter().filter(|s| !s.shadow) {
+            applied.extend(s.limits.iter().map(|(l, d)| (&l.policy, *d)));
+        }
         let headers = headers::render(&g.rules.headers, &applied, over_limit);
         Ok(Outcome {
             over_limit,

@@ -15,6 +15,7 @@
 //! rest by tonic.
 
 pub mod serve;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,7 +32,9 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use floodgate_engine::metrics::RequestOutcome;
 use tonic::{Request, Response, Status as GrpcStatus};
 
-use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Matched, Outcome};
+use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Matched, Outcome, Status};
+
+use wire::{DescriptorRef, RequestRef};
 
 /// The gRPC service over a shared [`Engine`].
 #[derive(Debug, Clone)]
@@ -62,31 +65,62 @@ fn clamp_u32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
 
+/// The limit part of one descriptor's status, borrowed from the outcome.
+pub(crate) struct LimitView<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) requests_per_unit: u32,
+    pub(crate) unit: i32,
+    pub(crate) remaining: u32,
+    pub(crate) reset: PbDuration,
+}
+
+/// One descriptor's `DescriptorStatus`, borrowed from the outcome (what [`response`]
+/// and [`wire::write_reply`] both write).
+pub(crate) struct StatusView<'a> {
+    pub(crate) code: i32,
+    pub(crate) limit: Option<LimitView<'a>>,
+}
+
+pub(crate) fn status_view(s: &Status) -> StatusView<'_> {
+    let code = if s.over_limit {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    } as i32;
+    let limit = match (s.matched, s.binding()) {
+        (Matched::Limited, Some((l, d))) => Some(LimitView {
+            name: &l.def.name,
+            requests_per_unit: clamp_u32(l.def.requests_per_unit),
+            unit: l.def.unit as i32,
+            remaining: clamp_u32(d.remaining),
+            reset: pb_duration(d.reset_after),
+        }),
+        _ => None,
+    };
+    StatusView { code, limit }
+}
+
 /// The RLS response for an outcome.
 pub fn response(outcome: &Outcome) -> RateLimitResponse {
     let statuses = outcome
         .statuses
         .iter()
         .map(|s| {
-            let code = if s.over_limit {
-                Code::OverLimit
-            } else {
-                Code::Ok
-            };
-            match (s.matched, s.binding()) {
-                (Matched::Limited, Some((l, d))) => DescriptorStatus {
-                    code: code as i32,
+            let v = status_view(s);
+            match v.limit {
+                Some(l) => DescriptorStatus {
+                    code: v.code,
                     current_limit: Some(RateLimit {
-                        name: l.def.name.clone(),
-                        requests_per_unit: clamp_u32(l.def.requests_per_unit),
-                        unit: l.def.unit as i32,
+                        name: l.name.to_string(),
+                        requests_per_unit: l.requests_per_unit,
+                        unit: l.unit,
                     }),
-                    limit_remaining: clamp_u32(d.remaining),
-                    duration_until_reset: Some(pb_duration(d.reset_after)),
+                    limit_remaining: l.remaining,
+                    duration_until_reset: Some(l.reset),
                     quota: None,
                 },
-                _ => DescriptorStatus {
-                    code: code as i32,
+                None => DescriptorStatus {
+                    code: v.code,
                     ..Default::default()
                 },
             }
@@ -124,13 +158,42 @@ pub fn error_status(e: &CheckError) -> GrpcStatus {
 }
 
 impl RlsService {
-    /// Answer one decoded `ShouldRateLimit` request (both the tonic service and the
-    /// direct unary path of [`serve`] call this).
+    /// Answer one decoded `ShouldRateLimit` request (the tonic service calls this).
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, GrpcStatus> {
+        let req = RequestRef {
+            domain: &req.domain,
+            hits_addend: req.hits_addend,
+            descriptors: req
+                .descriptors
+                .iter()
+                .map(|d| DescriptorRef {
+                    entries: d
+                        .entries
+                        .iter()
+                        .map(|e| Entry {
+                            key: &e.key,
+                            value: &e.value,
+                        })
+                        .collect(),
+                    limit: d.limit.is_some(),
+                    hits_addend: d.hits_addend.map(|h| h.value),
+                    is_negative_hits: d.is_negative_hits,
+                })
+                .collect(),
+        };
+        self.decide_with(req, response).await
+    }
+
+    /// Answer one request read in place, the reply written by `reply` from the outcome
+    /// (the tonic service and the direct path of [`serve`] both come here).
+    pub async fn decide_with<R>(
+        &self,
+        req: RequestRef<'_>,
+        reply: impl FnOnce(&Outcome) -> R,
+    ) -> Result<R, GrpcStatus> {
         let start = Instant::now();
         let metrics = self.engine.metrics();
         let default_cost = u64::from(req.hits_addend.max(1));
-        let mut descriptors = Vec::with_capacity(req.descriptors.len());
         for (i, d) in req.descriptors.iter().enumerate() {
             if d.is_negative_hits {
                 metrics.request("grpc", RequestOutcome::Invalid, start.elapsed());
@@ -138,29 +201,26 @@ impl RlsService {
                     "descriptor {i}: is_negative_hits (refunds) is not supported"
                 )));
             }
-            if d.limit.is_some() {
+            if d.limit {
                 metrics.request("grpc", RequestOutcome::Invalid, start.elapsed());
                 return Err(GrpcStatus::invalid_argument(format!(
                     "descriptor {i}: a limit override in the request is not supported; configure the limit in the server"
                 )));
             }
-            descriptors.push(DescriptorIn {
-                entries: d
-                    .entries
-                    .iter()
-                    .map(|e| Entry {
-                        key: &e.key,
-                        value: &e.value,
-                    })
-                    .collect(),
-                cost: d.hits_addend.map_or(default_cost, |h| h.value),
-            });
         }
-        match self.engine.check(&req.domain, &descriptors).await {
+        let descriptors: Vec<DescriptorIn<'_>> = req
+            .descriptors
+            .into_iter()
+            .map(|d| DescriptorIn {
+                entries: d.entries,
+                cost: d.hits_addend.unwrap_or(default_cost),
+            })
+            .collect();
+        match self.engine.check(req.domain, &descriptors).await {
             Ok(outcome) => {
-                let resp = response(&outcome);
+                let r = reply(&outcome);
                 metrics.request("grpc", outcome.request_outcome(), start.elapsed());
-                Ok(resp)
+                Ok(r)
             }
             Err(e) => {
                 metrics.request("grpc", e.request_outcome(), start.elapsed());

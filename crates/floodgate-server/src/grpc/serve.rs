@@ -2,9 +2,10 @@
 //! directly and everything else handed to tonic's routes (the health service, unknown
 //! methods, and any `ShouldRateLimit` call the direct path does not take).
 //!
-//! The direct path reads the one length-prefixed message of a unary call, decodes it with
-//! prost, asks [`RlsService::decide`] (the same code the tonic service runs) and writes the
-//! reply as tonic does: `content-type: application/grpc`, one data frame, a `grpc-status:
+//! The direct path reads the one length-prefixed message of a unary call, reads the
+//! request in place ([`wire`]; prost when that reader declines), asks
+//! [`RlsService::decide_with`] (the same code the tonic service runs) and writes the reply
+//! as tonic does (the message as prost encodes it, written by [`wire::write_reply`]): `content-type: application/grpc`, one data frame, a `grpc-status:
 //! 0` trailer; an error is a trailers-only reply ([`tonic::Status::into_http`]). It skips
 //! tonic's per-call router, codec buffers, boxed futures and layers, which cost about as
 //! much CPU as the decision itself. A call it cannot take as it is (a compressed or
@@ -46,7 +47,7 @@ use tonic::Status;
 use tonic::service::Routes;
 use tower_service::Service;
 
-use super::RlsService;
+use super::{RlsService, wire};
 
 /// The path of Envoy's `ShouldRateLimit`.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -105,15 +106,23 @@ impl GrpcDoor {
         }
         let (parts, body) = req.into_parts();
         let replay = match read_unary(body, self.max_bytes).await {
-            Ok((message, frames)) => match RateLimitRequest::decode(message) {
-                Ok(request) => {
-                    return match self.service.decide(&request).await {
-                        Ok(response) => unary_response(&response),
+            Ok((message, frames)) => {
+                if let Some(request) = wire::read_request(&message) {
+                    return match self.service.decide_with(request, wire::write_reply).await {
+                        Ok(reply) => unary_response(reply),
                         Err(status) => status.into_http(),
                     };
                 }
-                Err(_) => Replay::new(frames, None, None),
-            },
+                match RateLimitRequest::decode(message) {
+                    Ok(request) => {
+                        return match self.service.decide(&request).await {
+                            Ok(response) => unary_response(encode(&response)),
+                            Err(status) => status.into_http(),
+                        };
+                    }
+                    Err(_) => Replay::new(frames, None, None),
+                }
+            }
             Err(replay) => replay,
         };
         let req = Request::from_parts(parts, tonic::body::Body::new(replay));
@@ -191,17 +200,23 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
-/// The reply to a call answered directly: one message, then `grpc-status: 0`.
-fn unary_response(message: &RateLimitResponse) -> Response<GrpcBody> {
+/// `message` as one length-prefixed gRPC message.
+fn encode(message: &RateLimitResponse) -> Bytes {
     let len = message.encoded_len();
     let mut buf = BytesMut::with_capacity(5 + len);
     buf.put_u8(0);
     buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
     message.encode_raw(&mut buf);
+    buf.freeze()
+}
+
+/// The reply to a call answered directly: one length-prefixed message, then
+/// `grpc-status: 0`.
+fn unary_response(message: Bytes) -> Response<GrpcBody> {
     let mut trailers = HeaderMap::with_capacity(1);
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
     let mut response = Response::new(GrpcBody::Unary {
-        data: Some(buf.freeze()),
+        data: Some(message),
         trailers: Some(trailers),
     });
     response
