@@ -32,9 +32,9 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use floodgate_engine::metrics::RequestOutcome;
 use tonic::{Request, Response, Status as GrpcStatus};
 
-use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Matched, Outcome, Status};
+use crate::engine::{CheckError, DescriptorIn, Engine, Matched, Outcome, Status};
 
-use wire::{DescriptorRef, RequestRef};
+use wire::RequestRef;
 
 /// The gRPC service over a shared [`Engine`].
 #[derive(Debug, Clone)]
@@ -160,28 +160,7 @@ pub fn error_status(e: &CheckError) -> GrpcStatus {
 impl RlsService {
     /// Answer one decoded `ShouldRateLimit` request (the tonic service calls this).
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, GrpcStatus> {
-        let req = RequestRef {
-            domain: &req.domain,
-            hits_addend: req.hits_addend,
-            descriptors: req
-                .descriptors
-                .iter()
-                .map(|d| DescriptorRef {
-                    entries: d
-                        .entries
-                        .iter()
-                        .map(|e| Entry {
-                            key: &e.key,
-                            value: &e.value,
-                        })
-                        .collect(),
-                    limit: d.limit.is_some(),
-                    hits_addend: d.hits_addend.map(|h| h.value),
-                    is_negative_hits: d.is_negative_hits,
-                })
-                .collect(),
-        };
-        self.decide_with(req, response).await
+        self.decide_with(RequestRef::of(req), response).await
     }
 
     /// Answer one request read in place, the reply written by `reply` from the outcome

@@ -14,6 +14,7 @@
 //! allocations and copies were a visible share of the direct path.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use crate::engine::{Entry, Outcome};
 
@@ -41,6 +42,33 @@ pub struct RequestRef<'a> {
     pub descriptors: Vec<DescriptorRef<'a>>,
     /// The request's `hits_addend`.
     pub hits_addend: u32,
+}
+
+impl<'a> RequestRef<'a> {
+    /// The borrowed form of a request prost decoded.
+    pub fn of(r: &'a RateLimitRequest) -> RequestRef<'a> {
+        RequestRef {
+            domain: &r.domain,
+            hits_addend: r.hits_addend,
+            descriptors: r
+                .descriptors
+                .iter()
+                .map(|d| DescriptorRef {
+                    entries: d
+                        .entries
+                        .iter()
+                        .map(|e| Entry {
+                            key: &e.key,
+                            value: &e.value,
+                        })
+                        .collect(),
+                    limit: d.limit.is_some(),
+                    hits_addend: d.hits_addend.map(|h| h.value),
+                    is_negative_hits: d.is_negative_hits,
+                })
+                .collect(),
+        }
+    }
 }
 
 const VARINT: u64 = 0;

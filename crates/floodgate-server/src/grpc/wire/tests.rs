@@ -5,7 +5,6 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry as PbEntry, RateLimitOverride,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use floodgate_engine::TokioWallClock;
 use prost::Message;
@@ -31,27 +30,7 @@ fn pb_desc(entries: &[(&str, &str)], hits: Option<u64>, negative: bool) -> RateL
 
 /// What prost reads, in the borrowed form.
 fn as_ref(r: &RateLimitRequest) -> RequestRef<'_> {
-    RequestRef {
-        domain: &r.domain,
-        hits_addend: r.hits_addend,
-        descriptors: r
-            .descriptors
-            .iter()
-            .map(|d| DescriptorRef {
-                entries: d
-                    .entries
-                    .iter()
-                    .map(|e| Entry {
-                        key: &e.key,
-                        value: &e.value,
-                    })
-                    .collect(),
-                limit: d.limit.is_some(),
-                hits_addend: d.hits_addend.map(|h| h.value),
-                is_negative_hits: d.is_negative_hits,
-            })
-            .collect(),
-    }
+    RequestRef::of(r)
 }
 
 fn requests() -> Vec<RateLimitRequest> {
