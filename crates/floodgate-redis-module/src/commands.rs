@@ -86,7 +86,7 @@ fn fg_throttle(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let (reply, write) =
         fg::decide_one(&policy, key.value()?, now()).map_err(RedisError::String)?;
     if let Some(w) = write {
-        key.store(&w.bytes, w.expire_at_ms)?;
+        key.write(&w.value, w.expire_at_ms)?;
     }
     reply_ints(ctx.get_raw(), &reply);
     Ok(RedisValue::NoReply)
@@ -168,7 +168,7 @@ fn fg_decide(ctx: &Context, args: &[RedisString]) -> RedisResult {
         let mut key = Key::open(ctx.get_raw(), &args[1])?;
         let (reply, write) = decide::run_one(&req, key.value()?, at).map_err(RedisError::String)?;
         if let Some(w) = write {
-            key.store(&w.bytes, anchor_ms.saturating_add(w.ttl_ms))?;
+            key.write(&w.value, anchor_ms.saturating_add(w.ttl_ms))?;
         }
         match reply[..] {
             [one] => reply_int(ctx.get_raw(), one),

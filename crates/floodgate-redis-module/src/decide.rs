@@ -29,6 +29,7 @@ use floodgate_core::algorithms::{
 };
 use floodgate_core::{Algorithm, AnyAlgorithm, Decision, Denial, Nanos, Rate};
 
+use crate::log::{NewValue, Splice};
 use crate::script_values::{decode, encode, gcra_lead, pack_tat};
 use crate::value::Bytes;
 
@@ -292,6 +293,10 @@ fn one(
         }
         Alg::Other(alg) => {
             let now = Nanos(s * 1_000_000_000 + n);
+            if let Some((ints, ok, w)) = one_log(check, alg, stored, now, cost) {
+                let old = stored.unwrap_or_default();
+                return Ok((ints, ok, w.map(|(sp, ms)| (sp.to_bytes(old), ms))));
+            }
             let mut state = decode(alg.kind(), stored)?;
             let (d, pending) = alg.decide(&state, now, cost);
             let write = match pending {
@@ -307,22 +312,62 @@ fn one(
     }
 }
 
+/// A sliding log's reply, whether it admitted, and its write (splice, ttl in ms).
+type LogDecided = (Ints, bool, Option<(Splice, u64)>);
+
+/// A sliding log's check on the scripts' text in place ([`crate::log::text`]): its reply,
+/// whether it admitted, and its write as a splice of `stored` (ttl in ms). `None`: not a
+/// sliding log, or a value the general path reads.
+fn one_log(
+    check: &Check,
+    alg: &AnyAlgorithm,
+    stored: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+) -> Option<LogDecided> {
+    let AnyAlgorithm::SlidingLog(log) = alg else {
+        return None;
+    };
+    let (d, w) = crate::log::text(log, stored, now, cost)?;
+    let w = w.map(|(sp, full)| (sp, px(full.0.saturating_sub(now.0), check.pad_ms)));
+    Some((seven(&d), d.allowed, w))
+}
+
+/// A value to store on the key of a request of mode `one`: whole or spliced from the
+/// value read, and its time to live in ms (padding included) from the server's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOne {
+    /// The value, in the scripts' format.
+    pub value: NewValue,
+    /// Milliseconds to live.
+    pub ttl_ms: u64,
+}
+
 /// A request of mode `one` on the value `stored` of its key at `now`: [`run`]'s reply
-/// and write, without allocating.
+/// and write, without allocating (a sliding log's write is a splice of `stored`).
 pub fn run_one(
     req: &Request,
     stored: Option<&[u8]>,
     now: (u64, u64),
-) -> Result<(Ints, Option<Write>), String> {
+) -> Result<(Ints, Option<WriteOne>), String> {
     let [c] = &req.checks[..] else {
         return Err("ERR mode one takes exactly one check".into());
     };
+    if let Alg::Other(alg) = &c.alg {
+        let at = Nanos(now.0 * 1_000_000_000 + now.1);
+        if let Some((reply, _, w)) = one_log(c, alg, stored, at, c.cost) {
+            let write = w.map(|(sp, ttl_ms)| WriteOne {
+                value: NewValue::Splice(sp),
+                ttl_ms,
+            });
+            return Ok((reply, write));
+        }
+    }
     let (reply, _, write) = one(c, stored, now, c.cost)?;
     Ok((
         reply,
-        write.map(|(bytes, ttl_ms)| Write {
-            check: 0,
-            bytes,
+        write.map(|(bytes, ttl_ms)| WriteOne {
+            value: NewValue::Whole(bytes),
             ttl_ms,
         }),
     ))
@@ -428,7 +473,9 @@ mod tests {
             // the command's path for one check: the same reply and write
             let (reply, write) = run_one(&req, stored[0], now)?;
             assert_eq!(*reply, *ran.reply);
-            assert_eq!(write.as_ref(), ran.writes.first());
+            let write = write.map(|w| (w.value.to_bytes(stored[0]), w.ttl_ms));
+            let first = ran.writes.first().map(|w| (w.bytes.clone(), w.ttl_ms));
+            assert_eq!(write, first);
         }
         Ok(ran)
     }

@@ -8,6 +8,7 @@ use floodgate_core::multi::decide_all;
 use floodgate_core::{Algorithm, AnyAlgorithm, AnyState, Kind, Nanos, Rate, Spec};
 use smallvec::SmallVec;
 
+use crate::log::NewValue;
 use crate::value::{Bytes, decode_any, encode_any, expire_at_ms};
 
 /// `FG.THROTTLE`'s usage line.
@@ -160,20 +161,44 @@ impl PolicyCache {
     }
 }
 
+/// A value to store on the one key of [`decide_one`]: whole or spliced from the value
+/// read, and its absolute expiry (ms since the epoch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOne {
+    /// The value.
+    pub value: NewValue,
+    /// `PXAT`.
+    pub expire_at_ms: u64,
+}
+
 /// One policy on the key holding `stored` (`None`: no key) at `now`: its reply and its
-/// write (as [`decide`] with one policy, without allocating). `Err`: a key holding a value
-/// that is not the module's.
+/// write (as [`decide`] with one policy, without allocating; a sliding log's write is a
+/// splice of `stored`, see [`crate::log`]). `Err`: a key holding a value that is not the
+/// module's.
 pub fn decide_one(
     p: &Policy,
     stored: Option<&[u8]>,
     now: Nanos,
-) -> Result<(Reply, Option<Write>), String> {
+) -> Result<(Reply, Option<WriteOne>), String> {
+    if let AnyAlgorithm::SlidingLog(log) = &p.algorithm
+        && let Some((d, w)) = crate::log::binary(log, stored, now, p.cost)
+    {
+        let write = w.map(|(splice, full)| WriteOne {
+            value: NewValue::Splice(splice),
+            expire_at_ms: expire_at_ms(full.max(Nanos(now.0.saturating_add(1)))),
+        });
+        return Ok((reply(p, &d), write));
+    }
     let mut state = decode_any(stored).map_err(|e| format!("WRONGTYPE key 1: {e}"))?;
     let (d, pending) = p.algorithm.decide(&state, now, p.cost);
     let write = match pending {
         Some(pending) if d.allowed => write(0, p, &mut state, pending, now),
         _ => None,
     };
+    let write = write.map(|w| WriteOne {
+        value: NewValue::Whole(w.bytes),
+        expire_at_ms: w.expire_at_ms,
+    });
     Ok((reply(p, &d), write))
 }
 
@@ -271,7 +296,9 @@ mod tests {
                 let o = decide(&p, &[stored.as_deref()], NOW).unwrap();
                 // one policy alone: the same reply and write
                 let (r, w) = decide_one(&p[0], stored.as_deref(), NOW).unwrap();
-                assert_eq!((r, w.as_ref()), (o.replies[0], o.writes.first()), "{alg}");
+                let w = w.map(|w| (w.value.to_bytes(stored.as_deref()), w.expire_at_ms));
+                let first = o.writes.first().map(|w| (w.bytes.clone(), w.expire_at_ms));
+                assert_eq!((r, w), (o.replies[0], first), "{alg}");
                 if o.allowed {
                     admitted += 1;
                     let w = o

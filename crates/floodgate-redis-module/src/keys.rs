@@ -14,6 +14,8 @@ use std::sync::OnceLock;
 use redis_module::raw;
 use redis_module::{RedisError, RedisString};
 
+use crate::log::{NewValue, Splice};
+
 /// Redis's reply to a key of another type than a string.
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
@@ -131,40 +133,114 @@ impl Key {
     /// replicate `SET key bytes PXAT expire_at_ms`.
     pub fn store(&mut self, bytes: &[u8], expire_at_ms: u64) -> Result<(), RedisError> {
         let api = api()?;
-        let at = raw::mstime_t::try_from(expire_at_ms)
-            .map_err(|_| RedisError::Str("ERR expiry out of range"))?;
-        if bytes.is_empty() || at <= 0 {
-            return Err(RedisError::Str("ERR nothing to store"));
-        }
-        let failed = || RedisError::Str("ERR could not write the key");
+        let at = expiry(expire_at_ms, bytes.len())?;
         // SAFETY: `ptr` is open for writing; DMA is asked for again after the truncation,
         // as the API requires, and written within the length it returns
         unsafe {
-            let mut len = 0usize;
-            let mut p = std::ptr::null_mut();
-            if (api.key_type)(self.ptr) == STRING {
-                p = (api.dma)(self.ptr, &mut len, raw::REDISMODULE_WRITE as c_int);
-            }
+            let (mut p, len) = self.dma_write(api);
             if p.is_null() || len != bytes.len() {
-                if (api.truncate)(self.ptr, bytes.len()) != OK {
-                    return Err(failed());
-                }
-                p = (api.dma)(self.ptr, &mut len, raw::REDISMODULE_WRITE as c_int);
+                p = self.resize(api, bytes.len())?;
             }
-            if p.is_null() || len != bytes.len() {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+            self.written(api, p, bytes.len(), at)
+        }
+    }
+
+    /// Write `splice` over the value in place (its kept bytes moved, its head and tail
+    /// written around them), with the absolute expiry `expire_at_ms`, and replicate `SET
+    /// key <the new value> PXAT expire_at_ms`. `splice` is of the value [`Key::value`]
+    /// returned.
+    pub fn splice(&mut self, splice: &Splice, expire_at_ms: u64) -> Result<(), RedisError> {
+        let api = api()?;
+        let new_len = splice.len();
+        let at = expiry(expire_at_ms, new_len)?;
+        // SAFETY: `ptr` is open for writing; every copy stays within the value's length
+        // (the larger of the old and the new, the key grown first and shrunk last); DMA is
+        // asked for again after each truncation
+        unsafe {
+            let (mut p, old_len) = self.dma_write(api);
+            let old_len = if p.is_null() { 0 } else { old_len };
+            if splice.keep.end > old_len {
+                return Err(RedisError::Str("ERR could not write the key"));
+            }
+            if new_len > old_len {
+                p = self.resize(api, new_len)?;
+            }
+            let (head, keep) = (splice.head.len(), splice.keep.len());
+            std::ptr::copy(p.add(splice.keep.start), p.add(head), keep);
+            std::ptr::copy_nonoverlapping(splice.head.as_ptr(), p, head);
+            std::ptr::copy_nonoverlapping(
+                splice.tail.as_ptr(),
+                p.add(head + keep),
+                splice.tail.len(),
+            );
+            if new_len < old_len {
+                p = self.resize(api, new_len)?;
+            }
+            self.written(api, p, new_len, at)
+        }
+    }
+
+    /// Write `value` (whole, or spliced from the value read) with the absolute expiry
+    /// `expire_at_ms`.
+    pub fn write(&mut self, value: &NewValue, expire_at_ms: u64) -> Result<(), RedisError> {
+        match value {
+            NewValue::Whole(b) => self.store(b, expire_at_ms),
+            NewValue::Splice(s) => self.splice(s, expire_at_ms),
+        }
+    }
+
+    /// The value for writing in place and its length (null: no string value).
+    unsafe fn dma_write(&mut self, api: &Api) -> (*mut u8, usize) {
+        let mut len = 0usize;
+        // SAFETY: `ptr` is an open key
+        unsafe {
+            if (api.key_type)(self.ptr) != STRING {
+                return (std::ptr::null_mut(), 0);
+            }
+            let p = (api.dma)(self.ptr, &mut len, raw::REDISMODULE_WRITE as c_int);
+            (p.cast::<u8>(), len)
+        }
+    }
+
+    /// Resize the value to `len` bytes (its first bytes kept) and take it again for
+    /// writing.
+    unsafe fn resize(&mut self, api: &Api, len: usize) -> Result<*mut u8, RedisError> {
+        let failed = || RedisError::Str("ERR could not write the key");
+        // SAFETY: `ptr` is open for writing
+        unsafe {
+            if (api.truncate)(self.ptr, len) != OK {
                 return Err(failed());
             }
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), len);
+            let (p, got) = self.dma_write(api);
+            if p.is_null() || got != len {
+                return Err(failed());
+            }
+            Ok(p)
+        }
+    }
+
+    /// The value at `p` (`len` bytes) written: its expiry set, `SET key value PXAT at`
+    /// replicated, the key signalled modified and the events notified.
+    unsafe fn written(
+        &mut self,
+        api: &Api,
+        p: *const u8,
+        len: usize,
+        at: raw::mstime_t,
+    ) -> Result<(), RedisError> {
+        // SAFETY: `ptr` is open for writing, `p` its value of `len` bytes
+        unsafe {
             if (api.set_abs_expire)(self.ptr, at) != OK {
-                return Err(failed());
+                return Err(RedisError::Str("ERR could not write the key"));
             }
             (api.replicate)(
                 self.ctx,
                 c"SET".as_ptr(),
                 c"sbcl".as_ptr(),
                 self.name,
-                bytes.as_ptr().cast::<c_char>(),
-                bytes.len(),
+                p.cast::<c_char>(),
+                len,
                 c"PXAT".as_ptr(),
                 at,
             );
@@ -179,6 +255,16 @@ impl Key {
         }
         Ok(())
     }
+}
+
+/// `expire_at_ms` as Redis's time, for a value of `len` bytes (neither may be 0).
+fn expiry(expire_at_ms: u64, len: usize) -> Result<raw::mstime_t, RedisError> {
+    let at = raw::mstime_t::try_from(expire_at_ms)
+        .map_err(|_| RedisError::Str("ERR expiry out of range"))?;
+    if len == 0 || at <= 0 {
+        return Err(RedisError::Str("ERR nothing to store"));
+    }
+    Ok(at)
 }
 
 impl Drop for Key {

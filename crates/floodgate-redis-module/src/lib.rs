@@ -8,6 +8,7 @@ pub mod decide;
 pub mod fg;
 #[cfg(not(test))]
 mod keys;
+pub mod log;
 pub mod script_values;
 pub mod throttle;
 pub mod value;
