@@ -119,7 +119,11 @@ impl NewValue {
 /// start.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
+    /// The instant, when read (see `t_known`).
     t: u64,
+    /// Whether `t` was read (a text log's instants after the expired prefix are only
+    /// checked, and read when needed).
+    t_known: bool,
     c: u64,
     start: usize,
     count_at: usize,
@@ -143,6 +147,7 @@ struct Edit {
 fn plan<I>(
     log: &SlidingLog,
     entries: I,
+    t_at: impl Fn(usize) -> u64,
     end: usize,
     now: Nanos,
     cost: u64,
@@ -153,6 +158,7 @@ where
     let w = log.window_nanos();
     let expired = |t: u64| t.saturating_add(w) <= now.0;
     let until = |t: u64| Duration::from_nanos(t.saturating_add(w).saturating_sub(now.0));
+    let t_of = |e: &Entry| if e.t_known { e.t } else { t_at(e.start) };
     let (mut total, mut gone, mut live_sum, mut k) = (0u64, 0u64, 0u64, 0usize);
     let mut live_start = end;
     let mut in_prefix = true;
@@ -160,7 +166,7 @@ where
     for e in entries.clone() {
         let e = e?;
         total = total.saturating_add(e.c);
-        if in_prefix && expired(e.t) {
+        if in_prefix && expired(t_of(&e)) {
             // the core sums the expired prefix with `Sum` (wrapping when built for release)
             gone = gone.wrapping_add(e.c);
             k += 1;
@@ -176,7 +182,8 @@ where
     let limit = log.limit();
     let used = total.saturating_sub(gone);
     let remaining = limit.saturating_sub(used);
-    let reset = last.map_or(Duration::ZERO, |e| until(e.t));
+    let last_t = last.as_ref().map(t_of);
+    let reset = last_t.map_or(Duration::ZERO, until);
     if cost > limit {
         return Some((Decision::never(limit, cost, remaining, reset), None));
     }
@@ -188,13 +195,13 @@ where
             let e = e?;
             freed += e.c as u128;
             if freed >= need {
-                retry = until(e.t);
+                retry = until(t_of(&e));
                 break;
             }
         }
         return Some((Decision::deny(limit, remaining, retry, reset), None));
     }
-    let at = last.map_or(now.0, |e| now.0.max(e.t));
+    let at = last_t.map_or(now.0, |t| now.0.max(t));
     let reset = if cost > 0 { until(at) } else { reset };
     let decision = Decision::allow(limit, remaining - cost, reset);
     if cost == 0 {
@@ -202,9 +209,9 @@ where
     }
     // the core's `apply`: the expired prefix dropped, the cost added to a last entry at
     // or after now (time stepped back), else a new entry at now
-    let live_last = last.filter(|_| live_start < end);
+    let live_last = last.zip(last_t).filter(|_| live_start < end);
     let (merge, newest) = match live_last {
-        Some(e) if e.t >= now.0 => (Some((e.count_at, e.c.saturating_add(cost))), e.t),
+        Some((e, t)) if t >= now.0 => (Some((e.count_at, e.c.saturating_add(cost))), t),
         _ => (None, now.0),
     };
     let edit = Edit {
@@ -238,12 +245,13 @@ pub fn binary(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) ->
         let start = 1 + 16 * i;
         Some(Entry {
             t: at(start),
+            t_known: true,
             c: at(start + 8),
             start,
             count_at: start + 8,
         })
     });
-    let (d, edit) = plan(log, entries, v.len(), now, cost)?;
+    let (d, edit) = plan(log, entries, at, v.len(), now, cost)?;
     let write = edit.map(|e| {
         let mut head = Small::new();
         head.push(&[TAG]);
@@ -266,16 +274,30 @@ pub fn binary(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) ->
 
 /// The decimal at `v[*i..]` up to the next space or the end, `*i` moved past it (and
 /// its space): `None` unless it is as the scripts' text writes it (digits, no leading
-/// zero, fits a `u64`).
+/// zero, fits a `u64`). Eight digits at a time while eight bytes remain.
 fn decimal(v: &[u8], i: &mut usize) -> Option<u64> {
     let from = *i;
+    // one digit then a space: most counts
+    if let Some(&[d @ b'0'..=b'9', b' ', _]) = v.get(from..from + 3) {
+        *i += 2;
+        return Some(u64::from(d - b'0'));
+    }
     let mut n = 0u64;
-    while let Some(&b) = v.get(*i) {
-        if b == b' ' {
+    while let Some(chunk) = v.get(*i..*i + 8) {
+        let x = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        let k = leading_digits(x);
+        if k > 0 {
+            let value = eight_digits(x << (8 * (8 - k)));
+            n = n.checked_mul(POW10[k])?.checked_add(value)?;
+            *i += k;
+        }
+        if k < 8 {
             break;
         }
+    }
+    while let Some(&b) = v.get(*i) {
         if !b.is_ascii_digit() {
-            return None;
+            break;
         }
         n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
         *i += 1;
@@ -284,14 +306,96 @@ fn decimal(v: &[u8], i: &mut usize) -> Option<u64> {
     if len == 0 || (len > 1 && v[from] == b'0') {
         return None;
     }
-    if *i < v.len() {
-        *i += 1;
-        if *i == v.len() {
-            // a trailing space
-            return None;
+    match v.get(*i) {
+        None => Some(n),
+        // a space, not the last byte
+        Some(b' ') if *i + 1 < v.len() => {
+            *i += 1;
+            Some(n)
+        }
+        Some(_) => None,
+    }
+}
+
+/// [`decimal`]'s checks without its value, `*i` moved as it would: a decimal of up to
+/// 19 digits (no leading zero) always fits a `u64`.
+fn skip_decimal(v: &[u8], i: &mut usize) -> Option<()> {
+    let from = *i;
+    // 19 digits, the first not 0, then a space and more: the instants of this era
+    if let Some(w) = v.get(from..from + 24) {
+        let at = |k: usize| u64::from_le_bytes(w[k..k + 8].try_into().unwrap_or_default());
+        if leading_digits(at(0)) == 8
+            && leading_digits(at(8)) == 8
+            && leading_digits(at(16)) == 3
+            && w[0] != b'0'
+            && w[19] == b' '
+        {
+            *i += 20;
+            return Some(());
         }
     }
-    Some(n)
+    let mut len = 0;
+    while len <= 19 {
+        let Some(chunk) = v.get(from + len..from + len + 8) else {
+            while v.get(from + len).is_some_and(u8::is_ascii_digit) {
+                len += 1;
+            }
+            break;
+        };
+        let k = leading_digits(u64::from_le_bytes(chunk.try_into().unwrap_or_default()));
+        len += k;
+        if k < 8 {
+            break;
+        }
+    }
+    if len > 19 {
+        // 20 digits may not fit: read them
+        return decimal(v, i).map(|_| ());
+    }
+    if len == 0 || (len > 1 && v[from] == b'0') {
+        return None;
+    }
+    *i = from + len;
+    match v.get(*i) {
+        None => Some(()),
+        Some(b' ') if *i + 1 < v.len() => {
+            *i += 1;
+            Some(())
+        }
+        Some(_) => None,
+    }
+}
+
+/// 10^k for k up to 8.
+const POW10: [u64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
+/// How many of the eight bytes of `x` (the first in the low byte) are ASCII digits
+/// before the first that is not.
+fn leading_digits(x: u64) -> usize {
+    const HI: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const DIGITS: u64 = 0x3030_3030_3030_3030;
+    // a digit's high nibble is 3, and stays 3 plus 6 (a carry out of a byte at or above
+    // 0xFA, itself no digit, only disturbs the bytes after it)
+    let not_digit = ((x & HI) ^ DIGITS) | ((x.wrapping_add(0x0606_0606_0606_0606) & HI) ^ DIGITS);
+    (not_digit.trailing_zeros() / 8) as usize
+}
+
+/// The number written by the eight ASCII digits of `x` (the first in the low byte; zero
+/// bytes count as leading zeros).
+fn eight_digits(x: u64) -> u64 {
+    let x = (x & 0x0F0F_0F0F_0F0F_0F0F).wrapping_mul(2561) >> 8;
+    let x = (x & 0x00FF_00FF_00FF_00FF).wrapping_mul(6_553_601) >> 16;
+    (x & 0x0000_FFFF_0000_FFFF).wrapping_mul(42_949_672_960_001) >> 32
 }
 
 /// `FG.DECIDE`'s sliding log on the scripts' text `stored` (`None`: no key): `"total t1
@@ -302,8 +406,14 @@ pub fn text(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) -> O
     if stored.is_some() {
         decimal(v, &mut first)?;
     }
-    let entries = TextEntries { v, i: first };
-    let (d, edit) = plan(log, entries, v.len(), now, cost)?;
+    let entries = TextEntries {
+        v,
+        i: first,
+        expiring: Some((now.0, log.window_nanos())),
+    };
+    // an instant not read while reading the entries was checked then
+    let t_at = |start: usize| decimal(v, &mut start.clone()).unwrap_or(0);
+    let (d, edit) = plan(log, entries, t_at, v.len(), now, cost)?;
     let write = edit.map(|e| {
         let mut head = Small::new();
         head.push_decimal(e.total);
@@ -334,6 +444,9 @@ pub fn text(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) -> O
 struct TextEntries<'a> {
     v: &'a [u8],
     i: usize,
+    /// `(now, window)` while the entries read are expired: their instants are read;
+    /// `None` after, the instants only checked.
+    expiring: Option<(u64, u64)>,
 }
 
 impl Iterator for TextEntries<'_> {
@@ -345,14 +458,27 @@ impl Iterator for TextEntries<'_> {
         }
         let start = self.i;
         let entry = (|| {
-            let t = decimal(self.v, &mut self.i)?;
+            let t = match self.expiring {
+                Some((now, w)) => {
+                    let t = decimal(self.v, &mut self.i)?;
+                    if t.saturating_add(w) > now {
+                        self.expiring = None;
+                    }
+                    Some(t)
+                }
+                None => {
+                    skip_decimal(self.v, &mut self.i)?;
+                    None
+                }
+            };
             let count_at = self.i;
             if count_at >= self.v.len() {
                 return None;
             }
             let c = decimal(self.v, &mut self.i)?;
             Some(Entry {
-                t,
+                t: t.unwrap_or(0),
+                t_known: t.is_some(),
                 c,
                 start,
                 count_at,

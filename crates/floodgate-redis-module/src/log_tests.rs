@@ -131,3 +131,75 @@ fn values_read_otherwise_are_left_to_the_general_path() {
     }
     assert!(binary(&log, Some(&[6]), now, 1).is_some());
 }
+
+/// The decimals as the text's decoder reads them, byte by byte.
+fn decimal_by_bytes(v: &[u8], i: &mut usize) -> Option<u64> {
+    let from = *i;
+    let mut n = 0u64;
+    while let Some(&b) = v.get(*i) {
+        if b == b' ' {
+            break;
+        }
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        *i += 1;
+    }
+    let len = *i - from;
+    if len == 0 || (len > 1 && v[from] == b'0') {
+        return None;
+    }
+    if *i < v.len() {
+        *i += 1;
+        if *i == v.len() {
+            return None;
+        }
+    }
+    Some(n)
+}
+
+#[test]
+fn decimals_eight_digits_at_a_time_read_as_byte_by_byte() {
+    let mut rng = fastrand::Rng::with_seed(24);
+    let alphabet = b"0123456789 /:x\xff";
+    for _ in 0..200_000 {
+        let len = rng.usize(0..=44);
+        let v: Vec<u8> = (0..len)
+            .map(|_| match rng.u8(0..10) {
+                0 => alphabet[rng.usize(..alphabet.len())],
+                _ => b'0' + rng.u8(0..10),
+            })
+            .collect();
+        let from = rng.usize(0..=len);
+        let (mut a, mut b) = (from, from);
+        let got = decimal(&v, &mut a);
+        let want = decimal_by_bytes(&v, &mut b);
+        assert_eq!(got, want, "{:?} from {from}", String::from_utf8_lossy(&v));
+        if want.is_some() {
+            assert_eq!(a, b);
+        }
+        let mut c = from;
+        assert_eq!(skip_decimal(&v, &mut c).is_some(), want.is_some());
+        if want.is_some() {
+            assert_eq!(c, b);
+        }
+    }
+    for s in [
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999",
+    ] {
+        let (mut a, mut b) = (0, 0);
+        assert_eq!(
+            decimal(s.as_bytes(), &mut a),
+            decimal_by_bytes(s.as_bytes(), &mut b)
+        );
+    }
+    let mut i = 0;
+    assert_eq!(
+        decimal(b"1700000000123456789 12", &mut i),
+        Some(1_700_000_000_123_456_789)
+    );
+    assert_eq!(decimal(b"1700000000123456789 12", &mut i), Some(12));
+}
