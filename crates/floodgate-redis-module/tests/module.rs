@@ -81,9 +81,53 @@ fn wait_info(c: &mut Connection, section: &str, line: &str) {
 }
 
 /// Log-uniform in `lo..=hi`.
+/// The first instant in `lo..=hi` where `pred` holds (`hi + 1` if none), for a `pred`
+/// that, once true, stays true as time passes.
+fn first_instant(lo: u64, hi: u64, pred: impl Fn(u64) -> bool) -> u64 {
+    let (mut lo, mut hi) = (lo, hi.saturating_add(1));
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) { hi = mid } else { lo = mid + 1 }
+    }
+    lo
+}
+
+/// Whether an admitted call's five integers `got` are the core's (`at`) at some instant
+/// of `t0..=t1`. Admitted with the TAT ahead of the instant, the new TAT is fixed, so as
+/// time passes `remaining` only grows and `reset_after` only shrinks: the instants
+/// matching both form one span, which starts where the later of the two starts.
+fn admitted_at_some_instant(at: &dyn Fn(u64) -> Vec<i64>, t0: u64, t1: u64, got: &[i64]) -> bool {
+    let from_remaining = first_instant(t0, t1, |t| at(t)[2] >= got[2]);
+    let from_reset = first_instant(t0, t1, |t| at(t)[4] <= got[4]);
+    let start = from_remaining.max(from_reset);
+    start <= t1 && at(start) == got
+}
+
 fn log_range(rng: &mut fastrand::Rng, lo: u64, hi: u64) -> u64 {
     let v = ((lo as f64).ln() + rng.f64() * ((hi as f64 + 1.0).ln() - (lo as f64).ln())).exp();
     (v as u64).clamp(lo, hi)
+}
+
+#[test]
+fn an_answer_between_two_readings_is_found_and_a_wrong_one_is_not() {
+    // CL.THROTTLE k 91 875 1 1 with the TAT 50 ms ahead, readings 7.5 ms apart (a loaded
+    // machine): the answer in the middle is neither end's, yet the core's at some instant
+    let gcra = Gcra::from_cell(91, 875, 1).unwrap();
+    let t0 = 1_796_513_901_040_143_999u64;
+    let t1 = t0 + 7_492_922;
+    let state = GcraState {
+        tat: Nanos(t0 + 50_000_000),
+    };
+    let at = |t: u64| gcra.decide(&state, Nanos(t), 1).0.throttle_reply().to_vec();
+    let mid = at(t0 + 3_700_000);
+    assert!(mid != at(t0) && mid != at(t1), "{mid:?}");
+    assert!(admitted_at_some_instant(&at, t0, t1, &mid));
+    let mut wrong = mid.clone();
+    wrong[2] += 100;
+    assert!(!admitted_at_some_instant(&at, t0, t1, &wrong));
+    let mut late = at(t1);
+    late[4] -= 1;
+    assert!(!admitted_at_some_instant(&at, t0, t1, &late));
 }
 
 #[test]
@@ -161,11 +205,12 @@ fn cl_throttle_decides_as_floodgate_core_call_by_call() {
                     // the module's instant is known: new - inc
                     assert_eq!(got, at(new - inc), "{what}: at the module's own instant");
                 } else {
-                    // the module's instant is somewhere in t0..=t1: the core's answer at
-                    // one end (a boundary may fall between them)
+                    // the module's instant is somewhere in t0..=t1, and with the TAT ahead
+                    // of it, remaining and reset_after move with it: the core's answer at
+                    // some instant between the two readings
                     assert!(
-                        got == at(t0) || got == at(t1),
-                        "{what}: {got:?} is the core's answer neither at {t0} ({:?}) nor at {t1} ({:?})",
+                        admitted_at_some_instant(&at, t0, t1, &got),
+                        "{what}: {got:?} is the core's answer at no instant from {t0} ({:?}) to {t1} ({:?})",
                         at(t0),
                         at(t1)
                     );
