@@ -3,6 +3,9 @@
 //! (descriptor matching: exact values, prefixes, nested rules, shadow and unlimited rules,
 //! several limits on one rule).
 //!
+//! The direct path's own reader (`grpc::wire::read_request`) on the same bytes: never a
+//! panic, and whatever it reads prost decodes too, to the same request.
+//!
 //! Never a panic; a decoded request encodes back to itself; a refused request is
 //! `INVALID_ARGUMENT`, or `NOT_FOUND` for a domain the config does not name (never
 //! `INTERNAL`: the store cannot fail); an answered one has one status per descriptor,
@@ -80,9 +83,14 @@ fn door() -> &'static RlsService {
 }
 
 fuzz_target!(|data: &[u8]| {
+    let direct = floodgate_server::grpc::wire::read_request(data);
     let Ok(req) = RateLimitRequest::decode(data) else {
+        assert!(direct.is_none(), "read what prost refuses: {direct:?}");
         return;
     };
+    if let Some(d) = &direct {
+        assert_eq!(d, &floodgate_server::grpc::wire::RequestRef::of(&req));
+    }
     assert_eq!(
         RateLimitRequest::decode(&req.encode_to_vec()[..]).as_ref(),
         Ok(&req)

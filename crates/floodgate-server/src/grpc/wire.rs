@@ -183,7 +183,7 @@ fn read_descriptor(buf: &[u8]) -> Option<DescriptorRef<'_>> {
                 d.hits_addend = Some(value);
             }
             (4, VARINT) => d.is_negative_hits = r.varint()? != 0,
-            (3 | 4, _) => return None,
+            (1 | 3 | 4, _) => return None,
             (_, wire) => r.skip(wire)?,
         }
     }

@@ -98,6 +98,24 @@ fn leaves_to_prost_what_it_does_not_follow() {
     for c in cases {
         assert_eq!(read_request(&c), None, "{c:?}");
     }
+    // a known field in the wrong wire type: prost refuses the message, and so does the
+    // reader (prost then answers INVALID_ARGUMENT); the first was found by the
+    // grpc_request fuzz target
+    let wrong_wire: Vec<Vec<u8>> = vec![
+        // a descriptor's entries (field 1) as a varint
+        vec![(2 << 3) | 2, 2, 1 << 3, 7],
+        // an entry's value (field 2) as a varint
+        vec![(2 << 3) | 2, 4, (1 << 3) | 2, 2, 2 << 3, 7],
+        // hits_addend's UInt64Value with its field 1 length-delimited
+        vec![(2 << 3) | 2, 4, (3 << 3) | 2, 2, (1 << 3) | 2, 0],
+    ];
+    for c in wrong_wire {
+        assert_eq!(read_request(&c), None, "{c:?}");
+        assert!(
+            RateLimitRequest::decode(&c[..]).is_err(),
+            "prost reads {c:?}"
+        );
+    }
 }
 
 fn engine() -> Engine {
