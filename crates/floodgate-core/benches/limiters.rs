@@ -162,7 +162,6 @@ impl Workload {
 enum Lib {
     GovKeyed(RateLimiter<u64, DefaultKeyedStateStore<u64>, VirtualClock, NoOp>),
     FgKeyed(KeyedLimiter<u64, Gcra>),
-    FgKeyedX(KeyedLimiter<u64, Gcra>, &'static str),
     CasKeyed(cas::CasKeyed),
     GovDirect(RateLimiter<NotKeyed, InMemoryState, VirtualClock, NoOp>),
     FgAtomic(AtomicGcra),
@@ -175,7 +174,6 @@ impl Lib {
         match self {
             Lib::GovKeyed(_) | Lib::GovDirect(_) => "governor",
             Lib::FgKeyed(_) => "floodgate",
-            Lib::FgKeyedX(_, n) => n,
             Lib::CasKeyed(_) => "prototype: read lock + CAS",
             Lib::FgAtomic(_) => "floodgate AtomicGcra",
             Lib::FgMutex(_) => "floodgate Limiter<Gcra>",
@@ -267,7 +265,6 @@ fn walk(lib: &Lib, walk: Walk<'_>, warm: bool) -> u64 {
     match lib {
         Lib::GovKeyed(l) => go!(|k| l.check_key(k).is_ok()),
         Lib::FgKeyed(l) => go!(|k| l.check(k, now(), 1).allowed),
-        Lib::FgKeyedX(l, _) => go!(|k| l.check(k, now(), 1).allowed),
         Lib::CasKeyed(l) => go!(|k| l.check(*k, now())),
         Lib::GovDirect(l) => go!(|_| l.check().is_ok()),
         Lib::FgAtomic(l) => go!(|_| l.check(now(), 1).allowed),
@@ -346,14 +343,8 @@ struct Cell {
 
 fn keyed_cell(dist: Dist, n: usize, threads: usize, w: Arc<Workload>, with_cas: bool) -> Cell {
     let gov = RateLimiter::dashmap_with_clock(quota(), VirtualClock);
-    let fg = KeyedLimiter::with_shards_pages(gcra(), (2 * n).max(1_000_000), 64, true).unwrap();
+    let fg = KeyedLimiter::new(gcra(), (2 * n).max(1_000_000)).unwrap();
     let mut libs = vec![Lib::GovKeyed(gov), Lib::FgKeyed(fg)];
-    if std::env::var("FG_X").is_ok() {
-        let cap = (2 * n).max(1_000_000);
-        for (sh, plain, name) in [(64, false, "fg 64 huge"), (8, true, "fg 8 plain"), (8, false, "fg 8 huge"), (4, true, "fg 4 plain"), (4, false, "fg 4 huge")] {
-            libs.push(Lib::FgKeyedX(KeyedLimiter::with_shards_pages(gcra(), cap, sh, plain).unwrap(), name));
-        }
-    }
     if with_cas {
         libs.push(Lib::CasKeyed(cas::CasKeyed::new(gcra(), 64)));
     }
@@ -444,11 +435,6 @@ fn measure(cell: &Cell, reps: usize, budget: Duration) {
     // warm-up: one pass of the sequence on one thread, then a short calibration run
     for (lib, clock) in cell.libs.iter().zip(&clocks) {
         run(true, lib, w, clock, 1, 0, SEQ_LEN as u64);
-        if std::env::var("FG_X").is_ok() {
-            let s = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
-            let l: Vec<&str> = s.lines().filter(|l| l.starts_with("AnonHuge") || l.starts_with("Rss")).collect();
-            eprintln!("after warming {}: {:?}", lib.name(), l);
-        }
     }
     let mut start = SEQ_LEN as u64;
     let cal = run(

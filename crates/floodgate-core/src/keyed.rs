@@ -41,7 +41,6 @@ use parking_lot::RwLock;
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::ConfigError;
-use crate::table_alloc::TableAlloc;
 use crate::time::Nanos;
 
 /// Default number of shards.
@@ -58,7 +57,7 @@ pub(crate) struct Shard<K, S, A> {
     /// The default algorithm, copied into every shard so that reading it costs nothing
     /// beyond the shard lock already held ([`KeyedLimiter::set_algorithm`] updates all).
     pub(crate) alg: Arc<A>,
-    pub(crate) table: HashTable<(K, S), TableAlloc>,
+    pub(crate) table: HashTable<(K, S)>,
 }
 
 pub(crate) type PaddedShard<K, S, A> = Padded<ShardLock<Shard<K, S, A>>>;
@@ -141,16 +140,6 @@ where
     /// As [`new`](Self::new) with a chosen shard count (rounded down to a power of two, and
     /// lowered so that every shard holds at least [`MIN_KEYS_PER_SHARD`] keys).
     pub fn with_shards(algorithm: A, max_keys: usize, shards: usize) -> Result<Self, ConfigError> {
-        Self::with_shards_pages(algorithm, max_keys, shards, false)
-    }
-
-    #[doc(hidden)]
-    pub fn with_shards_pages(
-        algorithm: A,
-        max_keys: usize,
-        shards: usize,
-        plain: bool,
-    ) -> Result<Self, ConfigError> {
         if max_keys == 0 {
             return Err(ConfigError::Zero { what: "max_keys" });
         }
@@ -165,7 +154,7 @@ where
                 .map(|_| {
                     Padded(ShardLock::new(Shard {
                         alg: algorithm.clone(),
-                        table: HashTable::new_in(TableAlloc { plain }),
+                        table: HashTable::new(),
                     }))
                 })
                 .collect(),
