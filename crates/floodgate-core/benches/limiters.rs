@@ -27,6 +27,9 @@
 //! `--cas` adds, to the keyed cells, a prototype of governor's design built from floodgate's
 //! parts (a shard read lock and a compare-and-swap on the entry; `limiters/cas.rs`).
 //!
+//! `--no-prefetch` adds floodgate's keyed limiter without its prefetch of a key's slot before
+//! the shard lock, to measure what the prefetch gains.
+//!
 //! `--instructions CELL LIBRARY CHECKS` runs one single-thread cell once, for
 //! `scripts/core-instructions.sh` (callgrind counts only inside `hot_loop`).
 
@@ -162,6 +165,7 @@ impl Workload {
 enum Lib {
     GovKeyed(RateLimiter<u64, DefaultKeyedStateStore<u64>, VirtualClock, NoOp>),
     FgKeyed(KeyedLimiter<u64, Gcra>),
+    FgNoPrefetch(KeyedLimiter<u64, Gcra>),
     CasKeyed(cas::CasKeyed),
     GovDirect(RateLimiter<NotKeyed, InMemoryState, VirtualClock, NoOp>),
     FgAtomic(AtomicGcra),
@@ -174,6 +178,7 @@ impl Lib {
         match self {
             Lib::GovKeyed(_) | Lib::GovDirect(_) => "governor",
             Lib::FgKeyed(_) => "floodgate",
+            Lib::FgNoPrefetch(_) => "floodgate without prefetch",
             Lib::CasKeyed(_) => "prototype: read lock + CAS",
             Lib::FgAtomic(_) => "floodgate AtomicGcra",
             Lib::FgMutex(_) => "floodgate Limiter<Gcra>",
@@ -265,6 +270,7 @@ fn walk(lib: &Lib, walk: Walk<'_>, warm: bool) -> u64 {
     match lib {
         Lib::GovKeyed(l) => go!(|k| l.check_key(k).is_ok()),
         Lib::FgKeyed(l) => go!(|k| l.check(k, now(), 1).allowed),
+        Lib::FgNoPrefetch(l) => go!(|k| l.check(k, now(), 1).allowed),
         Lib::CasKeyed(l) => go!(|k| l.check(*k, now())),
         Lib::GovDirect(l) => go!(|_| l.check().is_ok()),
         Lib::FgAtomic(l) => go!(|_| l.check(now(), 1).allowed),
@@ -341,11 +347,15 @@ struct Cell {
     libs: Vec<Lib>,
 }
 
-fn keyed_cell(dist: Dist, n: usize, threads: usize, w: Arc<Workload>, with_cas: bool) -> Cell {
+fn keyed_cell(dist: Dist, n: usize, threads: usize, w: Arc<Workload>, with: Extra) -> Cell {
     let gov = RateLimiter::dashmap_with_clock(quota(), VirtualClock);
     let fg = KeyedLimiter::new(gcra(), (2 * n).max(1_000_000)).unwrap();
     let mut libs = vec![Lib::GovKeyed(gov), Lib::FgKeyed(fg)];
-    if with_cas {
+    if with.no_prefetch {
+        let l = KeyedLimiter::new(gcra(), (2 * n).max(1_000_000)).unwrap();
+        libs.push(Lib::FgNoPrefetch(l.without_prefetch()));
+    }
+    if with.cas {
         libs.push(Lib::CasKeyed(cas::CasKeyed::new(gcra(), 64)));
     }
     Cell {
@@ -387,7 +397,16 @@ fn count_name(n: usize) -> String {
 }
 
 /// Every cell, workloads shared between the 1- and 2-thread cells.
-fn cells(filter: &[String], with_cas: bool) -> Vec<Cell> {
+/// Libraries added to the keyed cells on request.
+#[derive(Debug, Clone, Copy, Default)]
+struct Extra {
+    /// `--cas`: the read lock + CAS prototype.
+    cas: bool,
+    /// `--no-prefetch`: floodgate without the prefetch of a key's slot before the lock.
+    no_prefetch: bool,
+}
+
+fn cells(filter: &[String], with: Extra) -> Vec<Cell> {
     let wanted = |name: &str, threads: usize| {
         let full = format!("{name}, {threads}t");
         filter.is_empty() || filter.iter().any(|f| full.contains(f.as_str()))
@@ -410,7 +429,7 @@ fn cells(filter: &[String], with_cas: bool) -> Vec<Cell> {
             let w = Arc::new(Workload::new(dist, n));
             for threads in [1, 2] {
                 if wanted(&name, threads) {
-                    out.push(keyed_cell(dist, n, threads, w.clone(), with_cas));
+                    out.push(keyed_cell(dist, n, threads, w.clone(), with));
                 }
             }
         }
@@ -515,7 +534,7 @@ fn instructions(args: &[String]) {
         eprintln!("usage: --instructions CELL LIBRARY CHECKS (library: index in the cell)");
         std::process::exit(2);
     };
-    let Some(cell) = cells(std::slice::from_ref(cell), false)
+    let Some(cell) = cells(std::slice::from_ref(cell), Extra::default())
         .into_iter()
         .find(|c| c.threads == 1)
     else {
@@ -555,7 +574,7 @@ fn main() {
     }
     let mut reps = 7;
     let mut ms = 100;
-    let mut with_cas = false;
+    let mut with = Extra::default();
     let mut filter = Vec::new();
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -568,7 +587,8 @@ fn main() {
         match a.as_str() {
             "--reps" => reps = num("--reps") as usize,
             "--ms" => ms = num("--ms"),
-            "--cas" => with_cas = true,
+            "--cas" => with.cas = true,
+            "--no-prefetch" => with.no_prefetch = true,
             _ => filter.push(a),
         }
     }
@@ -579,7 +599,7 @@ fn main() {
         "| cell | threads | library | wall ns per check | governor / floodgate, wall | CPU ns per check | governor / floodgate, CPU | admitted |"
     );
     println!("|---|---:|---|---:|---:|---:|---:|---:|");
-    for cell in cells(&filter, with_cas) {
+    for cell in cells(&filter, with) {
         measure(&cell, reps.max(1), Duration::from_millis(ms));
     }
 }

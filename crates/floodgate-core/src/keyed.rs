@@ -41,6 +41,7 @@ use parking_lot::RwLock;
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::ConfigError;
+use crate::table_alloc::{Placement, TableAlloc};
 use crate::time::Nanos;
 
 /// Default number of shards.
@@ -57,7 +58,7 @@ pub(crate) struct Shard<K, S, A> {
     /// The default algorithm, copied into every shard so that reading it costs nothing
     /// beyond the shard lock already held ([`KeyedLimiter::set_algorithm`] updates all).
     pub(crate) alg: Arc<A>,
-    pub(crate) table: HashTable<(K, S)>,
+    pub(crate) table: HashTable<(K, S), TableAlloc<(K, S)>>,
 }
 
 pub(crate) type PaddedShard<K, S, A> = Padded<ShardLock<Shard<K, S, A>>>;
@@ -118,6 +119,10 @@ pub struct Stats {
 /// ```
 pub struct KeyedLimiter<K, A: Algorithm> {
     pub(crate) shards: Box<[PaddedShard<K, A::State, A>]>,
+    /// Where each shard's table is, read without the lock to prefetch a key's slot.
+    placements: Arc<[Placement]>,
+    /// Whether [`check`](Self::check) prefetches (off only to measure what it gains).
+    prefetch: bool,
     hasher: foldhash::fast::RandomState,
     shard_shift_mask: usize,
     shard_cap: usize,
@@ -149,15 +154,18 @@ where
         let shards = 1usize << (usize::BITS - 1 - shards.leading_zeros());
         let shard_cap = max_keys / shards;
         let algorithm = Arc::new(algorithm);
+        let placements: Arc<[Placement]> = (0..shards).map(|_| Placement::default()).collect();
         Ok(KeyedLimiter {
             shards: (0..shards)
-                .map(|_| {
+                .map(|i| {
                     Padded(ShardLock::new(Shard {
                         alg: algorithm.clone(),
-                        table: HashTable::new(),
+                        table: HashTable::new_in(TableAlloc::new(placements.clone(), i)),
                     }))
                 })
                 .collect(),
+            placements,
+            prefetch: true,
             hasher: foldhash::fast::RandomState::default(),
             shard_shift_mask: shards - 1,
             shard_cap,
@@ -166,6 +174,14 @@ where
             idle_dropped: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
         })
+    }
+
+    /// The same limiter without the prefetch of a key's slot before the lock, for the
+    /// benchmark that measures what the prefetch gains.
+    #[doc(hidden)]
+    pub fn without_prefetch(mut self) -> Self {
+        self.prefetch = false;
+        self
     }
 
     /// The most keys this limiter will hold.
@@ -184,8 +200,12 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
+        let index = self.shard_index(hash);
+        if self.prefetch {
+            self.placements[index].prefetch::<(K, A::State)>(hash);
+        }
         let own = self.own_algorithm(key);
-        let mut guard = self.shard(hash).lock();
+        let mut guard = self.shards[index].0.lock();
         let shard = &mut *guard;
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             let alg: &A = own.as_deref().unwrap_or(&shard.alg);
@@ -533,6 +553,51 @@ mod tests {
         l.check(&2, Nanos::from_secs(10), 1);
         assert_eq!(l.sweep(Nanos::from_secs(10)), 1);
         assert_eq!(l.len(), 1);
+    }
+
+    #[test]
+    fn the_prefetched_lines_hold_most_keys() {
+        // The prefetch reads hashbrown's layout from each table's allocation: check that
+        // the lines it loads are where the keys are (a wrong layout would find ~none).
+        let l: KeyedLimiter<u64, _> = KeyedLimiter::new(gcra(5), 1 << 20).unwrap();
+        let t = Nanos::from_secs(1);
+        let keys: Vec<u64> = (0..200_000u64)
+            .map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
+        for k in &keys {
+            assert!(l.check(k, t, 1).allowed);
+        }
+        let size = size_of::<(u64, crate::algorithms::GcraState)>();
+        let line = |addr: usize| addr / 64;
+        let (mut in_group, mut prefetched) = (0, 0);
+        for k in &keys {
+            let hash = l.hash(k);
+            let index = l.shard_index(hash);
+            let (ctrl, mask) = l.placements[index].get();
+            assert_ne!(ctrl, 0);
+            let shard = l.shards[index].0.lock();
+            let entry = shard.table.find(hash, |(x, _)| x == k).unwrap();
+            let addr = entry as *const _ as usize;
+            assert!(
+                addr < ctrl && ctrl - addr <= (mask + 1) * size,
+                "inside the table"
+            );
+            let slot = (ctrl - addr) / size - 1;
+            let pos = hash as usize & mask;
+            if slot.wrapping_sub(pos) & mask < 16 {
+                in_group += 1;
+            }
+            let home = ctrl - (pos + 1) * size;
+            if [line(home), line(home - 3 * size)].contains(&line(addr)) {
+                prefetched += 1;
+            }
+        }
+        let n = keys.len() as f64;
+        assert!(in_group as f64 / n > 0.9, "home group: {in_group} of {n}");
+        assert!(
+            prefetched as f64 / n > 0.8,
+            "prefetched: {prefetched} of {n}"
+        );
     }
 
     #[test]

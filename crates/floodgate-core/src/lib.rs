@@ -17,6 +17,7 @@ pub mod rate;
 pub mod ratelimit_fields;
 pub mod settle;
 pub mod simulate;
+mod table_alloc;
 pub mod time;
 
 pub use algorithm::Algorithm;
