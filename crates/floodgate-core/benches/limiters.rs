@@ -49,8 +49,6 @@ use governor::{Quota, RateLimiter};
 
 #[path = "limiters/cas.rs"]
 mod cas;
-#[path = "limiters/atomic.rs"]
-mod atomic;
 
 type NoOp = NoOpMiddleware<governor::nanos::Nanos>;
 
@@ -171,7 +169,6 @@ enum Lib {
     CasKeyed(cas::CasKeyed),
     GovDirect(RateLimiter<NotKeyed, InMemoryState, VirtualClock, NoOp>),
     FgAtomic(AtomicGcra),
-    FgAtomicX(atomic::XGcra, &'static str),
     FgMutex(Limiter<Gcra>),
     FgAny(Limiter<AnyAlgorithm>),
 }
@@ -184,7 +181,6 @@ impl Lib {
             Lib::FgNoPrefetch(_) => "floodgate without prefetch",
             Lib::CasKeyed(_) => "prototype: read lock + CAS",
             Lib::FgAtomic(_) => "floodgate AtomicGcra",
-            Lib::FgAtomicX(_, n) => n,
             Lib::FgMutex(_) => "floodgate Limiter<Gcra>",
             Lib::FgAny(_) => "floodgate Limiter<AnyAlgorithm>",
         }
@@ -278,7 +274,6 @@ fn walk(lib: &Lib, walk: Walk<'_>, warm: bool) -> u64 {
         Lib::CasKeyed(l) => go!(|k| l.check(*k, now())),
         Lib::GovDirect(l) => go!(|_| l.check().is_ok()),
         Lib::FgAtomic(l) => go!(|_| l.check(now(), 1).allowed),
-        Lib::FgAtomicX(l, _) => go!(|_| l.check(now())),
         Lib::FgMutex(l) => go!(|_| l.check(now(), 1).allowed),
         Lib::FgAny(l) => go!(|_| l.check(now(), 1).allowed),
     }
@@ -382,12 +377,6 @@ fn direct_cell(threads: usize, w: Arc<Workload>) -> Cell {
             Lib::FgAtomic(AtomicGcra::new(gcra())),
             Lib::FgMutex(Limiter::new(gcra())),
             Lib::FgAny(Limiter::new(any)),
-            Lib::FgAtomicX(atomic::XGcra::new(gcra(), 0), "x plain"),
-            Lib::FgAtomicX(atomic::XGcra::new(gcra(), 1), "x prefetchw"),
-            Lib::FgAtomicX(atomic::XGcra::new(gcra(), 2), "x pause"),
-            Lib::FgAtomicX(atomic::XGcra::new(gcra(), 4), "x strong"),
-            Lib::FgAtomicX(atomic::XGcra::new(gcra(), 3), "x prefetchw+pause"),
-            Lib::FgAtomicX(atomic::XGcra::new(gcra(), 8), "x rmw load"),
         ],
     }
 }
