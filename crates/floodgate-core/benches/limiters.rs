@@ -27,9 +27,6 @@
 //! `--cas` adds, to the keyed cells, a prototype of governor's design built from floodgate's
 //! parts (a shard read lock and a compare-and-swap on the entry; `limiters/cas.rs`).
 //!
-//! `--no-prefetch` adds floodgate's keyed limiter without its prefetch of a key's slot before
-//! the shard lock, to measure what the prefetch gains.
-//!
 //! `--instructions CELL LIBRARY CHECKS` runs one single-thread cell once, for
 //! `scripts/core-instructions.sh` (callgrind counts only inside `hot_loop`).
 
@@ -165,7 +162,6 @@ impl Workload {
 enum Lib {
     GovKeyed(RateLimiter<u64, DefaultKeyedStateStore<u64>, VirtualClock, NoOp>),
     FgKeyed(KeyedLimiter<u64, Gcra>),
-    FgNoPrefetch(KeyedLimiter<u64, Gcra>),
     CasKeyed(cas::CasKeyed),
     GovDirect(RateLimiter<NotKeyed, InMemoryState, VirtualClock, NoOp>),
     FgAtomic(AtomicGcra),
@@ -178,7 +174,6 @@ impl Lib {
         match self {
             Lib::GovKeyed(_) | Lib::GovDirect(_) => "governor",
             Lib::FgKeyed(_) => "floodgate",
-            Lib::FgNoPrefetch(_) => "floodgate without prefetch",
             Lib::CasKeyed(_) => "prototype: read lock + CAS",
             Lib::FgAtomic(_) => "floodgate AtomicGcra",
             Lib::FgMutex(_) => "floodgate Limiter<Gcra>",
@@ -270,7 +265,6 @@ fn walk(lib: &Lib, walk: Walk<'_>, warm: bool) -> u64 {
     match lib {
         Lib::GovKeyed(l) => go!(|k| l.check_key(k).is_ok()),
         Lib::FgKeyed(l) => go!(|k| l.check(k, now(), 1).allowed),
-        Lib::FgNoPrefetch(l) => go!(|k| l.check(k, now(), 1).allowed),
         Lib::CasKeyed(l) => go!(|k| l.check(*k, now())),
         Lib::GovDirect(l) => go!(|_| l.check().is_ok()),
         Lib::FgAtomic(l) => go!(|_| l.check(now(), 1).allowed),
@@ -351,10 +345,6 @@ fn keyed_cell(dist: Dist, n: usize, threads: usize, w: Arc<Workload>, with: Extr
     let gov = RateLimiter::dashmap_with_clock(quota(), VirtualClock);
     let fg = KeyedLimiter::new(gcra(), (2 * n).max(1_000_000)).unwrap();
     let mut libs = vec![Lib::GovKeyed(gov), Lib::FgKeyed(fg)];
-    if with.no_prefetch {
-        let l = KeyedLimiter::new(gcra(), (2 * n).max(1_000_000)).unwrap();
-        libs.push(Lib::FgNoPrefetch(l.without_prefetch()));
-    }
     if with.cas {
         libs.push(Lib::CasKeyed(cas::CasKeyed::new(gcra(), 64)));
     }
@@ -402,8 +392,6 @@ fn count_name(n: usize) -> String {
 struct Extra {
     /// `--cas`: the read lock + CAS prototype.
     cas: bool,
-    /// `--no-prefetch`: floodgate without the prefetch of a key's slot before the lock.
-    no_prefetch: bool,
 }
 
 fn cells(filter: &[String], with: Extra) -> Vec<Cell> {
@@ -588,7 +576,6 @@ fn main() {
             "--reps" => reps = num("--reps") as usize,
             "--ms" => ms = num("--ms"),
             "--cas" => with.cas = true,
-            "--no-prefetch" => with.no_prefetch = true,
             _ => filter.push(a),
         }
     }

@@ -7,7 +7,9 @@
 //! a `hashbrown::HashTable<(K, State)>`. A decision locks exactly one shard for the
 //! duration of one `check`: decisions on one key are serialised, so N threads on one key
 //! admit exactly what one thread would (no overshoot), and threads on different keys
-//! rarely meet.
+//! rarely meet. Before taking the lock, a check prefetches the key's control bytes and
+//! entry slots in a large table, so that their cache misses overlap instead of following
+//! one another inside the lock (`table_alloc.rs`).
 //!
 //! # The cap, and what eviction costs
 //! Each shard holds at most `max_keys / shards` keys, so the whole limiter never holds more
@@ -121,8 +123,6 @@ pub struct KeyedLimiter<K, A: Algorithm> {
     pub(crate) shards: Box<[PaddedShard<K, A::State, A>]>,
     /// Where each shard's table is, read without the lock to prefetch a key's slot.
     placements: Arc<[Placement]>,
-    /// Whether [`check`](Self::check) prefetches (off only to measure what it gains).
-    prefetch: bool,
     hasher: foldhash::fast::RandomState,
     shard_shift_mask: usize,
     shard_cap: usize,
@@ -165,7 +165,6 @@ where
                 })
                 .collect(),
             placements,
-            prefetch: true,
             hasher: foldhash::fast::RandomState::default(),
             shard_shift_mask: shards - 1,
             shard_cap,
@@ -176,14 +175,6 @@ where
         })
     }
 
-    /// The same limiter without the prefetch of a key's slot before the lock, for the
-    /// benchmark that measures what the prefetch gains.
-    #[doc(hidden)]
-    pub fn without_prefetch(mut self) -> Self {
-        self.prefetch = false;
-        self
-    }
-
     /// The most keys this limiter will hold.
     pub fn max_keys(&self) -> usize {
         self.shard_cap * self.shards.len()
@@ -191,8 +182,9 @@ where
 
     /// Decide on a request of `cost` for `key` at `now`; consume when admitted.
     ///
-    /// Inlined into the caller: a key already held costs a hash, one shard lock, one
-    /// probe and the algorithm's arithmetic; a new key goes through an out-of-line path.
+    /// Inlined into the caller: a key already held costs a hash, a prefetch of its slot
+    /// (large tables only), one shard lock, one probe and the algorithm's arithmetic; a
+    /// new key goes through an out-of-line path.
     #[inline(always)]
     pub fn check<Q>(&self, key: &Q, now: Nanos, cost: u64) -> Decision
     where
@@ -201,9 +193,7 @@ where
     {
         let hash = self.hasher.hash_one(key);
         let index = self.shard_index(hash);
-        if self.prefetch {
-            self.placements[index].prefetch::<(K, A::State)>(hash);
-        }
+        self.placements[index].prefetch::<(K, A::State)>(hash);
         let own = self.own_algorithm(key);
         let mut guard = self.shards[index].0.lock();
         let shard = &mut *guard;
