@@ -37,7 +37,9 @@ pub(crate) struct Placement {
 /// prefetch would cost instructions and save no miss.
 const MIN_PREFETCHED_SLOTS: usize = 256;
 
-/// Bytes after the control bytes of a hashbrown table (one SSE2 group's width, x86-64).
+/// Bytes after the control bytes of a hashbrown table: one SSE2 group's width, on x86-64,
+/// the only target where [`prefetch`] issues an instruction (hashbrown's groups are 8 bytes
+/// wide on others).
 const TRAILING_CTRL: usize = 16;
 
 impl Placement {
