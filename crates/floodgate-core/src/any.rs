@@ -223,7 +223,9 @@ impl AnyAlgorithm {
         dispatch!(self, state, _a, _s => true, false)
     }
 
-    fn fresh(&self) -> AnyState {
+    /// A key never seen, as a state of this algorithm's own variant (not
+    /// [`AnyState::Empty`]).
+    pub fn fresh(&self) -> AnyState {
         match self {
             AnyAlgorithm::FixedWindow(_) => AnyState::FixedWindow(Default::default()),
             AnyAlgorithm::SlidingLog(_) => AnyState::SlidingLog(Default::default()),

@@ -12,7 +12,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use floodgate_core::Nanos;
 
 use crate::keys::{Key, reply_array, reply_int, reply_ints};
-use crate::{decide, fg};
+use crate::leases::{self, LeaseCall};
+use crate::zset::Only;
+use crate::{decide, fg, settle};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, Status, raw};
 use smallvec::SmallVec;
 
@@ -209,11 +211,130 @@ fn fg_decide(ctx: &Context, args: &[RedisString]) -> RedisResult {
     Ok(RedisValue::NoReply)
 }
 
+/// The instant a command decides at (the caller's, or the primary's clock) and the
+/// millisecond its expiries count from (the primary's clock).
+fn instant(caller: Option<(u64, u64)>) -> ((u64, u64), u64) {
+    let clock = now();
+    let at = caller.unwrap_or((clock.0 / 1_000_000_000, clock.0 % 1_000_000_000));
+    (at, clock.0 / 1_000_000)
+}
+
+/// `FG.RESERVE`: the settle script's reserve, answered by the module (see [`settle`]).
+fn fg_reserve(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let req = settle::parse_reserve(&words(args)).map_err(RedisError::String)?;
+    let (at, anchor_ms) = instant(req.now);
+    let mut key = Key::open(ctx.get_raw(), &args[1])?;
+    let (reply, write) = settle::reserve(&req, key.value()?, at).map_err(RedisError::String)?;
+    if let Some(w) = write {
+        key.write(&w.value, anchor_ms.saturating_add(w.ttl_ms))?;
+    }
+    reply_ints(ctx.get_raw(), &reply);
+    Ok(RedisValue::NoReply)
+}
+
+/// `FG.SETTLE`: the settle script's settle, answered by the module (see [`settle`]).
+fn fg_settle(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let req = settle::parse_settle(&words(args)).map_err(RedisError::String)?;
+    let (at, anchor_ms) = instant(req.req.now);
+    let mut key = Key::open(ctx.get_raw(), &args[1])?;
+    let (reply, effect) = settle::settle(&req, key.value()?, at).map_err(RedisError::String)?;
+    match effect {
+        settle::Effect::None => {}
+        settle::Effect::Delete => key.delete()?,
+        settle::Effect::Store(bytes, ttl_ms) => {
+            key.store(&bytes, anchor_ms.saturating_add(ttl_ms))?;
+        }
+    }
+    reply_ints(ctx.get_raw(), &reply);
+    Ok(RedisValue::NoReply)
+}
+
+/// A lease command's instant in us (the caller's, or the primary's clock, as Redis
+/// `TIME` gives it) and the millisecond its expiries count from (the primary's clock).
+fn lease_instant(call: &LeaseCall) -> (u64, u64) {
+    let clock = now();
+    (call.now_us.unwrap_or(clock.0 / 1_000), clock.0 / 1_000_000)
+}
+
+/// The words after the command's name.
+fn words(args: &[RedisString]) -> SmallVec<[&[u8]; 16]> {
+    args[1..].iter().map(RedisString::as_slice).collect()
+}
+
+/// The script's `expire_at_latest`: the key expires at its latest lease (rounded up to
+/// the ms, plus the padding), or is deleted when that lease is not after now.
+fn expire_at_latest(key: &mut Key, now_us: u64, anchor_ms: u64, pad_ms: u64) -> RedisResult<()> {
+    match key.zedge(true)? {
+        Some(l) if l as u64 > now_us => {
+            let ms = leases::expiry_ms(l as u64, now_us, pad_ms);
+            key.expire_at(anchor_ms.saturating_add(ms))?;
+        }
+        Some(_) => key.delete()?,
+        None => {}
+    }
+    Ok(())
+}
+
+/// `FG.ACQUIRE key id limit ttl_us pad_ms now_us|redis`: the in-flight script's acquire.
+fn fg_acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let call = leases::parse_acquire(&words(args)).map_err(RedisError::String)?;
+    let (now_us, anchor_ms) = lease_instant(&call);
+    let mut key = Key::open(ctx.get_raw(), &args[1])?;
+    key.is_zset()?;
+    key.zremrange_upto(now_us)?;
+    let n = key.zcard()? as u64;
+    let since = |score: Option<f64>| score.map_or(0, |s| s as i64 - now_us as i64);
+    let reply = if n < call.limit {
+        if !key.zadd(now_us + call.ttl_us, &args[2], Only::New)? {
+            reply_ints(ctx.get_raw(), &[-1]);
+            return Ok(RedisValue::NoReply);
+        }
+        expire_at_latest(&mut key, now_us, anchor_ms, call.pad_ms)?;
+        [1, n as i64 + 1, 0, since(key.zedge(true)?), now_us as i64]
+    } else {
+        let first = since(key.zedge(false)?);
+        [0, n as i64, first, since(key.zedge(true)?), now_us as i64]
+    };
+    reply_ints(ctx.get_raw(), &reply);
+    Ok(RedisValue::NoReply)
+}
+
+/// `FG.RENEW key id ttl_us pad_ms now_us|redis`: the in-flight script's renew.
+fn fg_renew(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let call = leases::parse_renew(&words(args)).map_err(RedisError::String)?;
+    let (now_us, anchor_ms) = lease_instant(&call);
+    let mut key = Key::open(ctx.get_raw(), &args[1])?;
+    let live = key.zscore(&args[2])?.is_some_and(|s| s > now_us as f64);
+    if live {
+        key.zadd(now_us + call.ttl_us, &args[2], Only::Existing)?;
+        expire_at_latest(&mut key, now_us, anchor_ms, call.pad_ms)?;
+    }
+    reply_ints(ctx.get_raw(), &[i64::from(live)]);
+    Ok(RedisValue::NoReply)
+}
+
+/// `FG.RELEASE key id now_us|redis`: the in-flight script's release.
+fn fg_release(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let call = leases::parse_release(&words(args)).map_err(RedisError::String)?;
+    let (now_us, _) = lease_instant(&call);
+    let mut key = Key::open(ctx.get_raw(), &args[1])?;
+    let Some(score) = key.zscore(&args[2])? else {
+        reply_ints(ctx.get_raw(), &[0]);
+        return Ok(RedisValue::NoReply);
+    };
+    key.zrem(&args[2])?;
+    reply_ints(ctx.get_raw(), &[i64::from(score > now_us as f64)]);
+    Ok(RedisValue::NoReply)
+}
+
 /// At load: refuse a server without the key API the commands use, and take over the
 /// signalling of modified keys (done when a key is written, not whenever one is opened
 /// for writing).
 fn init(_ctx: &Context, _args: &[RedisString]) -> Status {
-    if !crate::keys::load_api() || create_commands(_ctx.get_raw()) == Status::Err {
+    if !crate::keys::load_api()
+        || !crate::zset::load_api()
+        || create_commands(_ctx.get_raw()) == Status::Err
+    {
         return Status::Err;
     }
     // SAFETY: called once, at load, with the module's context
@@ -269,12 +390,17 @@ entry! {
     fg_throttle_entry => fg_throttle,
     fg_multi_entry => fg_multi,
     fg_decide_entry => fg_decide,
+    fg_reserve_entry => fg_reserve,
+    fg_settle_entry => fg_settle,
+    fg_acquire_entry => fg_acquire,
+    fg_renew_entry => fg_renew,
+    fg_release_entry => fg_release,
 }
 
 type Entry = extern "C" fn(*mut raw::RedisModuleCtx, *mut Arg, c_int) -> c_int;
 
 /// The commands: name, entry point, flags, first key, last key, key step.
-const COMMANDS: [(&CStr, Entry, &CStr, c_int, c_int, c_int); 4] = [
+const COMMANDS: [(&CStr, Entry, &CStr, c_int, c_int, c_int); 9] = [
     (
         c"cl.throttle",
         cl_throttle_entry,
@@ -295,6 +421,32 @@ const COMMANDS: [(&CStr, Entry, &CStr, c_int, c_int, c_int); 4] = [
     (c"fg.multi", fg_multi_entry, c"write deny-oom", 3, -3, 4),
     // keys at 1, 9, ...: groups of 8 words, then mode, now_s and now_ns
     (c"fg.decide", fg_decide_entry, c"write deny-oom", 1, -11, 8),
+    (
+        c"fg.reserve",
+        fg_reserve_entry,
+        c"write deny-oom fast",
+        1,
+        1,
+        1,
+    ),
+    (
+        c"fg.settle",
+        fg_settle_entry,
+        c"write deny-oom fast",
+        1,
+        1,
+        1,
+    ),
+    (
+        c"fg.acquire",
+        fg_acquire_entry,
+        c"write deny-oom fast",
+        1,
+        1,
+        1,
+    ),
+    (c"fg.renew", fg_renew_entry, c"write deny-oom fast", 1, 1, 1),
+    (c"fg.release", fg_release_entry, c"write fast", 1, 1, 1),
 ];
 
 /// Register [`COMMANDS`].

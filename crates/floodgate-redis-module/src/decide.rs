@@ -53,7 +53,7 @@ pub enum Mode {
 
 /// The algorithm of one check.
 #[derive(Debug)]
-enum Alg {
+pub(crate) enum Alg {
     /// GCRA keeps the scripts' reply (the TAT's lead) and their TAT format.
     Gcra(Gcra),
     Other(AnyAlgorithm),
@@ -62,9 +62,9 @@ enum Alg {
 /// One check: its algorithm, cost and expiry padding.
 #[derive(Debug)]
 pub struct Check {
-    alg: Alg,
-    cost: u64,
-    pad_ms: u64,
+    pub(crate) alg: Alg,
+    pub(crate) cost: u64,
+    pub(crate) pad_ms: u64,
 }
 
 /// A parsed `FG.DECIDE`.
@@ -122,7 +122,7 @@ pub struct Ran {
     pub writes: Vec<Write>,
 }
 
-fn int<T: std::str::FromStr>(w: &[u8], what: &str) -> Result<T, String> {
+pub(crate) fn int<T: std::str::FromStr>(w: &[u8], what: &str) -> Result<T, String> {
     std::str::from_utf8(w)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -234,7 +234,7 @@ pub fn parse(words: &[&[u8]]) -> Result<Request, String> {
 
 /// Milliseconds a key lives for `ns` (the scripts' `px`: rounded up, at least 1) plus
 /// the padding.
-fn px(ns: u64, pad_ms: u64) -> u64 {
+pub(crate) fn px(ns: u64, pad_ms: u64) -> u64 {
     ns.div_ceil(1_000_000).max(1).saturating_add(pad_ms)
 }
 
@@ -264,11 +264,11 @@ fn seven(d: &Decision) -> Ints {
 }
 
 /// A check's reply, whether it admitted, and its write (bytes, ttl in ms).
-type Decided = (Ints, bool, Option<(Bytes, u64)>);
+pub(crate) type Decided = (Ints, bool, Option<(Bytes, u64)>);
 
 /// One check on the value `stored` at `(s, n)` with `cost`: its reply, whether it
 /// admitted, and the write (bytes, ttl in ms).
-fn one(
+pub(crate) fn one(
     check: &Check,
     stored: Option<&[u8]>,
     (s, n): (u64, u64),

@@ -20,24 +20,25 @@ use crate::log::{NewValue, Splice};
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 const MODE: c_int = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
-const OK: c_int = raw::REDISMODULE_OK as c_int;
-const EMPTY: c_int = raw::REDISMODULE_KEYTYPE_EMPTY as c_int;
+pub(crate) const OK: c_int = raw::REDISMODULE_OK as c_int;
+pub(crate) const EMPTY: c_int = raw::REDISMODULE_KEYTYPE_EMPTY as c_int;
 const STRING: c_int = raw::REDISMODULE_KEYTYPE_STRING as c_int;
 
-type Ctx = *mut raw::RedisModuleCtx;
-type Name = *mut raw::RedisModuleString;
-type RawKey = *mut raw::RedisModuleKey;
+pub(crate) type Ctx = *mut raw::RedisModuleCtx;
+pub(crate) type Name = *mut raw::RedisModuleString;
+pub(crate) type RawKey = *mut raw::RedisModuleKey;
 
 /// The module API functions the commands use, all present since Redis 6.2.2 (taken once
 /// at load by [`load_api`]).
-struct Api {
+pub(crate) struct Api {
     open: unsafe extern "C" fn(Ctx, Name, c_int) -> RawKey,
     close: unsafe extern "C" fn(RawKey),
-    key_type: unsafe extern "C" fn(RawKey) -> c_int,
+    pub(crate) key_type: unsafe extern "C" fn(RawKey) -> c_int,
     dma: unsafe extern "C" fn(RawKey, *mut usize, c_int) -> *mut c_char,
     truncate: unsafe extern "C" fn(RawKey, usize) -> c_int,
-    set_abs_expire: unsafe extern "C" fn(RawKey, raw::mstime_t) -> c_int,
-    replicate: unsafe extern "C" fn(Ctx, *const c_char, *const c_char, ...) -> c_int,
+    pub(crate) set_abs_expire: unsafe extern "C" fn(RawKey, raw::mstime_t) -> c_int,
+    delete: unsafe extern "C" fn(RawKey) -> c_int,
+    pub(crate) replicate: unsafe extern "C" fn(Ctx, *const c_char, *const c_char, ...) -> c_int,
     signal: unsafe extern "C" fn(Ctx, Name) -> c_int,
     notify: unsafe extern "C" fn(Ctx, c_int, *const c_char, Name) -> c_int,
     reply_array: unsafe extern "C" fn(Ctx, c_long) -> c_int,
@@ -59,6 +60,7 @@ pub fn load_api() -> bool {
                 dma: raw::RedisModule_StringDMA?,
                 truncate: raw::RedisModule_StringTruncate?,
                 set_abs_expire: raw::RedisModule_SetAbsExpire?,
+                delete: raw::RedisModule_DeleteKey?,
                 replicate: raw::RedisModule_Replicate?,
                 signal: raw::RedisModule_SignalModifiedKey?,
                 notify: raw::RedisModule_NotifyKeyspaceEvent?,
@@ -77,7 +79,7 @@ pub fn load_api() -> bool {
     }
 }
 
-fn api() -> Result<&'static Api, RedisError> {
+pub(crate) fn api() -> Result<&'static Api, RedisError> {
     API.get().ok_or(RedisError::Str(
         "ERR the server lacks a module API function floodgate needs",
     ))
@@ -85,9 +87,9 @@ fn api() -> Result<&'static Api, RedisError> {
 
 /// An open key (read and write mode), closed on drop.
 pub struct Key {
-    ctx: Ctx,
-    name: Name,
-    ptr: RawKey,
+    pub(crate) ctx: Ctx,
+    pub(crate) name: Name,
+    pub(crate) ptr: RawKey,
     close: unsafe extern "C" fn(RawKey),
 }
 
@@ -179,6 +181,36 @@ impl Key {
             }
             self.written(api, p, new_len, at)
         }
+    }
+
+    /// Delete the key, replicate `DEL key`, signal it modified and notify the `del` event;
+    /// nothing when there is no key.
+    pub fn delete(&mut self) -> Result<(), RedisError> {
+        let api = api()?;
+        // SAFETY: `ptr` is open for writing
+        unsafe {
+            if (api.key_type)(self.ptr) == EMPTY {
+                return Ok(());
+            }
+            if (api.delete)(self.ptr) != OK {
+                return Err(RedisError::Str("ERR could not delete the key"));
+            }
+            (api.replicate)(self.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name);
+        }
+        self.changed(&[(raw::REDISMODULE_NOTIFY_GENERIC, c"del")])
+    }
+
+    /// Signal the key modified and notify `events` (kind, name) on it.
+    pub(crate) fn changed(&self, events: &[(c_int, &CStr)]) -> Result<(), RedisError> {
+        let api = api()?;
+        // SAFETY: the command's context and one of its keys
+        unsafe {
+            (api.signal)(self.ctx, self.name);
+            for &(kind, event) in events {
+                (api.notify)(self.ctx, kind, event.as_ptr(), self.name);
+            }
+        }
+        Ok(())
     }
 
     /// Write `value` (whole, or spliced from the value read) with the absolute expiry

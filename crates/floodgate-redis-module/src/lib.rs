@@ -8,7 +8,11 @@ pub mod decide;
 pub mod fg;
 #[cfg(not(test))]
 mod keys;
+pub mod leases;
 pub mod log;
 pub mod script_values;
+pub mod settle;
 pub mod throttle;
 pub mod value;
+#[cfg(not(test))]
+mod zset;

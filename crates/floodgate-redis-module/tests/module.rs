@@ -1,5 +1,6 @@
 //! The module loaded into redis-servers of this test's own: `CL.THROTTLE` call by call
-//! against floodgate-core's GCRA, replication of the effect to a replica, bad input.
+//! against floodgate-core's GCRA, replication of the effect to a replica, bad input; the
+//! same for `FG.RESERVE` and `FG.SETTLE`.
 
 mod support;
 
@@ -254,21 +255,26 @@ fn cl_throttle_decides_as_floodgate_core_call_by_call() {
     );
 }
 
+/// A primary with the module and a replica without it (it could not run the module's
+/// commands, only what they replicate), linked: the servers, then connections to each.
+fn primary_and_replica(dir: &std::path::Path) -> ([support::Proc; 2], Connection, Connection) {
+    let (primary, pport) = start_redis(
+        Some(&module_path()),
+        dir,
+        &["--repl-diskless-sync-delay", "0"],
+    );
+    let replica_of = pport.to_string();
+    let (replica, rport) = start_redis(None, dir, &["--replicaof", "127.0.0.1", &replica_of]);
+    let p = connect(pport);
+    let mut r = connect(rport);
+    wait_info(&mut r, "replication", "master_link_status:up");
+    ([primary, replica], p, r)
+}
+
 #[test]
 fn a_replica_reaches_the_same_bytes_and_expiries() {
     let dir = tempfile::tempdir().unwrap();
-    let (_primary, pport) = start_redis(
-        Some(&module_path()),
-        dir.path(),
-        &["--repl-diskless-sync-delay", "0"],
-    );
-    // the replica has no module: it could not run CL.THROTTLE, only the SET ... PXAT
-    let replica_of = pport.to_string();
-    let (_replica, rport) =
-        start_redis(None, dir.path(), &["--replicaof", "127.0.0.1", &replica_of]);
-    let mut p = connect(pport);
-    let mut r = connect(rport);
-    wait_info(&mut r, "replication", "master_link_status:up");
+    let (_servers, mut p, mut r) = primary_and_replica(dir.path());
     let mut rng = fastrand::Rng::with_seed(7);
     let keys: Vec<String> = (0..100).map(|i| format!("rep{i}")).collect();
     for i in 0..3_000 {
@@ -656,4 +662,302 @@ fn a_write_breaks_a_watch_and_notifies_as_set_and_a_denial_does_neither() {
     raw(&mut other, &["SET", "marker", "1"]).unwrap();
     let m = sub.get_message().unwrap();
     assert_eq!(m.get_payload::<String>().unwrap(), "marker");
+}
+
+// FG.RESERVE and FG.SETTLE (floodgate-redis's reserve and settle): what a replica without
+// the module and an AOF replay without it hold after their traffic, and bad input. (Their
+// answers against floodgate-core and the settle script: floodgate-redis's
+// `tests/differential.rs`.)
+
+fn call(c: &mut Connection, args: &[String]) -> Result<Value, String> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    raw(c, &words)
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.split(' ').map(str::to_string).collect()
+}
+
+/// Per key one algorithm of the store's six (index, parameters): limits of 50 over 100 s
+/// and more, so nothing expires during a test.
+fn policy(k: usize) -> (usize, &'static str) {
+    let alg = k % 6 + 1;
+    let params = match alg {
+        1 => "2000000000 100000000000 0 0",
+        2..=4 => "50 100000000000 0 0",
+        5 => "50 1 2000000000 0",
+        _ => "50 1 2000000000 -1",
+    };
+    (alg, params)
+}
+
+/// Reservations and settles at the server's clock on `keys`: `n` calls.
+fn traffic(c: &mut Connection, keys: &[String], n: usize, seed: u64) -> (usize, usize) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut open: Vec<(usize, i64, i64, u64)> = Vec::new();
+    let (mut reserved, mut settled) = (0, 0);
+    for _ in 0..n {
+        if !open.is_empty() && rng.u8(0..3) == 0 {
+            let (k, s, ns, est) = open.swap_remove(rng.usize(..open.len()));
+            let (alg, params) = policy(k);
+            let actual = rng.u64(0..=est + 4);
+            let cmd = format!(
+                "FG.SETTLE {} {alg} {est} 0 {params} {s} {ns} {actual} redis 0",
+                keys[k]
+            );
+            let r = five(&call(c, &words(&cmd)).unwrap());
+            assert_eq!(r[0], 0, "{cmd}: {r:?}");
+            settled += 1;
+        } else {
+            let k = rng.usize(..keys.len());
+            let (alg, params) = policy(k);
+            let est = rng.u64(0..=3);
+            let cmd = format!("FG.RESERVE {} {alg} {est} 0 {params} redis 0", keys[k]);
+            let r = five(&call(c, &words(&cmd)).unwrap());
+            let admitted = if alg == 1 { r[3] >= 0 } else { r[3] == 1 };
+            if admitted && r[2] == 0 {
+                open.push((k, r[0], r[1], est));
+                reserved += 1;
+            }
+        }
+    }
+    (reserved, settled)
+}
+
+/// In-flight leases at the server's clock on `keys` (at most 3 per key, leases of 1 ms
+/// to 100 s, so some expire and are dropped): `n` acquires, renews and releases; how many
+/// leases were taken and how many released.
+fn lease_traffic(c: &mut Connection, keys: &[String], n: usize, seed: u64) -> (usize, usize) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut held: Vec<(usize, u64)> = Vec::new();
+    let (mut taken, mut released) = (0, 0);
+    for _ in 0..n {
+        let ttl = if rng.bool() {
+            rng.u64(1_000..50_000)
+        } else {
+            100_000_000
+        };
+        if !held.is_empty() && rng.u8(0..3) == 0 {
+            let (k, id) = held[rng.usize(..held.len())];
+            let cmd = if rng.bool() {
+                format!("FG.RENEW {} {id} {ttl} 0 redis", keys[k])
+            } else {
+                format!("FG.RELEASE {} {id} redis", keys[k])
+            };
+            let r = five(&call(c, &words(&cmd)).unwrap());
+            released += (cmd.starts_with("FG.RELEASE") && r == [1]) as usize;
+        } else {
+            let k = rng.usize(..keys.len());
+            let id = rng.u64(..1 << 63);
+            let cmd = format!("FG.ACQUIRE {} {id} 3 {ttl} 0 redis", keys[k]);
+            let r = five(&call(c, &words(&cmd)).unwrap());
+            if r[0] == 1 {
+                held.push((k, id));
+                taken += 1;
+            }
+        }
+    }
+    (taken, released)
+}
+
+/// A key's value (a string's bytes, a sorted set's members and scores) and its
+/// `PEXPIRETIME`.
+fn state(c: &mut Connection, key: &str) -> (Value, i64) {
+    let kind: String = redis::cmd("TYPE").arg(key).query(c).unwrap();
+    let value = match kind.as_str() {
+        "zset" => redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(c)
+            .unwrap(),
+        _ => redis::cmd("GET").arg(key).query(c).unwrap(),
+    };
+    (value, pexpiretime(c, key))
+}
+
+/// Every key's value and `PEXPIRETIME` on `a` and `b`; how many keys exist.
+fn same_keys(a: &mut Connection, b: &mut Connection, keys: &[String]) -> usize {
+    let mut written = 0;
+    for key in keys {
+        let (av, ae) = state(a, key);
+        let (bv, be) = state(b, key);
+        assert_eq!((&av, ae), (&bv, be), "{key}");
+        if av != Value::Nil {
+            assert!(ae > 0, "{key} has an expiry");
+            written += 1;
+        }
+    }
+    written
+}
+
+#[test]
+fn a_replica_without_the_module_holds_what_settles_and_leases_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_servers, mut p, mut r) = primary_and_replica(dir.path());
+    let keys: Vec<String> = (0..60).map(|i| format!("set{i}")).collect();
+    let (reserved, settled) = traffic(&mut p, &keys, 3_000, 5);
+    assert!(reserved > 500 && settled > 300, "{reserved} / {settled}");
+    let lease_keys: Vec<String> = (0..40).map(|i| format!("lease{i}")).collect();
+    let (taken, released) = lease_traffic(&mut p, &lease_keys, 3_000, 6);
+    assert!(taken > 300 && released > 100, "{taken} / {released}");
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut p).unwrap();
+    assert_eq!(acked, 1, "the replica acknowledged the writes");
+    let written = same_keys(&mut p, &mut r, &keys);
+    assert!(written >= 30, "only {written} keys hold a state");
+    let written = same_keys(&mut p, &mut r, &lease_keys);
+    assert!(written >= 20, "only {written} keys hold leases");
+}
+
+#[test]
+fn an_aof_replay_without_the_module_holds_what_settles_and_leases_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let keys: Vec<String> = (0..30).map(|i| format!("aofs{i}")).collect();
+    let lease_keys: Vec<String> = (0..20).map(|i| format!("aofl{i}")).collect();
+    let all: Vec<String> = keys.iter().chain(&lease_keys).cloned().collect();
+    let mut before = Vec::new();
+    {
+        let (_primary, port) = start_redis(Some(&module_path()), dir.path(), &aof);
+        let mut c = connect(port);
+        traffic(&mut c, &keys, 800, 9);
+        lease_traffic(&mut c, &lease_keys, 800, 10);
+        for key in &all {
+            before.push(state(&mut c, key));
+        }
+    } // killed; every write was fsynced
+    let (_replay, port) = start_redis(None, dir.path(), &aof);
+    let mut c = connect(port);
+    wait_info(&mut c, "persistence", "loading:0");
+    let mut written = 0;
+    for (key, was) in all.iter().zip(before) {
+        written += (was.0 != Value::Nil) as usize;
+        assert_eq!(state(&mut c, key), was, "{key}: the same value and expiry");
+    }
+    assert!(written >= 25, "only {written} keys hold a state");
+}
+
+#[test]
+fn leases_answer_bad_input_with_an_error_naming_the_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_redis, port) = start_redis(Some(&module_path()), dir.path(), &[]);
+    let mut c = connect(port);
+    for (cmd, text) in [
+        ("FG.ACQUIRE", "Usage: FG.ACQUIRE"),
+        ("FG.ACQUIRE k 1 3 5000 0", "Usage: FG.ACQUIRE"),
+        (
+            "FG.ACQUIRE k x 3 5000 0 redis",
+            "id must be an integer, got \"x\"",
+        ),
+        ("FG.ACQUIRE k -1 3 5000 0 redis", "id must be an integer"),
+        ("FG.ACQUIRE k 1 0 5000 0 redis", "limit must be at least 1"),
+        ("FG.ACQUIRE k 1 q 5000 0 redis", "limit must be an integer"),
+        ("FG.ACQUIRE k 1 3 0 0 redis", "ttl_us must be"),
+        ("FG.ACQUIRE k 1 3 5.5 0 redis", "ttl_us must be an integer"),
+        ("FG.ACQUIRE k 1 3 5000 p redis", "pad_ms must be an integer"),
+        ("FG.ACQUIRE k 1 3 5000 0 later", "now_us must be an integer"),
+        ("FG.RENEW k 1 5000 0", "Usage: FG.RENEW"),
+        ("FG.RENEW k 1 t 0 redis", "ttl_us must be an integer"),
+        ("FG.RELEASE k", "Usage: FG.RELEASE"),
+        (
+            "FG.RELEASE k 1 9007199254740993",
+            "now_us 9007199254740993 is out of range",
+        ),
+    ] {
+        match call(&mut c, &words(cmd)) {
+            Err(e) => assert!(e.contains(text), "{cmd}: {e}"),
+            Ok(v) => panic!("{cmd} answered {v:?}"),
+        }
+    }
+    assert_eq!(state(&mut c, "k").0, Value::Nil, "bad input writes nothing");
+    redis::cmd("SET")
+        .arg("text")
+        .arg("x")
+        .query::<()>(&mut c)
+        .unwrap();
+    for cmd in [
+        "FG.ACQUIRE text 1 3 5000 0 redis",
+        "FG.RENEW text 1 5000 0 redis",
+        "FG.RELEASE text 1 redis",
+    ] {
+        let e = call(&mut c, &words(cmd)).unwrap_err();
+        assert!(e.contains("WRONGTYPE"), "{cmd}: {e}");
+    }
+    assert_eq!(get(&mut c, "text").as_deref(), Some(&b"x"[..]));
+    // the script's answers: an id held already, a release of an unknown lease
+    let acquire = "FG.ACQUIRE held 7 3 5000000 0 redis";
+    assert_eq!(five(&call(&mut c, &words(acquire)).unwrap())[..2], [1, 1]);
+    assert_eq!(five(&call(&mut c, &words(acquire)).unwrap()), [-1]);
+    let release = "FG.RELEASE held 8 redis";
+    assert_eq!(five(&call(&mut c, &words(release)).unwrap()), [0]);
+}
+
+#[test]
+fn reserve_and_settle_answer_bad_input_with_an_error_naming_the_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_redis, port) = start_redis(Some(&module_path()), dir.path(), &[]);
+    let mut c = connect(port);
+    let ok = "2 1 0 5 100000000000 0 0";
+    for (cmd, text) in [
+        ("FG.RESERVE", "Usage: FG.RESERVE"),
+        ("FG.RESERVE k 2 1 0 5 1000 0 0 redis", "Usage: FG.RESERVE"),
+        (
+            "FG.RESERVE k 2 x 0 5 1000 0 0 redis 0",
+            "estimate must be an integer, got \"x\"",
+        ),
+        ("FG.RESERVE k 2 -1 0 5 1000 0 0 redis 0", "estimate must be"),
+        ("FG.RESERVE k 9 1 0 5 1000 0 0 redis 0", "index 9"),
+        ("FG.RESERVE k 2 1 p 5 1000 0 0 redis 0", "pad_ms must be"),
+        ("FG.RESERVE k 2 1 0 5 1000 0 0 soon 0", "now_s must be"),
+        (
+            "FG.SETTLE k 2 1 0 5 1000 0 0 1 0 1 redis",
+            "Usage: FG.SETTLE",
+        ),
+        (
+            &format!("FG.SETTLE k {ok} x 0 1 redis 0"),
+            "at_s must be an integer, got \"x\"",
+        ),
+        (&format!("FG.SETTLE k {ok} 1 y 1 redis 0"), "at_ns must be"),
+        (
+            &format!("FG.SETTLE k {ok} 1 1000000000 1 redis 0"),
+            "out of range",
+        ),
+        (
+            &format!("FG.SETTLE k {ok} 1 0 -2 redis 0"),
+            "actual must be",
+        ),
+        (
+            &format!("FG.SETTLE k {ok} 1 0 1.5 redis 0"),
+            "actual must be",
+        ),
+        (&format!("FG.SETTLE k {ok} 1 0 1 10 x"), "now_ns must be"),
+    ] {
+        match call(&mut c, &words(cmd)) {
+            Err(e) => assert!(e.contains(text), "{cmd}: {e}"),
+            Ok(v) => panic!("{cmd} answered {v:?}"),
+        }
+    }
+    assert_eq!(get(&mut c, "k"), None, "bad input writes nothing");
+    // keys of another type, and strings that are not the algorithm's state
+    redis::cmd("LPUSH")
+        .arg("list")
+        .arg("a")
+        .query::<i64>(&mut c)
+        .unwrap();
+    redis::cmd("SET")
+        .arg("text")
+        .arg("junk")
+        .query::<()>(&mut c)
+        .unwrap();
+    for key in ["list", "text"] {
+        for cmd in [
+            format!("FG.RESERVE {key} {ok} redis 0"),
+            format!("FG.SETTLE {key} {ok} 1 0 0 redis 0"),
+        ] {
+            let e = call(&mut c, &words(&cmd)).unwrap_err();
+            assert!(e.contains("WRONGTYPE"), "{cmd}: {e}");
+        }
+    }
+    assert_eq!(get(&mut c, "text").as_deref(), Some(&b"junk"[..]));
 }

@@ -7,8 +7,9 @@
 //! [`crate::keys`], so Redis Cluster is safe: every call touches one key): a sorted set
 //! of lease ids scored by expiry in microseconds since the epoch, with a TTL
 //! (`PEXPIRE`) at its latest lease's expiry plus the store's padding. Acquire, renew
-//! and release are one `EVALSHA` each (`lua/inflight.lua`); acquire first drops the
-//! expired leases. Time is Redis `TIME` by default (one clock for the fleet), or the
+//! and release are one `EVALSHA` each (`lua/inflight.lua`), or, when the store uses the
+//! Redis module, one `FG.ACQUIRE`, `FG.RENEW` or `FG.RELEASE` (the same answers on the
+//! same sorted set); acquire first drops the expired leases. Time is Redis `TIME` by default (one clock for the fleet), or the
 //! caller's ([`TimeSource::Caller`], and the `*_at` methods).
 //!
 //! Lease ids are 63-bit, drawn by each [`RedisInFlight`] from a random seed through a
@@ -134,12 +135,36 @@ impl RedisInFlight {
             }
             Now::Caller(t) => (t.0 / 1_000).to_string(),
         };
+        let ttl_us = ttl.map_or(0, LeaseTtl::as_micros);
+        if self.store.uses_module() {
+            // the module's command of the op: the same words, the script's reply
+            let mut cmd = redis::cmd(match op {
+                "acquire" => "FG.ACQUIRE",
+                "renew" => "FG.RENEW",
+                _ => "FG.RELEASE",
+            });
+            cmd.arg(&key).arg(id.0);
+            match op {
+                "acquire" => {
+                    cmd.arg(self.limit).arg(ttl_us).arg(self.pad_ms);
+                }
+                "renew" => {
+                    cmd.arg(ttl_us).arg(self.pad_ms);
+                }
+                _ => {}
+            }
+            cmd.arg(&now_arg);
+            match self.store.module_call(&cmd).await {
+                Err(e) if self.store.module_vanished(&e) => {}
+                other => return other,
+            }
+        }
         let mut inv = INFLIGHT.key(key);
         inv.arg(op)
             .arg(now_arg)
             .arg(id.0.to_string())
             .arg(self.limit)
-            .arg(ttl.map_or(0, LeaseTtl::as_micros))
+            .arg(ttl_us)
             .arg(self.pad_ms);
         self.store.eval(&inv).await
     }

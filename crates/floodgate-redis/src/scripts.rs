@@ -288,6 +288,12 @@ impl ScriptCall {
     /// End an `FG.DECIDE`: the mode (`one`, `all` or `dry`) and the instant.
     pub fn push_module_now(cmd: &mut redis::Cmd, mode: &str, now: Now) -> Result<(), Error> {
         cmd.arg(mode);
+        Self::push_instant(cmd, now)
+    }
+
+    /// End a module command with the instant: `redis 0`, or the caller's seconds and
+    /// nanoseconds.
+    pub fn push_instant(cmd: &mut redis::Cmd, now: Now) -> Result<(), Error> {
         match now {
             Now::Redis => {
                 cmd.arg("redis").arg(0);

@@ -1,6 +1,7 @@
 //! Reserve at an estimate and settle at the actual cost on Redis: one atomic call each
 //! (`lua/settle.lua`, which runs the same per-algorithm code as a check and the core's
-//! [`Settle`](floodgate_core::Settle) arithmetic exactly).
+//! [`Settle`](floodgate_core::Settle) arithmetic exactly; or, when the store uses the
+//! Redis module, its `FG.RESERVE` and `FG.SETTLE`, which answer and write the same).
 //!
 //! A reservation is the user key plus a [`Charge`]: the estimate and the instant charged,
 //! which in Redis-time mode is Redis's own `TIME`, returned by the reserving call. A
@@ -48,7 +49,18 @@ impl RedisLimiter {
             None,
             self.pad_ms,
         )?;
-        let reply = self.store().eval(&inv).await?;
+        let cmd = self.store().uses_module().then(|| {
+            let mut cmd = redis::cmd("FG.RESERVE");
+            let limit = self.call.limit();
+            self.call.push_module(
+                &mut cmd,
+                &key,
+                estimate.min(limit.saturating_add(1)),
+                self.pad_ms,
+            );
+            cmd
+        });
+        let reply = self.send(inv, cmd, now).await?;
         let bad = |detail: String| Error::BadReply {
             script: "settle",
             detail,
@@ -100,7 +112,16 @@ impl RedisLimiter {
             Some((charge, actual)),
             self.pad_ms,
         )?;
-        let reply = self.store().eval(&inv).await?;
+        let cmd = self.store().uses_module().then(|| {
+            let mut cmd = redis::cmd("FG.SETTLE");
+            self.call
+                .push_module(&mut cmd, &key, charge.cost, self.pad_ms);
+            cmd.arg(charge.at.0 / NANO)
+                .arg(charge.at.0 % NANO)
+                .arg(actual);
+            cmd
+        });
+        let reply = self.send(inv, cmd, now).await?;
         let [status, charged, refunded, rest @ ..] = &reply[..] else {
             return Err(Error::BadReply {
                 script: "settle",
@@ -117,6 +138,27 @@ impl RedisLimiter {
             refunded: *refunded as u64,
             decision: self.call.decision(rest, 0)?,
         })
+    }
+}
+
+impl RedisLimiter {
+    /// The module's command (`FG.RESERVE`, `FG.SETTLE`: the script's reply) when the
+    /// store uses the module, else the settle script; the script too when the module
+    /// turns out gone.
+    async fn send(
+        &self,
+        inv: redis::ScriptInvocation<'static>,
+        cmd: Option<redis::Cmd>,
+        now: Now,
+    ) -> Result<Vec<i64>, Error> {
+        if let Some(mut cmd) = cmd {
+            ScriptCall::push_instant(&mut cmd, now)?;
+            match self.store().module_call(&cmd).await {
+                Err(e) if self.store().module_vanished(&e) => {}
+                other => return other,
+            }
+        }
+        self.store().eval(&inv).await
     }
 }
 

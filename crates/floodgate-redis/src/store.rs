@@ -37,8 +37,9 @@ pub enum TimeSource {
 }
 
 /// Whether the store sends the Redis module's commands (`floodgate-redis-module`'s
-/// `FG.DECIDE`) instead of its Lua scripts. The decisions are the same either way; the
-/// module costs Redis less per call. Settles and in-flight leases always run the scripts.
+/// `FG.DECIDE`, `FG.RESERVE`, `FG.SETTLE`, `FG.ACQUIRE`, `FG.RENEW` and `FG.RELEASE`)
+/// instead of its Lua scripts. The answers are the same either way, on the same keys;
+/// the module costs Redis less per call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ModuleUse {
     /// Use the module when the server has it loaded (found on connect), the scripts

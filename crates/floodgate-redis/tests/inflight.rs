@@ -1,6 +1,7 @@
 //! In-flight leases in Redis against the core: the same random acquire / renew / release
 //! sequences give the same decisions (caller time, on the shared Redis under a prefix of
-//! this test's own); every key has a TTL; Redis TIME mode; bad input.
+//! this test's own, and through the Redis module in a server of the test's own); every
+//! key has a TTL; Redis TIME mode; bad input.
 
 mod common;
 
@@ -9,7 +10,9 @@ use std::time::Duration;
 
 use floodgate_core::inflight::{KeyedInFlight, LeaseId, LeaseTtl};
 use floodgate_core::{Clock, Nanos};
-use floodgate_redis::{RedisInFlight, StoreConfig};
+use std::sync::Arc;
+
+use floodgate_redis::{RedisInFlight, RedisStore, StoreConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -33,11 +36,46 @@ async fn leases_match_the_core_exactly() {
         },
     )
     .await;
+    leases_match_the_core(&[store], &prefix, 2000).await;
+}
+
+/// The same sequences through the Redis module (`FG.ACQUIRE`, `FG.RENEW`,
+/// `FG.RELEASE`): no script runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_modules_leases_match_the_core_exactly() {
+    let prefix = common::unique_prefix("inflight-mod");
+    let (server, store) = common::module_store(&prefix).await;
+    leases_match_the_core(&[store], &prefix, 2000).await;
+    assert!(common::calls(&server, "fg.acquire") > 3000);
+    assert!(common::calls(&server, "fg.release") > 1000);
+    assert!(common::calls(&server, "fg.renew") > 500);
+    assert_eq!(common::calls(&server, "evalsha"), 0);
+}
+
+/// Each call sent at random to a store with the module or one without, on the same
+/// keys: a lease taken by either is renewed and released by either, as the core says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_shared_by_the_module_and_the_scripts() {
+    let prefix = common::unique_prefix("inflight-shared");
+    let (server, module) = common::module_store(&prefix).await;
+    let scripts = common::store_with(
+        &server.url(),
+        common::sim_config(&prefix, floodgate_redis::ModuleUse::Never),
+    )
+    .await;
+    leases_match_the_core(&[module, scripts], &prefix, 2000).await;
+    assert!(common::calls(&server, "fg.acquire") > 500);
+    assert!(common::calls(&server, "evalsha") > 500);
+}
+
+async fn leases_match_the_core(stores: &[Arc<RedisStore>], prefix: &str, ops: u32) {
     let mut tasks = Vec::new();
     for (seed, n) in [(1u64, 1u64), (2, 2), (3, 4), (4, 7)] {
-        let store = store.clone();
+        let sides: Vec<RedisInFlight> = stores
+            .iter()
+            .map(|s| RedisInFlight::new(s.clone(), n).unwrap())
+            .collect();
         tasks.push(tokio::spawn(async move {
-            let redis = RedisInFlight::new(store, n).unwrap();
             let core: KeyedInFlight<u8> = KeyedInFlight::new(n, 100).unwrap();
             let mut rng = StdRng::seed_from_u64(0x1F11 + seed);
             // the present, in whole microseconds (Redis keeps microseconds): leases expire
@@ -47,7 +85,8 @@ async fn leases_match_the_core_exactly() {
             let mut leases: Vec<(u8, LeaseId, LeaseId)> = Vec::new();
             // each sequence on keys of its own
             let (mut granted, mut denied, mut freed) = (0, 0, 0);
-            for _ in 0..600 {
+            for _ in 0..ops {
+                let redis = &sides[rng.random_range(0..sides.len())];
                 let now = Nanos(now_us * 1_000);
                 match rng.random_range(0..10) {
                     // shorter waits for larger limits, so that every limit is reached often
@@ -117,13 +156,29 @@ async fn leases_match_the_core_exactly() {
         totals.insert(i, (g, d, f));
     }
     println!("granted / denied / freed per sequence: {totals:?}");
-    common::assert_ttls_and_clean(&store, &prefix).await;
+    common::assert_ttls_and_clean(&stores[0], prefix).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_time_leases_expire_and_keys_carry_ttls() {
     let prefix = common::unique_prefix("inflight-time");
     let store = common::store_with(common::SHARED, config(&prefix)).await;
+    redis_time_leases(store, &prefix).await;
+}
+
+/// The same at the primary's clock read by the module.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_modules_redis_time_leases_expire_and_keys_carry_ttls() {
+    let prefix = common::unique_prefix("inflight-time-mod");
+    let server = common::Server::start_with_module();
+    let store = common::store_with(&server.url(), config(&prefix)).await;
+    assert!(store.uses_module());
+    redis_time_leases(store, &prefix).await;
+    assert!(common::calls(&server, "fg.acquire") >= 5);
+    assert_eq!(common::calls(&server, "evalsha"), 0);
+}
+
+async fn redis_time_leases(store: Arc<RedisStore>, prefix: &str) {
     let gpu = RedisInFlight::new(store.clone(), 2).unwrap();
     let ttl = LeaseTtl::new(Duration::from_millis(300)).unwrap();
     let a = gpu.acquire(b"gpu", ttl).await.unwrap().unwrap();
@@ -155,7 +210,7 @@ async fn redis_time_leases_expire_and_keys_carry_ttls() {
     );
     let x = gpu.acquire(b"gpu", ttl).await.unwrap().unwrap();
     assert_eq!(x.decision.remaining, 1);
-    assert!(common::assert_ttls_and_clean(&store, &prefix).await >= 1);
+    assert!(common::assert_ttls_and_clean(&store, prefix).await >= 1);
 }
 
 #[tokio::test]

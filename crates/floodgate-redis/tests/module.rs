@@ -1,8 +1,8 @@
 //! The store and floodgate's Redis module (`floodgate-redis-module`): found on connect,
 //! forced either way by `StoreConfig::module`, found without `COMMAND` when an ACL
 //! forbids it, sharing keys with the scripts (a limit used by clients with and without
-//! the module, decided as the core decides), and the scripts still answering what the
-//! module does not have (in-flight leases, reserve and settle).
+//! the module, decided as the core decides), and the module answering reservations,
+//! settles and in-flight leases too.
 
 mod common;
 
@@ -179,23 +179,23 @@ async fn module_and_scripts_share_keys() {
     assert!(common::calls(&server, "evalsha") > 1000);
 }
 
-/// In-flight leases and settles are the scripts' on a store that uses the module: each
-/// call of theirs is an `EVALSHA`, each check an `FG.DECIDE`.
+/// On a store that uses the module, reservations and settles are `FG.RESERVE` and
+/// `FG.SETTLE`, checks `FG.DECIDE` and in-flight leases `FG.ACQUIRE` and `FG.RELEASE`,
+/// all seeing each other's writes; no script runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leases_and_settles_fall_back_to_the_scripts() {
+async fn settles_and_leases_are_the_modules() {
     use floodgate_core::AnyAlgorithm;
     use floodgate_core::algorithms::Gcra;
     use floodgate_core::inflight::LeaseTtl;
 
     let (server, store) = common::module_store("fgf:").await;
-    let before = |name: &str| common::calls(&server, name);
+    let calls = |name: &str| common::calls(&server, name);
     let alg =
         AnyAlgorithm::Gcra(Gcra::new(floodgate_core::Rate::per_second(10).unwrap(), 3).unwrap());
     let limiter = RedisLimiter::new(store.clone(), alg).unwrap();
     let t = Nanos(1_700_000_000_000_000_000);
-    let (fg0, ev0) = (before("fg.decide"), before("evalsha"));
     assert!(limiter.try_check_at(b"u", t, 1).await.unwrap().allowed);
-    assert_eq!((before("fg.decide") - fg0, before("evalsha") - ev0), (1, 0));
+    assert_eq!(calls("fg.decide"), 1);
     let (d, charge) = limiter
         .reserve_at(b"u", floodgate_redis::Now::Caller(t), 2)
         .await
@@ -203,23 +203,27 @@ async fn leases_and_settles_fall_back_to_the_scripts() {
     assert!(d.allowed);
     assert_eq!(
         d.remaining, 0,
-        "the module's charge is seen by the settle script"
+        "the check's charge is seen by the reservation"
     );
     let s = limiter
         .settle_at(b"u", floodgate_redis::Now::Caller(t), charge.unwrap(), 0)
         .await
         .unwrap();
     assert_eq!(s.refunded, 2);
-    // (a script's first EVALSHA may be answered NOSCRIPT and sent again: at least 2)
-    let ev1 = before("evalsha");
-    assert_eq!(before("fg.decide") - fg0, 1);
-    assert!(ev1 - ev0 >= 2, "{ev0} -> {ev1}");
-    // and the refund is seen by the module
+    assert_eq!((calls("fg.reserve"), calls("fg.settle")), (1, 1));
+    // and the refund is seen by the check
     assert_eq!(limiter.try_check_at(b"u", t, 0).await.unwrap().remaining, 2);
     let leases = RedisInFlight::new(store.clone(), 1).unwrap();
     let ttl = LeaseTtl::new(Duration::from_secs(5)).unwrap();
-    assert!(leases.acquire_at(b"u", t, ttl).await.unwrap().is_ok());
-    assert!(leases.acquire_at(b"u", t, ttl).await.unwrap().is_err());
-    assert_eq!(before("fg.decide") - fg0, 2);
-    assert!(before("evalsha") - ev1 >= 2);
+    let lease = leases.acquire(b"u", ttl).await.unwrap().unwrap();
+    assert!(leases.acquire(b"u", ttl).await.unwrap().is_err());
+    assert!(leases.renew(b"u", lease.id, ttl).await.unwrap());
+    assert!(leases.release(b"u", lease.id).await.unwrap());
+    assert_eq!(
+        (calls("fg.acquire"), calls("fg.renew"), calls("fg.release")),
+        (2, 1, 1)
+    );
+    assert_eq!(calls("fg.decide"), 2);
+    assert_eq!(calls("evalsha"), 0, "no script ran");
+    assert_eq!(calls("eval"), 0);
 }
