@@ -69,9 +69,10 @@ pub enum Error {
         /// What it answered or which error parsing it gave.
         detail: String,
     },
-    /// `ModuleUse::Always`, and the server does not have the Redis module loaded.
+    /// `ModuleUse::Always`, and the server does not have the Redis module loaded (or has
+    /// a version without reserve, settle and in-flight leases).
     #[error(
-        "the Redis at {target} does not have floodgate's module loaded (FG.DECIDE is unknown), and the store is configured to use it always"
+        "the Redis at {target} does not have floodgate's module loaded (FG.DECIDE is unknown, or FG.ACQUIRE: a module too old), and the store is configured to use it always"
     )]
     ModuleMissing {
         /// Where.

@@ -271,22 +271,32 @@ impl RedisStore {
     }
 
     /// Whether to send the module's commands: as configured, and for
-    /// [`ModuleUse::Auto`] whether the server has `FG.DECIDE` (`COMMAND INFO`; where
-    /// `COMMAND` is refused, an `FG.DECIDE` without arguments, which the module answers
-    /// with its usage line and a server without it with "unknown command").
+    /// [`ModuleUse::Auto`] whether the server has `FG.DECIDE` and `FG.ACQUIRE` (`COMMAND
+    /// INFO`; where `COMMAND` is refused, an `FG.ACQUIRE` without arguments, which the
+    /// module answers with its usage line and a server without it with "unknown
+    /// command"). A module without `FG.ACQUIRE` (a version before reserve, settle and
+    /// in-flight leases) counts as none: every call goes to the scripts.
     async fn choose_module(&self) -> Result<bool, Error> {
         if self.config.module == ModuleUse::Never {
             return Ok(false);
         }
         let info = self
-            .command::<redis::Value>(redis::cmd("COMMAND").arg("INFO").arg("fg.decide"))
+            .command::<redis::Value>(
+                redis::cmd("COMMAND")
+                    .arg("INFO")
+                    .arg("fg.decide")
+                    .arg("fg.acquire"),
+            )
             .await;
         let found = match info {
-            Ok(redis::Value::Array(v)) => v.first().is_some_and(|c| *c != redis::Value::Nil),
+            Ok(redis::Value::Array(v)) => v.len() == 2 && v.iter().all(|c| *c != redis::Value::Nil),
             // refused (an ACL without COMMAND): ask the command itself
             Err(Error::Redis(_)) => {
-                match self.command::<redis::Value>(&redis::cmd("FG.DECIDE")).await {
-                    Err(Error::Redis(e)) => e.to_string().contains("Usage: FG.DECIDE"),
+                match self
+                    .command::<redis::Value>(&redis::cmd("FG.ACQUIRE"))
+                    .await
+                {
+                    Err(Error::Redis(e)) => e.to_string().contains("Usage: FG.ACQUIRE"),
                     _ => false,
                 }
             }

@@ -57,7 +57,7 @@ async fn found_on_connect_or_forced_either_way() {
         }
         other => panic!("{other:?}"),
     }
-    // an ACL user that may not run COMMAND: the module is found by an FG.DECIDE without
+    // an ACL user that may not run COMMAND: the module is found by an FG.ACQUIRE without
     // arguments (its usage line), and not found where the server answers "unknown command"
     for (server, found) in [(&with, true), (&without, false)] {
         let ok = server.cli(&[
