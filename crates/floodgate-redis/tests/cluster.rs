@@ -231,16 +231,22 @@ async fn three_masters(module: bool) {
         }
     }
     if module {
-        let decided: u64 = nodes
-            .iter()
-            .map(|n| {
-                common::commandstats(n)
-                    .get("fg.decide")
-                    .copied()
-                    .unwrap_or(0)
-            })
-            .sum();
-        assert!(decided > 1000, "{decided} FG.DECIDE calls");
+        let calls = |name: &str| -> u64 {
+            nodes
+                .iter()
+                .map(|n| common::commandstats(n).get(name).copied().unwrap_or(0))
+                .sum()
+        };
+        assert!(
+            calls("fg.decide") > 1000,
+            "{} FG.DECIDE calls",
+            calls("fg.decide")
+        );
+        // reservations, settles and leases went to the module on every master they
+        // hashed to, and no script ran
+        assert!(calls("fg.reserve") >= 10 && calls("fg.settle") >= 10);
+        assert!(calls("fg.acquire") >= 10);
+        assert_eq!(calls("evalsha") + calls("eval"), 0);
     }
     drop(nodes); // SIGKILL all three and remove their directories
 }
