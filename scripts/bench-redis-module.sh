@@ -3,7 +3,8 @@
 # each module in a redis-server of its own (both answer CL.THROTTLE, so they cannot share
 # one) on a free port, the same redis-benchmark load on each (16 clients, 1000 random keys,
 # max_burst 999, 10^6 per second: nearly all admitted), and the server's own accounting
-# from INFO commandstats (usec_per_call). Builds the module with the dist profile and
+# from INFO commandstats (usec_per_call); then reserve + settle and acquire + release
+# through the module against the store's scripts. Builds the module with the dist profile and
 # redis-cell with scripts/lib/redis-cell.sh (cached). Run by scripts/bench-redis.sh too.
 #
 #   scripts/bench-redis-module.sh [REQUESTS per row, default 200000]
@@ -67,6 +68,22 @@ echo "load before: $(uptime)"
   row "floodgate-redis GCRA script (EVALSHA, the store without the module)" "$FP" evalsha EVALSHA "$GCRA_SHA" 1 'l:__rand_int__' redis 0 1 0 1000 1000000
   row "SET (the server's floor)" "$FP" set SET 's:__rand_int__' 123456789
 } >"$TMP/rows"
+# reserve + settle and acquire + release as the store sends them, pipelined, through the
+# module and through the store's scripts on the same server (scripts/lib/redis-pairs.py)
+L=crates/floodgate-redis/lua
+with_algs() { # the store's driver script over every algorithm (scripts.rs with_algs!)
+  cat $L/time.lua $L/muldiv.lua
+  printf 'local ALG = {}\nALG[1] = function(KEYS, ARGV)\n'; cat $L/gcra.lua
+  printf '\nend\nALG[2] = function(KEYS, ARGV)\n'; cat $L/fixed_window.lua
+  printf '\nend\nALG[3] = function(KEYS, ARGV)\n'; cat $L/sliding_log.lua
+  printf '\nend\nALG[4] = function(KEYS, ARGV)\n'; cat $L/sliding_counter.lua
+  printf '\nend\nALG[5] = function(KEYS, ARGV)\n'; cat $L/token_bucket.lua
+  printf '\nend\nALG[6] = function(KEYS, ARGV)\n'; cat $L/leaky_bucket.lua
+  printf '\nend\n'; cat "$L/$1"
+}
+SETTLE_SHA=$(redis-cli -p "$FP" -x script load < <(with_algs settle.lua))
+INFLIGHT_SHA=$(redis-cli -p "$FP" -x script load <$L/inflight.lua)
+python3 scripts/lib/redis-pairs.py "$FP" "$((N / 4))" "$SETTLE_SHA" "$INFLIGHT_SHA" >"$TMP/pairs"
 echo "load after: $(uptime)"
 CELL_US=$(head -1 "$TMP/rows" | cut -f2)
 CELL_RPS=$(head -1 "$TMP/rows" | cut -f3)
@@ -74,3 +91,5 @@ printf '%-60s %14s %8s %12s %8s\n' "command ($N requests, 16 clients)" "server Â
 while IFS=$'\t' read -r label us rps; do
   printf '%-60s %14s %8s %12s %8s\n' "$label" "$us" "$(python3 -c "print(f'{$us / $CELL_US:.2f}x')")" "$rps" "$(python3 -c "print(f'{$rps / $CELL_RPS:.2f}x')")"
 done <"$TMP/rows"
+echo "$((N / 4)) pairs each, pipelined (server time of both calls of a pair):"
+cat "$TMP/pairs"
