@@ -1,6 +1,6 @@
 //! Reserve and settle on the real Redis at Redis's own time: the instant charged comes
 //! back from Redis, a debt extends the key's expiry, and bad settles are refused without
-//! changing anything.
+//! changing anything; through the scripts and through the Redis module.
 
 mod common;
 
@@ -10,9 +10,9 @@ use floodgate_core::algorithms::{FixedWindow, Gcra, TokenBucket};
 use floodgate_core::{AnyAlgorithm, Charge, Nanos, Rate};
 use floodgate_redis::{Error, RedisLimiter, StoreConfig};
 
-async fn limiter(prefix: &str, alg: AnyAlgorithm) -> RedisLimiter {
+async fn limiter(url: &str, prefix: &str, alg: AnyAlgorithm) -> RedisLimiter {
     let store = common::store_with(
-        common::SHARED,
+        url,
         StoreConfig {
             prefix: prefix.to_string(),
             deny_cache_keys: 0,
@@ -33,10 +33,23 @@ async fn pttl(l: &RedisLimiter, user: &[u8]) -> i64 {
 
 #[tokio::test]
 async fn a_debt_at_redis_time_extends_the_expiry_and_a_refund_gives_back() {
+    a_debt_at_redis_time(common::SHARED).await;
+}
+
+/// The same through the Redis module (`FG.RESERVE`, `FG.SETTLE`), at the primary's clock.
+#[tokio::test]
+async fn the_modules_debt_at_redis_time_extends_the_expiry_and_a_refund_gives_back() {
+    let server = common::Server::start_with_module();
+    a_debt_at_redis_time(&server.url()).await;
+    assert!(common::calls(&server, "fg.settle") >= 2);
+    assert_eq!(common::calls(&server, "evalsha"), 0);
+}
+
+async fn a_debt_at_redis_time(url: &str) {
     let prefix = common::unique_prefix("settle");
     // 1,000 units a minute, estimated at 1, used 1,300: 300 units (18 s) of debt
     let tb = TokenBucket::new(1_000, Rate::per_minute(1_000).unwrap()).unwrap();
-    let l = limiter(&prefix, AnyAlgorithm::TokenBucket(tb)).await;
+    let l = limiter(url, &prefix, AnyAlgorithm::TokenBucket(tb)).await;
     let (d, charge) = l.reserve(b"u", 1).await.unwrap();
     assert!(d.allowed);
     let charge = charge.unwrap();
@@ -65,9 +78,23 @@ async fn a_debt_at_redis_time_extends_the_expiry_and_a_refund_gives_back() {
 
 #[tokio::test]
 async fn bad_settles_are_refused_and_change_nothing() {
+    bad_settles(common::SHARED).await;
+}
+
+/// The same through the Redis module.
+#[tokio::test]
+async fn the_module_refuses_bad_settles_and_changes_nothing() {
+    let server = common::Server::start_with_module();
+    bad_settles(&server.url()).await;
+    // (the store refuses the bad ones before sending them: one settle reaches Redis)
+    assert_eq!(common::calls(&server, "fg.settle"), 1);
+    assert_eq!(common::calls(&server, "evalsha"), 0);
+}
+
+async fn bad_settles(url: &str) {
     let prefix = common::unique_prefix("settlebad");
     let fw = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
-    let l = limiter(&prefix, AnyAlgorithm::FixedWindow(fw)).await;
+    let l = limiter(url, &prefix, AnyAlgorithm::FixedWindow(fw)).await;
     let (_, c) = l.reserve(b"u", 4).await.unwrap();
     let c = c.unwrap();
     // an estimate no reservation of this policy could have charged
@@ -99,7 +126,7 @@ async fn bad_settles_are_refused_and_change_nothing() {
     // GCRA at 1 per day with a tolerance near the scripts' bound: a debt that would not
     // be exact is refused
     let g = Gcra::from_cell(100, 1, 86_400).unwrap();
-    let l = limiter(&prefix, AnyAlgorithm::Gcra(g)).await;
+    let l = limiter(url, &prefix, AnyAlgorithm::Gcra(g)).await;
     let (_, c) = l.reserve(b"g", 1).await.unwrap();
     let e = l.settle(b"g", c.unwrap(), 200).await.unwrap_err();
     assert!(matches!(e, Error::Settle(_)), "{e}");
