@@ -65,12 +65,13 @@ fn tat_of(bytes: &Option<Vec<u8>>) -> GcraState {
     }
 }
 
-/// Wait (20 s at most) until `INFO section` shows `line`.
+/// Wait (20 s at most) until `INFO section` shows `line` as a whole line (`loading:0`
+/// is also the end of `async_loading:0`, there while the server is still loading).
 fn wait_info(c: &mut Connection, section: &str, line: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let info: String = redis::cmd("INFO").arg(section).query(c).unwrap();
-        if info.contains(line) {
+        if info.lines().any(|l| l.trim() == line) {
             return;
         }
         assert!(
