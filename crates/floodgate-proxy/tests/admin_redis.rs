@@ -192,3 +192,90 @@ async fn key_lookup_on_the_hybrid_store_reads_the_shared_counter() {
     assert_eq!(keys(&prefix), held);
     delete_redis_keys(&prefix);
 }
+
+/// A lookup Redis cannot answer is the store's fault, not the client's: `503` with the
+/// `{"error": ...}` body naming the fault, on a redis-server of the test's own that is
+/// stopped (the call times out), continued (answers again) and killed (connection
+/// refused, then the breaker open); bad input stays a `400` meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_lookup_is_a_503_naming_the_fault_when_redis_fails() {
+    use std::time::{Duration, Instant};
+
+    let mut redis = OwnRedis::start();
+    let backend = Backend::start().await;
+    let c = client();
+    let toml = format!(
+        "[[policy]]\nname = \"api\"\nalgorithm = \"fixed-window\"\nrate = \"5/3600s\"\n\
+         key = \"header:x-api-key\"\n\
+         [store]\ntype = \"redis\"\n\
+         [store.redis]\nurl = \"{}\"\nprefix = \"fg:\"\n\
+         timeout = \"200ms\"\nbreaker_open_for = \"300ms\"\n",
+        redis.url()
+    );
+    let mut p = RunningProxy::start(&toml, backend.addr).await;
+    let ask = |path: &'static str| {
+        let c = c.clone();
+        let admin = p.admin;
+        async move {
+            let g = get(&c, admin, path, &[]).await;
+            let body = String::from_utf8_lossy(&g.body).to_string();
+            let v: serde_json::Value = serde_json::from_str(&body).expect(&body);
+            (g.status.as_u16(), v)
+        }
+    };
+    let lookup = "/admin/api/key?policy=api&key=alice";
+    assert_eq!(
+        get(&c, p.addr, "/", &[("x-api-key", "alice")]).await.status,
+        200
+    );
+    let (s, v) = ask(lookup).await;
+    assert_eq!((s, v["remaining"].clone()), (200, 4.into()), "{v}");
+
+    // stopped: the call times out, then the breaker is open; both are 503s
+    redis.signal("STOP");
+    let t = Instant::now();
+    let (s, v) = ask(lookup).await;
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(s, 503, "{v}");
+    let e = v["error"].as_str().expect("an error message");
+    assert!(e.contains("redis") && e.contains("timed out"), "{e}");
+    let (s, v) = ask(lookup).await;
+    assert_eq!(s, 503, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("redis"), "{v}");
+    // bad input is still the client's: 400, with the store down
+    for bad in [
+        "/admin/api/key?policy=nope&key=alice",
+        "/admin/api/key?policy=api&key=%zz",
+    ] {
+        let (s, v) = ask(bad).await;
+        assert_eq!(s, 400, "{bad}: {v}");
+        assert!(v["error"].is_string(), "{bad}: {v}");
+    }
+
+    // continued: answered again once the breaker lets a probe through
+    redis.signal("CONT");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (s, v) = ask(lookup).await;
+        if s == 200 {
+            assert_eq!(v["remaining"], 4, "{v}");
+            break;
+        }
+        assert_eq!(s, 503, "{v}");
+        assert!(
+            Instant::now() < deadline,
+            "Redis is back but lookups fail: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // killed: connection refused (or the breaker open after it), a 503 each time
+    redis.kill();
+    for _ in 0..3 {
+        let (s, v) = ask(lookup).await;
+        assert_eq!(s, 503, "{v}");
+        let e = v["error"].as_str().expect("an error message");
+        assert!(e.starts_with("decision store redis"), "{e}");
+    }
+    p.shutdown();
+}

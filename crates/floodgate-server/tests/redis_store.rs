@@ -189,6 +189,18 @@ impl OwnRedis {
         }
     }
 
+    /// Send `signal` (`STOP`, `CONT`): a stopped server keeps its connections open and
+    /// answers nothing.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
     fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -199,6 +211,9 @@ impl OwnRedis {
 
 impl Drop for OwnRedis {
     fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal("CONT");
+        }
         self.kill();
     }
 }
@@ -353,4 +368,80 @@ descriptors:
     a.stop().await;
     b.stop().await;
     assert!(delete_prefix(&prefix).await >= 1);
+}
+
+/// A key lookup Redis cannot answer is the store's fault, not the client's: `503` with the
+/// `{"error": ...}` body naming the fault, on the server's HTTP listener, with a
+/// redis-server of our own stopped (the call times out), continued and killed (connection
+/// refused, then the breaker open); bad input stays a `400` meanwhile.
+#[tokio::test]
+async fn key_lookup_is_a_503_naming_the_fault_when_redis_fails() {
+    let mut redis = OwnRedis::start();
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let srv = start(&redis_config(&url, "fg:", "fail-open")).await;
+    let mut c = srv.client().await;
+    let hit = || req("edge", vec![desc(&[("user", "alice")])], 0);
+    assert_eq!(
+        call(&mut c, hit()).await.unwrap().overall_code,
+        Code::Ok as i32
+    );
+    let addr = srv.running.http.expect("the HTTP listener");
+    let name = http(addr, "GET", "/admin/api/overview", b"").await.json()["policies"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let lookup = format!("/admin/api/key?policy={name}&key=5:alice");
+    let v = http(addr, "GET", &lookup, b"").await;
+    assert_eq!(
+        (v.status, v.json()["remaining"].clone()),
+        (200, 2.into()),
+        "{}",
+        v.body
+    );
+
+    redis.signal("STOP");
+    let t = Instant::now();
+    let v = http(addr, "GET", &lookup, b"").await;
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert_eq!(v.status, 503, "{}", v.body);
+    let e = v.json()["error"]
+        .as_str()
+        .expect("an error message")
+        .to_string();
+    assert!(e.contains("redis") && e.contains("timed out"), "{e}");
+    let v = http(addr, "GET", &lookup, b"").await;
+    assert_eq!(v.status, 503, "{}", v.body);
+    for bad in [
+        "/admin/api/key?policy=nope&key=5:alice".to_string(),
+        format!("/admin/api/key?policy={name}&key=%zz"),
+    ] {
+        let v = http(addr, "GET", &bad, b"").await;
+        assert_eq!(v.status, 400, "{bad}: {}", v.body);
+        assert!(v.json()["error"].is_string(), "{bad}: {}", v.body);
+    }
+
+    redis.signal("CONT");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = http(addr, "GET", &lookup, b"").await;
+        if v.status == 200 {
+            assert_eq!(v.json()["remaining"], 2, "{}", v.body);
+            break;
+        }
+        assert_eq!(v.status, 503, "{}", v.body);
+        assert!(Instant::now() < deadline, "Redis is back: {}", v.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    redis.kill();
+    for _ in 0..3 {
+        let v = http(addr, "GET", &lookup, b"").await;
+        assert_eq!(v.status, 503, "{}", v.body);
+        let e = v.json()["error"]
+            .as_str()
+            .expect("an error message")
+            .to_string();
+        assert!(e.starts_with("decision store redis"), "{e}");
+    }
+    srv.stop().await;
 }

@@ -4,7 +4,7 @@ use floodgate_core::Nanos;
 use serde_json::{Value, json};
 
 use super::query::Query;
-use super::{Peek, PeekError};
+use super::{Failure, Peek, PeekError};
 use crate::insight::{self, Insight, PolicyInsight, TopList, timeline};
 use crate::metrics::DecisionOutcome;
 
@@ -200,13 +200,13 @@ pub(super) fn top(insight: &Insight, q: &Query) -> Result<Value, String> {
 }
 
 /// `GET /admin/api/key`.
-pub(super) async fn key(insight: &Insight, peek: &dyn Peek, q: &Query) -> Result<Value, String> {
+pub(super) async fn key(insight: &Insight, peek: &dyn Peek, q: &Query) -> Result<Value, Failure> {
     q.only(&["policy", "key"])?;
     let Some(policy) = q.text("policy")? else {
         return Err("policy is required: /admin/api/key?policy=NAME&key=KEY".into());
     };
     let key = q.key()?;
-    let d = peek.peek(policy, key).await.map_err(|e| e.to_string())?;
+    let d = peek.peek(policy, key).await?;
     // the state at cost 0; a request of cost 1 is admitted when a unit remains
     let allowed = d.allowed && d.remaining > 0;
     let now = insight.now();

@@ -13,8 +13,11 @@
 //!
 //! Bad input (an unknown parameter or policy, a missing or repeated one, a number out of
 //! range, a malformed escape, a query above [`MAX_QUERY_BYTES`] or a key above
-//! [`MAX_KEY_BYTES`]) is a `400` with `{"error": "..."}`; another method than `GET` or
-//! `HEAD` a `405`, an unknown path under `/admin` a `404`, both with the same body.
+//! [`MAX_KEY_BYTES`]) is a `400` with `{"error": "..."}`; a key lookup the store could not
+//! answer for a fault of its own (Redis refusing connections, timing out, its circuit
+//! breaker open: [`StoreError::is_transient`]) a `503` with the same body naming the
+//! fault; another method than `GET` or `HEAD` a `405`, an unknown path under `/admin` a
+//! `404`, both with the same body.
 
 mod json;
 mod query;
@@ -22,6 +25,7 @@ pub mod text;
 
 use floodgate_core::Decision;
 
+use crate::fault::StoreError;
 use crate::insight::Insight;
 use crate::store::{BoxFuture, DecisionStore};
 
@@ -84,10 +88,58 @@ pub enum PeekError {
         /// The names there are.
         known: String,
     },
-    /// The store could not be read (a Redis fault, a store that cannot be read without
-    /// consuming).
+    /// The store could not be read: a fault of the store's own (Redis down or slow, its
+    /// breaker open: [`StoreError::is_transient`], answered `503`) or a refusal (a store
+    /// that cannot be read without consuming, a key it does not take: answered `400`).
     #[error("{0}")]
-    Store(String),
+    Store(StoreError),
+}
+
+impl PeekError {
+    /// Whether the lookup failed for a fault of the store's own, not of the request: the
+    /// same lookup may succeed later.
+    pub fn is_store_fault(&self) -> bool {
+        matches!(self, PeekError::Store(e) if e.is_transient())
+    }
+}
+
+impl From<StoreError> for PeekError {
+    fn from(e: StoreError) -> PeekError {
+        PeekError::Store(e)
+    }
+}
+
+/// Why an endpoint gave no answer: the status and the message of the `{"error": ...}` body.
+#[derive(Debug)]
+struct Failure {
+    status: u16,
+    message: String,
+}
+
+impl From<String> for Failure {
+    /// Bad input: `400`.
+    fn from(message: String) -> Failure {
+        Failure {
+            status: 400,
+            message,
+        }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::from(message.to_string())
+    }
+}
+
+impl From<PeekError> for Failure {
+    /// `503` for a fault of the store's own, `400` otherwise.
+    fn from(e: PeekError) -> Failure {
+        Failure {
+            status: if e.is_store_fault() { 503 } else { 400 },
+            message: e.to_string(),
+        }
+    }
 }
 
 /// Reads one key's state without consuming: the surface's store.
@@ -136,12 +188,7 @@ impl Peek for StorePeek<'_> {
                     .join(", "),
             })));
         };
-        Box::pin(async move {
-            self.store
-                .peek(info, key)
-                .await
-                .map_err(|e| PeekError::Store(e.to_string()))
-        })
+        Box::pin(async move { Ok(self.store.peek(info, key).await?) })
     }
 }
 
@@ -177,10 +224,10 @@ pub async fn respond(
                 body: PAGE.to_string(),
             });
         }
-        "/api/overview" => json::overview(insight, &q),
-        "/api/top" => json::top(insight, &q),
+        "/api/overview" => json::overview(insight, &q).map_err(Failure::from),
+        "/api/top" => json::top(insight, &q).map_err(Failure::from),
         "/api/key" => json::key(insight, peek, &q).await,
-        "/api/config" => json::config(insight, &q),
+        "/api/config" => json::config(insight, &q).map_err(Failure::from),
         _ => {
             return Some(AdminReply::error(
                 404,
@@ -190,7 +237,7 @@ pub async fn respond(
     };
     Some(match answer {
         Ok(v) => AdminReply::json(200, &v),
-        Err(e) => AdminReply::error(400, e),
+        Err(f) => AdminReply::error(f.status, f.message),
     })
 }
 

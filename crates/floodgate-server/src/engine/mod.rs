@@ -431,10 +431,7 @@ impl Engine {
             });
         };
         let k = limit.key(g.shared_keyspace, |k| k.extend_from_slice(key));
-        g.store
-            .peek(&limit.policy, &k)
-            .await
-            .map_err(|e| PeekError::Store(e.to_string()))
+        Ok(g.store.peek(&limit.policy, &k).await?)
     }
 
     /// Answer an admin API request (`/admin...`; `None` for other paths).
