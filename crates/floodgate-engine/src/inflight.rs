@@ -107,6 +107,9 @@ pub struct LeasePolicy {
     /// Leases held through this node (`floodgate_inflight_leases{policy}`), once the
     /// metrics are attached.
     gauge: OnceLock<Gauge>,
+    /// Requests held now on this node (`floodgate_waiting_requests`, shared with the
+    /// leaky queues' delays), once the metrics are attached.
+    waiting_gauge: OnceLock<Gauge>,
     /// Leases held through this node.
     held: AtomicI64,
 }
@@ -121,7 +124,37 @@ impl LeasePolicy {
             waiting: AtomicUsize::new(0),
             released: tokio::sync::Notify::new(),
             gauge: OnceLock::new(),
+            waiting_gauge: OnceLock::new(),
             held: AtomicI64::new(0),
+        }
+    }
+
+    /// Count the requests waiting in this policy's queue in `gauge` too (the metrics'
+    /// `floodgate_waiting_requests`); the first gauge attached stays.
+    pub fn attach_waiting_gauge(&self, gauge: Gauge) {
+        if self.waiting_gauge.set(gauge.clone()).is_ok() {
+            gauge.inc_by(self.waiting() as i64);
+        }
+    }
+
+    /// Enter the queue: `false` (and nothing counted) when `spec.queue` requests already
+    /// wait on this node. Every `true` is followed by one [`leave_queue`](Self::leave_queue).
+    pub(crate) fn enter_queue(&self) -> bool {
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.spec.queue {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        if let Some(g) = self.waiting_gauge.get() {
+            g.inc();
+        }
+        true
+    }
+
+    /// Leave the queue entered by [`enter_queue`](Self::enter_queue).
+    pub(crate) fn leave_queue(&self) {
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        if let Some(g) = self.waiting_gauge.get() {
+            g.dec();
         }
     }
 

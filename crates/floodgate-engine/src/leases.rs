@@ -5,7 +5,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -80,17 +79,17 @@ pub async fn acquire(
             queue_full: false,
         });
     }
-    if policy.waiting.fetch_add(1, Ordering::AcqRel) >= spec.queue {
-        policy.waiting.fetch_sub(1, Ordering::AcqRel);
+    if !policy.enter_queue() {
         return Ok(Admission::Denied {
             decision: denial,
             queue_full: true,
         });
     }
+    // leaves on every way out: leased, timed out, a store fault, the request dropped
     struct Leave<'a>(&'a LeasePolicy);
     impl Drop for Leave<'_> {
         fn drop(&mut self) {
-            self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+            self.0.leave_queue();
         }
     }
     let _leave = Leave(policy);

@@ -9,7 +9,7 @@
 //! | `floodgate_decisions_total` | counter | `policy`, `outcome` = passed, delayed, rejected, delayed_dry_run, rejected_dry_run |
 //! | `floodgate_requests_total` | counter | `outcome` = passed, delayed, rejected, allowlisted, unlimited, missing_key_denied, missing_key_allowed, queue_full, store_error_allowed, store_error_denied, invalid (refused before the limiter: the proxy's request checks, the server's malformed requests); the server also unknown_domain, error |
 //! | `floodgate_delay_seconds` | histogram | time requests were held (leaky queue) |
-//! | `floodgate_waiting_requests` | gauge | requests being held now |
+//! | `floodgate_waiting_requests` | gauge | requests being held now: by a leaky queue's delay or waiting in a `max_in_flight` queue |
 //! | `floodgate_decision_duration_seconds` | histogram | time to decide (key extraction + store) |
 //! | `floodgate_store_errors_total` | counter | `kind` = timeout, circuit_open, unavailable, refused: decision-store faults |
 //! | `floodgate_store_keys` | gauge | `policy`: keys held (in-process store) |
@@ -219,7 +219,8 @@ pub struct Metrics {
     requests: Vec<StripedCounter>,
     /// Time requests were held, seconds.
     pub delay_seconds: StripedHistogram,
-    /// Requests held now.
+    /// Requests held now: by a leaky queue's delay or in a `max_in_flight` queue
+    /// ([`LeasePolicy::attach_waiting_gauge`](crate::inflight::LeasePolicy::attach_waiting_gauge)).
     pub waiting: Gauge,
     /// Decision latency, seconds.
     pub decision_seconds: StripedHistogram,
@@ -292,7 +293,7 @@ impl Metrics {
         let waiting = Gauge::default();
         registry.register(
             "floodgate_waiting_requests",
-            "Requests being held now",
+            "Requests being held now (a leaky queue's delay, an in-flight queue's wait)",
             waiting.clone(),
         );
         let decision_seconds = StripedHistogram::new(exponential_buckets(1e-6, 2.0, 20));

@@ -353,6 +353,7 @@ impl RateLimiterBuilder {
         let metrics = Arc::new(Metrics::new(&names));
         for lease in infos.iter().filter_map(|p| p.in_flight.as_ref()) {
             lease.attach_gauge(metrics.lease_gauge(&lease.name));
+            lease.attach_waiting_gauge(metrics.waiting.clone());
         }
         Ok(RateLimiter {
             inner: Arc::new(Inner {

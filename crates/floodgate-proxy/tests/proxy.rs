@@ -398,3 +398,69 @@ async fn redis_store_all_or_nothing_and_fault_outcome() {
     assert!(err.to_string().contains(&dead.to_string()), "{err}");
     delete_redis_keys(&prefix);
 }
+
+/// `floodgate_waiting_requests` on the metrics endpoint, as a number.
+async fn waiting_gauge(c: &TestClient, admin: std::net::SocketAddr) -> i64 {
+    let m = get(c, admin, "/metrics", &[]).await;
+    let text = String::from_utf8_lossy(&m.body).to_string();
+    text.lines()
+        .find_map(|l| l.strip_prefix("floodgate_waiting_requests "))
+        .unwrap_or_else(|| panic!("no floodgate_waiting_requests in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Requests waiting in a `max_in_flight` queue are counted in `floodgate_waiting_requests`
+/// (with the leaky queues' held requests): one request holds the only place of the policy
+/// on the backend's 2 s `/slow`, three more wait in its queue and the gauge on the admin
+/// listener's `/metrics` reads 3; as each finishes the next is leased and the gauge falls
+/// to 0, every request answered 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_an_in_flight_place_are_counted_in_the_waiting_gauge() {
+    const WAITERS: i64 = 3;
+    let backend = Backend::start().await;
+    let mut p = RunningProxy::start(
+        "[[policy]]\nname = \"one\"\nmax_in_flight = 1\nlease_ttl = \"60s\"\n\
+         queue = 10\nqueue_timeout = \"30s\"\nkey = \"global\"\n",
+        backend.addr,
+    )
+    .await;
+    let c = client();
+    assert_eq!(waiting_gauge(&c, p.admin).await, 0);
+    let send = |c: &TestClient| {
+        let (c, addr) = (c.clone(), p.addr);
+        tokio::spawn(async move { get(&c, addr, "/slow", &[]).await.status.as_u16() })
+    };
+    let mut sent = vec![send(&c)];
+    // the first holds the place once the backend has it
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backend.arrivals().is_empty() {
+        assert!(Instant::now() < deadline, "the first request never arrived");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sent.extend((0..WAITERS).map(|_| send(&c)));
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    let mut seen = 0;
+    while seen != WAITERS {
+        assert!(
+            Instant::now() < deadline,
+            "{seen} waiting on the gauge, {WAITERS} in the queue"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        seen = waiting_gauge(&c, p.admin).await;
+    }
+    assert_eq!(
+        backend.arrivals().len(),
+        1,
+        "the waiters are not at the backend"
+    );
+    let mut statuses = Vec::new();
+    for h in sent {
+        statuses.push(h.await.unwrap());
+    }
+    assert_eq!(statuses, vec![200; WAITERS as usize + 1]);
+    assert_eq!(backend.arrivals().len(), WAITERS as usize + 1);
+    assert_eq!(waiting_gauge(&c, p.admin).await, 0);
+    p.shutdown();
+}
