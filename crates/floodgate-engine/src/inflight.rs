@@ -18,6 +18,9 @@
 //! queued) when it would have been admitted a moment later. It errs on the safe side:
 //! never more than `N` in flight.
 //!
+//! The order is [`crate::leases::leases_then_rates`]: every surface (the tower layer, the
+//! server's HTTP door) runs it over its own [`crate::leases::LeasesAndRates`].
+//!
 //! # The queue
 //! With `queue = M`, up to `M` requests per policy on this node wait for a place instead
 //! of being answered 429 at once, each at most `queue_timeout` (HAProxy's `maxconn`

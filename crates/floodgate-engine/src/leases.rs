@@ -16,6 +16,109 @@ use crate::fault::StoreError;
 use crate::inflight::{Acquired, LeaseAnswer, LeaseOp, LeasePolicy, QUEUE_POLL};
 use crate::store::{BoxFuture, DecisionStore};
 
+/// What taking one of a request's leases came to ([`leases_then_rates`]).
+#[derive(Debug)]
+pub enum LeaseStep<H, D> {
+    /// Taken, kept with the others (or, for a surface that lists them, a decision to keep
+    /// with them: a dry run's denial).
+    Held(H),
+    /// Nothing taken, and the request goes on (a rule without a lease, a store fault
+    /// let through).
+    Skipped,
+    /// Denied: the request stops here; the leases held are given back.
+    Denied(D),
+}
+
+/// Where a request's leases and rates ended ([`leases_then_rates`]).
+#[derive(Debug)]
+pub enum Ordered<H, D, R> {
+    /// A lease was denied: no rate was decided; the leases taken before it were given
+    /// back.
+    LeaseDenied(D),
+    /// The rates were decided: `rates`, and the leases kept (none when the rates denied:
+    /// they were given back at once).
+    Decided {
+        /// What the rates decided.
+        rates: R,
+        /// The leases the request keeps while it runs.
+        held: Vec<H>,
+    },
+}
+
+/// One request's leases and rates, as a surface takes and decides them; run in the
+/// order every surface keeps by [`leases_then_rates`].
+pub trait LeasesAndRates {
+    /// A lease taken (with what the surface keeps of it).
+    type Held: Send;
+    /// What a lease denied answers.
+    type Denied;
+    /// What the rates decided.
+    type Rates;
+    /// A fault that stops the request.
+    type Error;
+
+    /// How many leases the request wants.
+    fn leases(&self) -> usize;
+
+    /// Take the `i`th lease, `held` being those taken before it.
+    fn take(
+        &mut self,
+        i: usize,
+        held: &[Self::Held],
+    ) -> impl Future<Output = Result<LeaseStep<Self::Held, Self::Denied>, Self::Error>> + Send;
+
+    /// Decide the rates, the leases `held`.
+    fn decide(
+        &mut self,
+        held: &[Self::Held],
+    ) -> impl Future<Output = Result<Self::Rates, Self::Error>> + Send;
+
+    /// Whether `rates` admit the request.
+    fn admitted(rates: &Self::Rates) -> bool;
+
+    /// Give `held` back.
+    fn give_back(&mut self, held: Vec<Self::Held>) -> impl Future<Output = ()> + Send;
+}
+
+/// The order of every surface that has `max_in_flight` policies with rates (module docs
+/// of [`crate::inflight`]): take the leases first, in order; a lease denied stops there,
+/// gives back those held and decides no rate. Then decide the rates (with the leases
+/// held); when they deny, the leases are given back at once. A fault (`Err`) at any step
+/// gives back what is held and is returned as it is.
+pub async fn leases_then_rates<A: LeasesAndRates + Send>(
+    mut a: A,
+) -> Result<Ordered<A::Held, A::Denied, A::Rates>, A::Error> {
+    let mut held: Vec<A::Held> = Vec::new();
+    for i in 0..a.leases() {
+        match a.take(i, &held).await {
+            Ok(LeaseStep::Held(h)) => held.push(h),
+            Ok(LeaseStep::Skipped) => {}
+            Ok(LeaseStep::Denied(d)) => {
+                a.give_back(held).await;
+                return Ok(Ordered::LeaseDenied(d));
+            }
+            Err(e) => {
+                a.give_back(held).await;
+                return Err(e);
+            }
+        }
+    }
+    match a.decide(&held).await {
+        Ok(rates) if A::admitted(&rates) => Ok(Ordered::Decided { rates, held }),
+        Ok(rates) => {
+            a.give_back(held).await;
+            Ok(Ordered::Decided {
+                rates,
+                held: Vec::new(),
+            })
+        }
+        Err(e) => {
+            a.give_back(held).await;
+            Err(e)
+        }
+    }
+}
+
 /// One acquire through `store`, no queue: the lease or the denial.
 pub async fn acquire_once(
     store: &dyn DecisionStore,

@@ -22,7 +22,7 @@ use crate::headers::{self, HeaderOptions, RateHeaders, X_RATELIMIT_DELAY_MS, cei
 use crate::key::{
     ClientIpConfig, KeyError, MissingKey, PeerFn, RequestInfo, in_nets, resolve_client_ip,
 };
-use crate::leases::{self, Admission, LeaseGuard};
+use crate::leases::{self, Admission, LeaseGuard, LeaseStep, LeasesAndRates, Ordered};
 use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
 use crate::policy::{CompiledRoute, Policy, PolicyInfo};
 use crate::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
@@ -103,6 +103,10 @@ impl Plan {
 
 /// The leases a request holds while it runs.
 pub type Leases = Vec<LeaseGuard>;
+
+/// A lease taken for a request (or a dry run's denial, kept for the headers): the
+/// policy's index, the decision and the guard.
+type Taken = (usize, Decision, Option<LeaseGuard>);
 
 /// A store's answer to one list of checks (`None` for an empty list).
 type Answer = Result<Option<MultiDecision>, StoreError>;
@@ -494,22 +498,7 @@ impl RateLimiter {
         plan: Plan,
         req_headers: &HeaderMap,
     ) -> (Outcome, Option<Reservation>) {
-        let (leases, leased) = match self.take_leases(&plan, req_headers).await {
-            Ok(taken) => taken,
-            Err(denied) => return (denied, None),
-        };
-        let (enforced, reservation) = if plan.enforced.is_empty() {
-            (Ok(None), None)
-        } else {
-            let list = self.store_checks(&plan.enforced);
-            match self.inner.store.reserve(&list).await {
-                Ok((d, r)) => (Ok(Some(d)), r),
-                Err(e) => (Err(e), None),
-            }
-        };
-        let shadow = self.run_checks(&plan.shadow).await;
-        let outcome = self.finish(plan, enforced, shadow, &leased, req_headers);
-        (holding(outcome, leases), reservation)
+        self.with_leases(plan, req_headers, true).await
     }
 
     /// The RateLimit fields of settled policies (each as a request of cost 0 sees it),
@@ -527,91 +516,142 @@ impl RateLimiter {
     /// request denied for concurrency is charged nothing), then its rates (a request
     /// they deny gives its leases back at once: see [`crate::inflight`]).
     pub(crate) async fn check(&self, plan: Plan, req_headers: &HeaderMap) -> Outcome {
-        let (leases, leased) = match self.take_leases(&plan, req_headers).await {
-            Ok(taken) => taken,
-            Err(denied) => return denied,
+        self.with_leases(plan, req_headers, false).await.0
+    }
+
+    /// Take the lease `wanted` (a plan's policy index, key and dry run), `held` being the
+    /// leases (and dry-run denials) taken before it: kept with its decision, skipped (a
+    /// store fault let through), or the answer to send (denied, or the store failed under
+    /// [`StoreFailure::Deny`]).
+    async fn take_lease(
+        &self,
+        wanted: &(usize, Vec<u8>, bool),
+        held: &[Taken],
+        req_headers: &HeaderMap,
+    ) -> LeaseStep<Taken, Outcome> {
+        let inner = &*self.inner;
+        let m = &inner.metrics;
+        let (idx, key, dry_run) = wanted;
+        let Some(policy) = inner.infos[*idx].in_flight.as_ref() else {
+            return LeaseStep::Skipped;
         };
+        match leases::acquire(&inner.store, policy, key).await {
+            Ok(Admission::Leased {
+                guard,
+                decision,
+                waited,
+            }) => {
+                if waited.is_zero() {
+                    m.decision(*idx, DecisionOutcome::Passed);
+                } else {
+                    m.decision(*idx, DecisionOutcome::Delayed);
+                    m.delay_seconds.observe(waited);
+                }
+                LeaseStep::Held((*idx, decision, Some(guard)))
+            }
+            Ok(Admission::Denied {
+                decision,
+                queue_full,
+            }) => {
+                if *dry_run {
+                    tracing::info!(policy = %policy.name, key = %String::from_utf8_lossy(key), "dry run: would reject (in flight)");
+                    m.decision(*idx, DecisionOutcome::RejectedDryRun);
+                    return LeaseStep::Held((*idx, decision, None));
+                }
+                tracing::debug!(policy = %policy.name, key = %String::from_utf8_lossy(key), queue_full, "rejected: in flight");
+                m.decision(*idx, DecisionOutcome::Rejected);
+                m.request(if queue_full {
+                    RequestOutcome::QueueFull
+                } else {
+                    RequestOutcome::Rejected
+                });
+                let rendered: SmallVec<[(&PolicyInfo, Decision); 2]> = held
+                    .iter()
+                    .map(|(i, d, _)| (&inner.infos[*i], *d))
+                    .chain(std::iter::once((&inner.infos[*idx], decision)))
+                    .collect();
+                let headers = headers::render(&rendered, &inner.headers);
+                LeaseStep::Denied(Outcome::Respond(self.denial(
+                    Some(decision),
+                    &policy.name,
+                    headers,
+                    ReplyFormat::of(req_headers),
+                )))
+            }
+            Err(e) => match self.store_failed(&e, req_headers) {
+                Some(denied) => LeaseStep::Denied(denied),
+                // allowed without this lease
+                None => LeaseStep::Skipped,
+            },
+        }
+    }
+
+    /// Take `plan`'s leases, then decide its rates (reserving them at the estimate when
+    /// `reserve`) with the leases' decisions (for the headers), in the order of
+    /// [`leases::leases_then_rates`]: the outcome (and the reservation), holding the
+    /// leases when it admits; a request the rates deny gives them back at once, and a
+    /// request denied for concurrency is charged no rate. A plan without leases takes
+    /// none (nothing is allocated).
+    async fn with_leases(
+        &self,
+        mut plan: Plan,
+        req_headers: &HeaderMap,
+        reserve: bool,
+    ) -> (Outcome, Option<Reservation>) {
+        let wanted = std::mem::take(&mut plan.leases);
+        let ordered = leases::leases_then_rates(Request1 {
+            limiter: self,
+            wanted: &wanted,
+            plan: Some(plan),
+            req_headers,
+            reserve,
+        })
+        .await;
+        match ordered {
+            Ok(Ordered::LeaseDenied(o)) => (o, None),
+            Ok(Ordered::Decided {
+                rates: (o, reservation),
+                held,
+            }) => {
+                let leases: Leases = held.into_iter().filter_map(|(_, _, g)| g).collect();
+                (holding(o, leases), reservation)
+            }
+            Err(never) => match never {},
+        }
+    }
+
+    /// Decide `plan`'s rates, `leased` the decisions of its leases.
+    async fn decide_rates(
+        &self,
+        plan: Plan,
+        leased: &[(usize, Decision)],
+        req_headers: &HeaderMap,
+        reserve: bool,
+    ) -> (Outcome, Option<Reservation>) {
+        if reserve {
+            let (enforced, reservation) = if plan.enforced.is_empty() {
+                (Ok(None), None)
+            } else {
+                let list = self.store_checks(&plan.enforced);
+                match self.inner.store.reserve(&list).await {
+                    Ok((d, r)) => (Ok(Some(d)), r),
+                    Err(e) => (Err(e), None),
+                }
+            };
+            let shadow = self.run_checks(&plan.shadow).await;
+            let outcome = self.finish(plan, enforced, shadow, leased, req_headers);
+            return (outcome, reservation);
+        }
         let outcome = if let Some(local) = self.local_store() {
             let enforced = self.run_local(local, &plan.enforced);
             let shadow = self.run_local(local, &plan.shadow);
-            self.finish(plan, enforced, shadow, &leased, req_headers)
+            self.finish(plan, enforced, shadow, leased, req_headers)
         } else {
             let enforced = self.run_checks(&plan.enforced).await;
             let shadow = self.run_checks(&plan.shadow).await;
-            self.finish(plan, enforced, shadow, &leased, req_headers)
+            self.finish(plan, enforced, shadow, leased, req_headers)
         };
-        holding(outcome, leases)
-    }
-
-    /// Take the plan's leases, in order: all of them with their decisions (for the
-    /// headers), or the answer to send (denied, or the store failed under
-    /// [`StoreFailure::Deny`]), the leases already taken released. A plan without leases
-    /// takes none (nothing is allocated).
-    async fn take_leases(
-        &self,
-        plan: &Plan,
-        req_headers: &HeaderMap,
-    ) -> Result<(Leases, SmallVec<[(usize, Decision); 1]>), Outcome> {
-        let inner = &*self.inner;
-        let m = &inner.metrics;
-        let mut guards = Leases::with_capacity(plan.leases.len());
-        let mut items: SmallVec<[(usize, Decision); 1]> = SmallVec::new();
-        for (idx, key, dry_run) in &plan.leases {
-            let Some(policy) = inner.infos[*idx].in_flight.as_ref() else {
-                continue;
-            };
-            match leases::acquire(&inner.store, policy, key).await {
-                Ok(Admission::Leased {
-                    guard,
-                    decision,
-                    waited,
-                }) => {
-                    if waited.is_zero() {
-                        m.decision(*idx, DecisionOutcome::Passed);
-                    } else {
-                        m.decision(*idx, DecisionOutcome::Delayed);
-                        m.delay_seconds.observe(waited);
-                    }
-                    guards.push(guard);
-                    items.push((*idx, decision));
-                }
-                Ok(Admission::Denied {
-                    decision,
-                    queue_full,
-                }) => {
-                    items.push((*idx, decision));
-                    if *dry_run {
-                        tracing::info!(policy = %policy.name, key = %String::from_utf8_lossy(key), "dry run: would reject (in flight)");
-                        m.decision(*idx, DecisionOutcome::RejectedDryRun);
-                        continue;
-                    }
-                    tracing::debug!(policy = %policy.name, key = %String::from_utf8_lossy(key), queue_full, "rejected: in flight");
-                    m.decision(*idx, DecisionOutcome::Rejected);
-                    m.request(if queue_full {
-                        RequestOutcome::QueueFull
-                    } else {
-                        RequestOutcome::Rejected
-                    });
-                    drop(guards);
-                    let rendered: SmallVec<[(&PolicyInfo, Decision); 2]> =
-                        items.iter().map(|(i, d)| (&inner.infos[*i], *d)).collect();
-                    let headers = headers::render(&rendered, &inner.headers);
-                    return Err(Outcome::Respond(self.denial(
-                        Some(decision),
-                        &policy.name,
-                        headers,
-                        ReplyFormat::of(req_headers),
-                    )));
-                }
-                Err(e) => {
-                    if let Some(denied) = self.store_failed(&e, req_headers) {
-                        return Err(denied);
-                    }
-                    // allowed without this lease
-                }
-            }
-        }
-        Ok((guards, items))
+        (outcome, None)
     }
 
     /// Count and log a store fault; the answer when the limiter fails closed, `None`
@@ -832,6 +872,55 @@ fn push_quoted(out: &mut String, s: &str) {
 
 /// `outcome` holding `leases` when it passes; when it is denied by a rate or the store
 /// failed, `leases` drop here: released at once.
+/// One request through [`leases::leases_then_rates`]: its leases, then its plan's rates.
+struct Request1<'a> {
+    limiter: &'a RateLimiter,
+    wanted: &'a [(usize, Vec<u8>, bool)],
+    plan: Option<Plan>,
+    req_headers: &'a HeaderMap,
+    reserve: bool,
+}
+
+impl LeasesAndRates for Request1<'_> {
+    type Held = Taken;
+    type Denied = Outcome;
+    type Rates = (Outcome, Option<Reservation>);
+    type Error = std::convert::Infallible;
+
+    fn leases(&self) -> usize {
+        self.wanted.len()
+    }
+
+    async fn take(
+        &mut self,
+        i: usize,
+        held: &[Taken],
+    ) -> Result<LeaseStep<Taken, Outcome>, Self::Error> {
+        Ok(self
+            .limiter
+            .take_lease(&self.wanted[i], held, self.req_headers)
+            .await)
+    }
+
+    async fn decide(&mut self, held: &[Taken]) -> Result<Self::Rates, Self::Error> {
+        let leased: SmallVec<[(usize, Decision); 1]> =
+            held.iter().map(|(i, d, _)| (*i, *d)).collect();
+        let plan = self.plan.take().expect("decided once");
+        Ok(self
+            .limiter
+            .decide_rates(plan, &leased, self.req_headers, self.reserve)
+            .await)
+    }
+
+    fn admitted((outcome, _): &Self::Rates) -> bool {
+        matches!(outcome, Outcome::Pass { .. })
+    }
+
+    async fn give_back(&mut self, held: Vec<Taken>) {
+        drop(held);
+    }
+}
+
 fn holding(outcome: Outcome, leases: Leases) -> Outcome {
     match outcome {
         Outcome::Pass { headers, delay, .. } => Outcome::Pass {

@@ -1,7 +1,8 @@
 //! `max_in_flight` on descriptor rules, at the HTTP door's `POST /v1/check`: the rule
 //! limits how many checks of one value are admitted and not yet released, at once.
 //!
-//! The order is the tower layer's ([`floodgate_engine::inflight`]): the leases of every
+//! The order is the tower layer's, run by the same function
+//! ([`floodgate_engine::leases::leases_then_rates`]): the leases of every
 //! `max_in_flight` rule the descriptors reach are taken **first**, then the rates are
 //! decided ([`Engine::check`]); a request the rates deny gives its leases back at once.
 //! So a request denied for concurrency is charged no rate, and a request denied by a
@@ -19,6 +20,7 @@ use axum::http::StatusCode;
 use floodgate_core::Decision;
 use floodgate_core::inflight::LeaseId;
 use floodgate_engine::PolicyInfo;
+use floodgate_engine::leases::{LeaseStep, LeasesAndRates, Ordered, leases_then_rates};
 use serde_json::{Value, json};
 
 use crate::engine::{DescriptorIn, Engine, InFlightRule, Outcome, Status};
@@ -116,40 +118,20 @@ pub async fn check(
         return Ok(Checked::plain(o));
     }
     let settings = engine.current().rules.headers.clone();
-    let mut held: Vec<Held> = Vec::with_capacity(rules.len());
-    for r in &rules {
-        let Some(spec) = r.policy.in_flight.as_ref().map(|p| p.spec) else {
-            continue;
-        };
-        match door.acquire(r.key.as_bytes(), spec.limit, spec.ttl).await {
-            Ok(Ok(lease)) => held.push(Held {
-                key: r.key.clone(),
-                id: lease.id,
-                policy: r.policy.clone(),
-                decision: lease.decision,
-            }),
-            Ok(Err(denial)) => {
-                release(door, &held).await;
-                return Ok(Checked {
-                    outcome: denied(&settings, &held, r, denial, matched),
-                    held: Vec::new(),
-                    denied: Some((r.key.clone(), denial)),
-                });
-            }
-            Err(e) => {
-                release(door, &held).await;
-                return Err(match e {
-                    DoorError::Store(m) => (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("lease store unavailable: {m}"),
-                    ),
-                    DoorError::Invalid(m) => (StatusCode::INTERNAL_SERVER_ERROR, m),
-                });
-            }
-        }
-    }
-    match engine.check(domain, descriptors).await {
-        Ok(mut o) if !o.over_limit => {
+    let ordered = leases_then_rates(Request {
+        engine,
+        door,
+        domain,
+        descriptors,
+        rules: &rules,
+        matched: Some(matched),
+        settings: &settings,
+    })
+    .await?;
+    Ok(match ordered {
+        Ordered::LeaseDenied(checked) => checked,
+        Ordered::Decided { rates: o, .. } if o.over_limit => Checked::plain(o),
+        Ordered::Decided { rates: mut o, held } => {
             // the in-flight members first, then the rates', as the layer renders them
             let mut applied: Vec<(&PolicyInfo, Decision)> =
                 held.iter().map(|h| (&*h.policy, h.decision)).collect();
@@ -157,20 +139,89 @@ pub async fn check(
                 applied.extend(s.limits.iter().map(|(l, d)| (&l.policy, *d)));
             }
             o.headers = headers::render(&settings, &applied, false);
-            Ok(Checked {
+            Checked {
                 outcome: o,
                 held,
                 denied: None,
-            })
+            }
         }
-        Ok(o) => {
-            release(door, &held).await;
-            Ok(Checked::plain(o))
+    })
+}
+
+/// One check through [`leases_then_rates`]: the rules' leases on the door, then the
+/// engine's rates.
+struct Request<'a, 'd> {
+    engine: &'a Engine,
+    door: &'a LeaseDoor,
+    domain: &'a str,
+    descriptors: &'a [DescriptorIn<'d>],
+    rules: &'a [InFlightRule],
+    matched: Option<Vec<crate::engine::Matched>>,
+    settings: &'a crate::config::HeaderSettings,
+}
+
+impl LeasesAndRates for Request<'_, '_> {
+    type Held = Held;
+    type Denied = Checked;
+    type Rates = Outcome;
+    type Error = (StatusCode, String);
+
+    fn leases(&self) -> usize {
+        self.rules.len()
+    }
+
+    async fn take(
+        &mut self,
+        i: usize,
+        held: &[Held],
+    ) -> Result<LeaseStep<Held, Checked>, Self::Error> {
+        let r = &self.rules[i];
+        let Some(spec) = r.policy.in_flight.as_ref().map(|p| p.spec) else {
+            return Ok(LeaseStep::Skipped);
+        };
+        match self
+            .door
+            .acquire(r.key.as_bytes(), spec.limit, spec.ttl)
+            .await
+        {
+            Ok(Ok(lease)) => Ok(LeaseStep::Held(Held {
+                key: r.key.clone(),
+                id: lease.id,
+                policy: r.policy.clone(),
+                decision: lease.decision,
+            })),
+            Ok(Err(denial)) => Ok(LeaseStep::Denied(Checked {
+                outcome: denied(
+                    self.settings,
+                    held,
+                    r,
+                    denial,
+                    self.matched.take().unwrap_or_default(),
+                ),
+                held: Vec::new(),
+                denied: Some((r.key.clone(), denial)),
+            })),
+            Err(DoorError::Store(m)) => Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("lease store unavailable: {m}"),
+            )),
+            Err(DoorError::Invalid(m)) => Err((StatusCode::INTERNAL_SERVER_ERROR, m)),
         }
-        Err(e) => {
-            release(door, &held).await;
-            Err(to_http(e))
-        }
+    }
+
+    async fn decide(&mut self, _held: &[Held]) -> Result<Outcome, Self::Error> {
+        self.engine
+            .check(self.domain, self.descriptors)
+            .await
+            .map_err(to_http)
+    }
+
+    fn admitted(o: &Outcome) -> bool {
+        !o.over_limit
+    }
+
+    async fn give_back(&mut self, held: Vec<Held>) {
+        release(self.door, &held).await;
     }
 }
 
