@@ -43,7 +43,19 @@ pub(crate) struct Api {
     notify: unsafe extern "C" fn(Ctx, c_int, *const c_char, Name) -> c_int,
     reply_array: unsafe extern "C" fn(Ctx, c_long) -> c_int,
     reply_int: unsafe extern "C" fn(Ctx, c_longlong) -> c_int,
+    /// The word `PXAT`, made once and kept for the module's life: each replicated `SET`
+    /// takes a reference to it instead of a string of its own.
+    pxat: Word,
 }
+
+/// A string of Redis's, made at load and never freed (so never dangling).
+struct Word(Name);
+
+// SAFETY: the string is only read and counted by Redis on its main thread, where every
+// command runs; the module never writes it
+unsafe impl Send for Word {}
+// SAFETY: as above
+unsafe impl Sync for Word {}
 
 static API: OnceLock<Api> = OnceLock::new();
 
@@ -66,6 +78,15 @@ pub fn load_api() -> bool {
                 notify: raw::RedisModule_NotifyKeyspaceEvent?,
                 reply_array: raw::RedisModule_ReplyWithArray?,
                 reply_int: raw::RedisModule_ReplyWithLongLong?,
+                pxat: {
+                    let create = raw::RedisModule_CreateString?;
+                    // no context: a string the module owns, not freed at the command's end
+                    let w = create(std::ptr::null_mut(), c"PXAT".as_ptr(), 4);
+                    if w.is_null() {
+                        return None;
+                    }
+                    Word(w)
+                },
             })
         })()
     };
@@ -266,15 +287,20 @@ impl Key {
             if (api.set_abs_expire)(self.ptr, at) != OK {
                 return Err(RedisError::Str("ERR could not write the key"));
             }
+            // `PXAT` and the millisecond as bytes: one string made for the millisecond
+            // (a number, `l`, takes two), none for `PXAT`
+            let mut digits = crate::value::Bytes::new();
+            digits.push_decimal(at.unsigned_abs());
             (api.replicate)(
                 self.ctx,
                 c"SET".as_ptr(),
-                c"sbcl".as_ptr(),
+                c"sbsb".as_ptr(),
                 self.name,
                 p.cast::<c_char>(),
                 len,
-                c"PXAT".as_ptr(),
-                at,
+                api.pxat.0,
+                digits.as_ptr().cast::<c_char>(),
+                digits.len(),
             );
             (api.signal)(self.ctx, self.name);
             let events: [(c_int, &CStr); 2] = [

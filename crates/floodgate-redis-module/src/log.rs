@@ -1,6 +1,8 @@
 //! The sliding log decided on its stored value as it lies, in both formats: the module's
 //! binary entries (`FG.THROTTLE`, [`binary`]) and the scripts' decimal text (`FG.DECIDE`,
-//! [`text`]). The log is read once, front to back, without being collected; the new
+//! [`text`]). The log is read once, front to back, without being collected (the text 64
+//! bytes at a time: the bytes checked and the spaces found by bit masks, only the counts,
+//! the expired prefix's instants and the last instant converted); the new
 //! value is described as a [`Splice`] of the old one (the entries still in the window
 //! kept as they are, a new head and tail around them), which the command writes in place
 //! instead of encoding the whole log again. The decision, the remaining, reset and retry
@@ -16,6 +18,8 @@ use floodgate_core::algorithms::SlidingLog;
 use floodgate_core::{Algorithm, Decision, Nanos};
 
 use crate::value::Bytes;
+
+mod scan;
 
 /// Up to [`Small::CAP`] bytes in place: a splice's head or tail.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -142,10 +146,77 @@ struct Edit {
     full_at: Nanos,
 }
 
-/// The core's decision on the entries `entries` (`None` when one is unreadable; `end`:
-/// the value's length), and the edit of a charge.
+/// What one pass over a log finds: the sums of its counts, its expired prefix and its
+/// last entry.
+#[derive(Debug, Clone, Copy)]
+struct Summary {
+    /// Units in the log (saturating).
+    total: u64,
+    /// Units of the expired prefix (wrapping, as the core sums them).
+    gone: u64,
+    /// Entries in the expired prefix.
+    k: usize,
+    /// Where the first entry after the expired prefix starts (the value's length: none).
+    live_start: usize,
+    /// Units after the expired prefix (saturating).
+    live_sum: u64,
+    /// The last entry.
+    last: Option<Entry>,
+}
+
+impl Summary {
+    /// No entries (`end`: the value's length).
+    fn empty(end: usize) -> Summary {
+        Summary {
+            total: 0,
+            gone: 0,
+            k: 0,
+            live_start: end,
+            live_sum: 0,
+            last: None,
+        }
+    }
+}
+
+/// [`Summary`] of `entries`, an entry expired when its instant plus the window `w` is at
+/// or before `now`; `t_of` gives an entry's instant. `None`: an entry is unreadable.
+fn summarize<I>(
+    entries: I,
+    t_of: impl Fn(&Entry) -> u64,
+    w: u64,
+    now: u64,
+    end: usize,
+) -> Option<Summary>
+where
+    I: Iterator<Item = Option<Entry>>,
+{
+    let mut s = Summary::empty(end);
+    let mut in_prefix = true;
+    for e in entries {
+        let e = e?;
+        s.total = s.total.saturating_add(e.c);
+        if in_prefix && t_of(&e).saturating_add(w) <= now {
+            // the core sums the expired prefix with `Sum` (wrapping when built for release)
+            s.gone = s.gone.wrapping_add(e.c);
+            s.k += 1;
+        } else {
+            if in_prefix {
+                in_prefix = false;
+                s.live_start = e.start;
+            }
+            s.live_sum = s.live_sum.saturating_add(e.c);
+        }
+        s.last = Some(e);
+    }
+    Some(s)
+}
+
+/// The core's decision on a log summed up in `summary` (its entries `entries`, read
+/// again for a denial's retry; `None` when one is unreadable; `end`: the value's
+/// length), and the edit of a charge.
 fn plan<I>(
     log: &SlidingLog,
+    summary: Summary,
     entries: I,
     t_at: impl Fn(usize) -> u64,
     end: usize,
@@ -153,32 +224,19 @@ fn plan<I>(
     cost: u64,
 ) -> Option<(Decision, Option<Edit>)>
 where
-    I: Iterator<Item = Option<Entry>> + Clone,
+    I: Iterator<Item = Option<Entry>>,
 {
     let w = log.window_nanos();
-    let expired = |t: u64| t.saturating_add(w) <= now.0;
     let until = |t: u64| Duration::from_nanos(t.saturating_add(w).saturating_sub(now.0));
     let t_of = |e: &Entry| if e.t_known { e.t } else { t_at(e.start) };
-    let (mut total, mut gone, mut live_sum, mut k) = (0u64, 0u64, 0u64, 0usize);
-    let mut live_start = end;
-    let mut in_prefix = true;
-    let mut last: Option<Entry> = None;
-    for e in entries.clone() {
-        let e = e?;
-        total = total.saturating_add(e.c);
-        if in_prefix && expired(t_of(&e)) {
-            // the core sums the expired prefix with `Sum` (wrapping when built for release)
-            gone = gone.wrapping_add(e.c);
-            k += 1;
-        } else {
-            if in_prefix {
-                in_prefix = false;
-                live_start = e.start;
-            }
-            live_sum = live_sum.saturating_add(e.c);
-        }
-        last = Some(e);
-    }
+    let Summary {
+        total,
+        gone,
+        k,
+        live_start,
+        live_sum,
+        last,
+    } = summary;
     let limit = log.limit();
     let used = total.saturating_sub(gone);
     let remaining = limit.saturating_sub(used);
@@ -251,7 +309,8 @@ pub fn binary(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) ->
             count_at: start + 8,
         })
     });
-    let (d, edit) = plan(log, entries, at, v.len(), now, cost)?;
+    let summary = summarize(entries.clone(), |e| e.t, log.window_nanos(), now.0, v.len())?;
+    let (d, edit) = plan(log, summary, entries, at, v.len(), now, cost)?;
     let write = edit.map(|e| {
         let mut head = Small::new();
         head.push(&[TAG]);
@@ -317,55 +376,6 @@ fn decimal(v: &[u8], i: &mut usize) -> Option<u64> {
     }
 }
 
-/// [`decimal`]'s checks without its value, `*i` moved as it would: a decimal of up to
-/// 19 digits (no leading zero) always fits a `u64`.
-fn skip_decimal(v: &[u8], i: &mut usize) -> Option<()> {
-    let from = *i;
-    // 19 digits, the first not 0, then a space and more: the instants of this era
-    if let Some(w) = v.get(from..from + 24) {
-        let at = |k: usize| u64::from_le_bytes(w[k..k + 8].try_into().unwrap_or_default());
-        if leading_digits(at(0)) == 8
-            && leading_digits(at(8)) == 8
-            && leading_digits(at(16)) == 3
-            && w[0] != b'0'
-            && w[19] == b' '
-        {
-            *i += 20;
-            return Some(());
-        }
-    }
-    let mut len = 0;
-    while len <= 19 {
-        let Some(chunk) = v.get(from + len..from + len + 8) else {
-            while v.get(from + len).is_some_and(u8::is_ascii_digit) {
-                len += 1;
-            }
-            break;
-        };
-        let k = leading_digits(u64::from_le_bytes(chunk.try_into().unwrap_or_default()));
-        len += k;
-        if k < 8 {
-            break;
-        }
-    }
-    if len > 19 {
-        // 20 digits may not fit: read them
-        return decimal(v, i).map(|_| ());
-    }
-    if len == 0 || (len > 1 && v[from] == b'0') {
-        return None;
-    }
-    *i = from + len;
-    match v.get(*i) {
-        None => Some(()),
-        Some(b' ') if *i + 1 < v.len() => {
-            *i += 1;
-            Some(())
-        }
-        Some(_) => None,
-    }
-}
-
 /// 10^k for k up to 8.
 const POW10: [u64; 9] = [
     1,
@@ -402,18 +412,19 @@ fn eight_digits(x: u64) -> u64 {
 /// c1 t2 c2 ..."`. `None`: a value the decoder would refuse or write otherwise.
 pub fn text(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) -> Option<Logged> {
     let v = stored.unwrap_or_default();
+    let w = log.window_nanos();
     let mut first = 0;
-    if stored.is_some() {
-        decimal(v, &mut first)?;
-    }
-    let entries = TextEntries {
-        v,
-        i: first,
-        expiring: Some((now.0, log.window_nanos())),
+    let summary = match stored {
+        None => Summary::empty(0),
+        Some(v) => {
+            decimal(v, &mut first)?;
+            scan::summary(v, first, now.0, w)?
+        }
     };
+    let entries = scan::Entries::new(v, first, (now.0, w));
     // an instant not read while reading the entries was checked then
     let t_at = |start: usize| decimal(v, &mut start.clone()).unwrap_or(0);
-    let (d, edit) = plan(log, entries, t_at, v.len(), now, cost)?;
+    let (d, edit) = plan(log, summary, entries, t_at, v.len(), now, cost)?;
     let write = edit.map(|e| {
         let mut head = Small::new();
         head.push_decimal(e.total);
@@ -437,59 +448,6 @@ pub fn text(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) -> O
         (Splice { head, keep, tail }, e.full_at)
     });
     Some((d, write))
-}
-
-/// The entries of a text log, from byte `i` (after the total).
-#[derive(Clone)]
-struct TextEntries<'a> {
-    v: &'a [u8],
-    i: usize,
-    /// `(now, window)` while the entries read are expired: their instants are read;
-    /// `None` after, the instants only checked.
-    expiring: Option<(u64, u64)>,
-}
-
-impl Iterator for TextEntries<'_> {
-    type Item = Option<Entry>;
-
-    fn next(&mut self) -> Option<Option<Entry>> {
-        if self.i >= self.v.len() {
-            return None;
-        }
-        let start = self.i;
-        let entry = (|| {
-            let t = match self.expiring {
-                Some((now, w)) => {
-                    let t = decimal(self.v, &mut self.i)?;
-                    if t.saturating_add(w) > now {
-                        self.expiring = None;
-                    }
-                    Some(t)
-                }
-                None => {
-                    skip_decimal(self.v, &mut self.i)?;
-                    None
-                }
-            };
-            let count_at = self.i;
-            if count_at >= self.v.len() {
-                return None;
-            }
-            let c = decimal(self.v, &mut self.i)?;
-            Some(Entry {
-                t: t.unwrap_or(0),
-                t_known: t.is_some(),
-                c,
-                start,
-                count_at,
-            })
-        })();
-        if entry.is_none() {
-            // unreadable: end here
-            self.i = self.v.len();
-        }
-        Some(entry)
-    }
 }
 
 #[cfg(test)]

@@ -272,13 +272,44 @@ fn primary_and_replica(dir: &std::path::Path) -> ([support::Proc; 2], Connection
     ([primary, replica], p, r)
 }
 
+/// `FG.DECIDE` of a sliding log (the Redis store's call), 1000 per 200 ms, at the caller's
+/// instant `t_ns`, its key padded to live 100 s: the logs' text grows to hundreds of
+/// bytes and loses its expired prefix as `t_ns` moves on, and no key expires during a test.
+fn decide_log(c: &mut Connection, key: &str, t_ns: u64, cost: u64) {
+    let (s, ns) = (
+        (t_ns / 1_000_000_000).to_string(),
+        (t_ns % 1_000_000_000).to_string(),
+    );
+    let cost = cost.to_string();
+    let args = [
+        "FG.DECIDE",
+        key,
+        "3",
+        &cost,
+        "100000",
+        "1000",
+        "200000000",
+        "0",
+        "0",
+        "one",
+        &s,
+        &ns,
+    ];
+    raw(c, &args).unwrap();
+}
+
 #[test]
 fn a_replica_reaches_the_same_bytes_and_expiries() {
     let dir = tempfile::tempdir().unwrap();
     let (_servers, mut p, mut r) = primary_and_replica(dir.path());
     let mut rng = fastrand::Rng::with_seed(7);
     let keys: Vec<String> = (0..100).map(|i| format!("rep{i}")).collect();
+    // the Redis store's sliding log: its text value spliced in place
+    let logs: Vec<String> = (0..10).map(|i| format!("log{i}")).collect();
+    let mut t = now_ns();
     for i in 0..3_000 {
+        t += 1_000_000;
+        decide_log(&mut p, &logs[rng.usize(..logs.len())], t, rng.u64(0..=2));
         let key = &keys[rng.usize(..keys.len())];
         // per key one limit (periods of 100 s and more: no key expires during the test)
         let k: u64 = key[3..].parse().unwrap();
@@ -309,7 +340,7 @@ fn a_replica_reaches_the_same_bytes_and_expiries() {
     let size = |c: &mut Connection| -> i64 { redis::cmd("DBSIZE").query(c).unwrap() };
     assert_eq!(size(&mut p), size(&mut r));
     let mut compared = 0;
-    for key in &keys {
+    for key in keys.iter().chain(&logs) {
         let (pv, rv) = (get(&mut p, key), get(&mut r, key));
         assert_eq!(pv, rv, "{key}: the same bytes on the replica");
         let (pe, re) = (pexpiretime(&mut p, key), pexpiretime(&mut r, key));
@@ -319,7 +350,16 @@ fn a_replica_reaches_the_same_bytes_and_expiries() {
             compared += 1;
         }
     }
-    assert!(compared >= 90, "only {compared} keys written");
+    assert!(compared >= 100, "only {compared} keys written");
+    let lens: Vec<usize> = logs
+        .iter()
+        .map(|k| get(&mut p, k).map_or(0, |v| v.len()))
+        .collect();
+    let long = lens.iter().filter(|&&n| n > 128).count();
+    assert!(
+        long >= 8,
+        "logs' values of several 64-byte blocks: {lens:?}"
+    );
 }
 
 #[test]
@@ -581,13 +621,22 @@ fn an_aof_replay_without_the_module_reaches_the_same_bytes_and_expiries() {
         let (_primary, port) = start_redis(Some(&module_path()), dir.path(), &aof);
         let mut c = connect(port);
         let mut rng = fastrand::Rng::with_seed(3);
+        let mut t = now_ns();
         for _ in 0..600 {
             let k = rng.usize(..keys.len());
             let key = &keys[k];
-            if k.is_multiple_of(2) {
-                throttle(&mut c, key, &[3, 2, 600, rng.u64(0..=2)]).unwrap();
-            } else {
-                raw(&mut c, &["FG.THROTTLE", "token-bucket", key, "5/h", "1"]).unwrap();
+            match k % 4 {
+                0 | 2 => {
+                    throttle(&mut c, key, &[3, 2, 600, rng.u64(0..=2)]).unwrap();
+                }
+                1 => {
+                    raw(&mut c, &["FG.THROTTLE", "token-bucket", key, "5/h", "1"]).unwrap();
+                }
+                _ => {
+                    // a sliding log's text, spliced
+                    t += 3_000_000;
+                    decide_log(&mut c, key, t, rng.u64(1..=2));
+                }
             }
         }
         for key in &keys {
