@@ -23,10 +23,54 @@ fn block(v: &[u8], at: usize) -> [u8; BLOCK] {
 }
 
 /// Masks of a block: bit `i` set for each byte `i` of `b` that is a space, a digit, a
-/// zero. SSE2 (every x86-64), 16 bytes at a time.
+/// zero. AVX2, 32 bytes at a time, where the processor has it; else SSE2 (every x86-64).
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[allow(unsafe_code)]
 fn masks(b: &[u8; BLOCK]) -> (u64, u64, u64) {
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2
+        unsafe { masks_avx2(b) }
+    } else {
+        masks_sse2(b)
+    }
+}
+
+/// [`masks`] with AVX2.
+///
+/// # Safety
+///
+/// The processor must have AVX2.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2")]
+unsafe fn masks_avx2(b: &[u8; BLOCK]) -> (u64, u64, u64) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_min_epu8, _mm256_movemask_epi8,
+        _mm256_set1_epi8, _mm256_sub_epi8,
+    };
+    let (space, zero, nine) = (
+        _mm256_set1_epi8(b' ' as i8),
+        _mm256_set1_epi8(b'0' as i8),
+        _mm256_set1_epi8(9),
+    );
+    let bits = |x: __m256i| u64::from(_mm256_movemask_epi8(x) as u32);
+    let (mut s, mut d, mut z) = (0, 0, 0);
+    for (k, half) in b.chunks_exact(32).enumerate() {
+        // SAFETY: `half` is 32 readable bytes; the load takes any alignment
+        let x = unsafe { _mm256_loadu_si256(half.as_ptr().cast::<__m256i>()) };
+        let above = _mm256_sub_epi8(x, zero);
+        let digit = _mm256_cmpeq_epi8(_mm256_min_epu8(above, nine), above);
+        s |= bits(_mm256_cmpeq_epi8(x, space)) << (32 * k);
+        d |= bits(digit) << (32 * k);
+        z |= bits(_mm256_cmpeq_epi8(x, zero)) << (32 * k);
+    }
+    (s, d, z)
+}
+
+/// [`masks`] with SSE2, 16 bytes at a time.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[allow(unsafe_code)]
+fn masks_sse2(b: &[u8; BLOCK]) -> (u64, u64, u64) {
     use std::arch::x86_64::{
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_set1_epi8,
         _mm_sub_epi8,
@@ -372,6 +416,8 @@ mod tests {
                 };
             }
             assert_eq!(masks(&b), masks_by_bytes(&b), "{b:?}");
+            #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+            assert_eq!(masks_sse2(&b), masks_by_bytes(&b), "{b:?}");
         }
     }
 }
