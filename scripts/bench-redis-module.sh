@@ -6,10 +6,11 @@
 # from INFO commandstats (usec_per_call). Builds the module with the dist profile and
 # redis-cell with scripts/lib/redis-cell.sh (cached). Run by scripts/bench-redis.sh too.
 #
-# The rows are run in ROUNDS rounds, redis-cell's row first in odd rounds and last in even
-# ones; each row's figures are the median over the rounds, and its ratios to redis-cell
-# are taken per round (against that round's redis-cell row) and given as the median and
-# the lowest and highest. On 2 cores or more both servers run on core 0 and redis-benchmark
+# The rows are run in ROUNDS rounds; in each, every row is measured next to a run of
+# redis-cell's CL.THROTTLE (redis-cell first in odd rounds, second in even ones), and its
+# ratios are taken against that run, so that a change of the machine's load between rows
+# moves both sides of a ratio. Each row's figures are the median over the rounds, its
+# ratios the median and the lowest and highest of the per-round ratios. On 2 cores or more both servers run on core 0 and redis-benchmark
 # on core 1 (taskset), so that the load generator does not take the server's core; PIN=0
 # leaves them to the scheduler. Each redis-benchmark run is stopped after ROW_SECONDS
 # (default 300; its row is then left out of that round) and no round is started after
@@ -47,16 +48,32 @@ start() { # start MODULE: sets PORT (not in a subshell, so PIDS keeps the server
 }
 # usec_per_call of COMMAND on PORT
 per_call() { redis-cli -p "$1" info commandstats | tr -d '\r' | grep "^cmdstat_$2:" | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/'; }
-# row LABEL PORT STATNAME ARGS...: requests per second (redis-benchmark) and µs per call
-row() {
-  local label=$1 port=$2 stat=$3; shift 3
+# measure PORT STATNAME ARGS...: µs per call (INFO commandstats) and requests per second
+# (redis-benchmark), tab-separated; empty when the run was stopped or failed
+measure() {
+  local port=$1 stat=$2; shift 2
   redis-cli -p "$port" config resetstat >/dev/null
   local rps
   rps=$("${CLIENT_CPU[@]}" timeout "$ROW_SECONDS" redis-benchmark -p "$port" -c 16 -n "$N" -r 1000 -q "$@" |
     tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1 || true)
-  printf '%s\t%s\t%s\n' "$label" "$(per_call "$port" "$stat")" "$rps"
+  printf '%s\t%s' "$(per_call "$port" "$stat" || true)" "$rps"
 }
-cell_row() { row "redis-cell 0.2.2 CL.THROTTLE" "$CP" cl.throttle CL.THROTTLE 'k:__rand_int__' 999 1000000 1 1; }
+cell() { measure "$CP" cl.throttle CL.THROTTLE 'k:__rand_int__' 999 1000000 1 1; }
+# row LABEL PORT STATNAME ARGS...: the row's figures, then redis-cell's measured right next
+# to it (before it in odd rounds, after it in even ones)
+row() {
+  local label=$1 mine theirs; shift
+  if [ $((ROUND % 2)) = 1 ]; then
+    theirs=$(cell); mine=$(measure "$@")
+  else
+    mine=$(measure "$@"); theirs=$(cell)
+  fi
+  printf '%s\t%s\t%s\n' "$label" "$mine" "$theirs"
+}
+cell_row() {
+  local c; c=$(cell)
+  printf '%s\t%s\t%s\n' "redis-cell 0.2.2 CL.THROTTLE" "$c" "$c"
+}
 module_rows() {
   row "floodgate module CL.THROTTLE" "$FP" cl.throttle CL.THROTTLE 'k:__rand_int__' 999 1000000 1 1
   row "floodgate module FG.THROTTLE gcra" "$FP" fg.throttle FG.THROTTLE gcra 'g:__rand_int__' 1000000/s 1
@@ -91,11 +108,8 @@ for r in $(seq "$ROUNDS"); do
     echo "stopped after $((r - 1)) rounds: MAX_SECONDS=$MAX_SECONDS reached"
     break
   fi
-  if [ $((r % 2)) = 1 ]; then
-    { cell_row; module_rows; } >"$TMP/round-$r"
-  else
-    { module_rows; cell_row; } >"$TMP/round-$r"
-  fi
+  ROUND=$r
+  { cell_row; module_rows; } >"$TMP/round-$r"
   echo "round $r done ($((SECONDS - START)) s), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 echo "load after: $(uptime)"
@@ -103,18 +117,18 @@ python3 - "$TMP" "$N" <<'EOF'
 import glob, statistics, sys
 
 tmp, n = sys.argv[1], sys.argv[2]
-CELL = "redis-cell 0.2.2 CL.THROTTLE"
 rounds, labels = [], []
 for path in sorted(glob.glob(f"{tmp}/round-*"), key=lambda p: int(p.rsplit("-", 1)[1])):
     rows = {}
     for line in open(path):
-        label, us, rps = (line.rstrip("\n").split("\t") + ["", ""])[:3]
+        label, *figures = line.rstrip("\n").split("\t")
         if label not in labels:
             labels.append(label)
         try:
-            rows[label] = (float(us), float(rps))
+            # the row's µs and requests/s, then redis-cell's next to it
+            rows[label] = tuple(float(f) for f in figures[:4])
         except ValueError:
-            pass  # a row stopped or failed in this round
+            pass  # a run stopped or failed in this round
     rounds.append(rows)
 
 
@@ -129,15 +143,15 @@ def spread(values, fmt):
 
 x = lambda v: f"{v:.2f}x"
 print(f"{len(rounds)} rounds of {n} requests per row, 16 clients; median (lowest-highest) over the rounds,")
-print("each ratio taken against the same round's redis-cell row")
+print("each ratio taken against redis-cell's CL.THROTTLE measured right before or after the row")
 head = ("command", "server µs/call", "vs cell", "requests/s", "vs cell")
 print(f"{head[0]:<66} {head[1]:>20} {head[2]:>20} {head[3]:>20} {head[4]:>20}")
 for label in labels:
     us = [r[label][0] for r in rounds if label in r]
     rps = [r[label][1] for r in rounds if label in r]
-    both = [r for r in rounds if label in r and CELL in r]
-    us_ratio = [r[label][0] / r[CELL][0] for r in both if r[CELL][0] > 0]
-    rps_ratio = [r[label][1] / r[CELL][1] for r in both if r[CELL][1] > 0]
+    pairs = [r[label] for r in rounds if label in r and len(r[label]) == 4]
+    us_ratio = [p[0] / p[2] for p in pairs if p[2] > 0]
+    rps_ratio = [p[1] / p[3] for p in pairs if p[3] > 0]
     print(
         f"{label:<66} {spread(us, lambda v: f'{v:.2f}'):>20} {spread(us_ratio, x):>20}"
         f" {spread(rps, lambda v: f'{v:.0f}'):>20} {spread(rps_ratio, x):>20}"
