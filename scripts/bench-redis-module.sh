@@ -3,8 +3,9 @@
 # each module in a redis-server of its own (both answer CL.THROTTLE, so they cannot share
 # one) on a free port, the same redis-benchmark load on each (16 clients, 1000 random keys,
 # max_burst 999, 10^6 per second: nearly all admitted), and the server's own accounting
-# from INFO commandstats (usec_per_call). Builds the module with the dist profile and
-# redis-cell with scripts/lib/redis-cell.sh (cached). Run by scripts/bench-redis.sh too.
+# from INFO commandstats (usec_per_call); then, once, reserve + settle and acquire + release
+# through the module against the store's scripts on the module's server
+# (scripts/lib/redis-pairs.py). Builds the module with the dist profile and redis-cell with scripts/lib/redis-cell.sh (cached). Run by scripts/bench-redis.sh too.
 #
 # The rows are run in ROUNDS rounds; in each, every row is measured next to a run of
 # redis-cell's CL.THROTTLE (redis-cell first in odd rounds, second in even ones), and its
@@ -157,3 +158,20 @@ for label in labels:
         f" {spread(rps, lambda v: f'{v:.0f}'):>20} {spread(rps_ratio, x):>20}"
     )
 EOF
+# reserve + settle and acquire + release as the store sends them, pipelined, through the
+# module and through the store's scripts on the same server (scripts/lib/redis-pairs.py)
+L=crates/floodgate-redis/lua
+with_algs() { # the store's driver script over every algorithm (scripts.rs with_algs!)
+  cat $L/time.lua $L/muldiv.lua
+  printf 'local ALG = {}\nALG[1] = function(KEYS, ARGV)\n'; cat $L/gcra.lua
+  printf '\nend\nALG[2] = function(KEYS, ARGV)\n'; cat $L/fixed_window.lua
+  printf '\nend\nALG[3] = function(KEYS, ARGV)\n'; cat $L/sliding_log.lua
+  printf '\nend\nALG[4] = function(KEYS, ARGV)\n'; cat $L/sliding_counter.lua
+  printf '\nend\nALG[5] = function(KEYS, ARGV)\n'; cat $L/token_bucket.lua
+  printf '\nend\nALG[6] = function(KEYS, ARGV)\n'; cat $L/leaky_bucket.lua
+  printf '\nend\n'; cat "$L/$1"
+}
+SETTLE_SHA=$(redis-cli -p "$FP" -x script load < <(with_algs settle.lua))
+INFLIGHT_SHA=$(redis-cli -p "$FP" -x script load <$L/inflight.lua)
+echo "$((N / 4)) pairs each, pipelined (server time of both calls of a pair):"
+python3 scripts/lib/redis-pairs.py "$FP" "$((N / 4))" "$SETTLE_SHA" "$INFLIGHT_SHA"
