@@ -115,6 +115,12 @@ pub fn ratelimit(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue> {
     if items.is_empty() {
         return None;
     }
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(ratelimit_text(items))).ok()
+}
+
+/// The text of [`ratelimit`]'s value (empty for no items), for a caller that keeps it as
+/// a string: not validated as a header value.
+pub fn ratelimit_text(items: &[(&PolicyInfo, Decision)]) -> String {
     let mut buf = String::with_capacity(32 * items.len());
     for (p, d) in items {
         if !buf.is_empty() {
@@ -122,7 +128,7 @@ pub fn ratelimit(items: &[(&PolicyInfo, Decision)]) -> Option<HeaderValue> {
         }
         push_state(&mut buf, &p.sf_name, p.fields.state(d));
     }
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(buf)).ok()
+    buf
 }
 
 /// The binding decision of a set: the denied one with the longest retry (a denial that

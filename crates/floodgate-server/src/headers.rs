@@ -20,7 +20,7 @@
 use floodgate_core::Decision;
 use floodgate_core::ratelimit_fields::retry_after_secs;
 use floodgate_engine::PolicyInfo;
-use floodgate_engine::headers::{binding, legacy_reset, ratelimit, ratelimit_policy};
+use floodgate_engine::headers::{binding, legacy_reset, ratelimit_policy, ratelimit_text};
 
 use crate::config::HeaderSettings;
 
@@ -65,7 +65,16 @@ pub fn render(
                 .unwrap_or_default()
         };
         out.push((RATELIMIT_POLICY, text(ratelimit_policy(&members))));
-        out.push((RATELIMIT, text(ratelimit(&members))));
+        // written once as text (not as a header value, then copied): what `text` keeps
+        // of a value, the same string where `to_str` accepts it and empty otherwise
+        let mut state = ratelimit_text(&members);
+        if !state
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+        {
+            state.clear();
+        }
+        out.push((RATELIMIT, state));
     }
     if let Some(r) = retry {
         out.push((RETRY_AFTER, r.to_string()));

@@ -25,7 +25,7 @@ use prometheus_client::metrics::counter::Counter;
 use crate::config::{DescriptorDef, LimitDef, Rules, ValueMatch};
 use crate::metrics::Metrics;
 
-use super::matching::{DomainTree, Level, Node, RuleCounters};
+use super::matching::{DomainTree, Level, Node, RuleCounters, TreeHasher};
 
 /// Where state lives, as running (set at startup).
 #[derive(Debug, Clone)]
@@ -125,7 +125,7 @@ pub struct Generation {
     pub id: u64,
     /// The rules it was built from.
     pub rules: Rules,
-    pub(super) domains: HashMap<String, DomainTree>,
+    pub(super) domains: HashMap<String, DomainTree, TreeHasher>,
     pub(super) policies: BTreeMap<String, Arc<LimitInst>>,
     pub(super) policy_counters: HashMap<String, RuleCounters>,
     limits: HashMap<String, Arc<LimitInst>>,
@@ -197,7 +197,7 @@ pub(super) fn build(
         policies: Vec::new(),
         limiters: Vec::new(),
     };
-    let mut domains = HashMap::new();
+    let mut domains = HashMap::default();
     for (name, defs) in &rules.domains {
         let mut tree = DomainTree {
             name: name.clone(),

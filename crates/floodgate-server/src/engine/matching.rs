@@ -49,16 +49,21 @@ pub(super) fn push_values(out: &mut Vec<u8>, entries: &[Entry<'_>]) {
     }
 }
 
+/// The hasher of the rule tree's maps: foldhash, seeded per process. Their keys come from
+/// the config, and a request's strings only look up, so a fast hasher is safe here; SipHash
+/// (std's) cost more than the rest of the walk.
+pub(super) type TreeHasher = foldhash::fast::RandomState;
+
 /// The rules of one level of a domain's tree, by entry key.
 #[derive(Debug, Default)]
 pub(super) struct Level {
-    pub(super) keys: HashMap<String, Branch>,
+    pub(super) keys: HashMap<String, Branch, TreeHasher>,
 }
 
 /// The rules of one key at one level, by how they match the value.
 #[derive(Debug, Default)]
 pub(super) struct Branch {
-    pub(super) exact: HashMap<String, usize>,
+    pub(super) exact: HashMap<String, usize, TreeHasher>,
     pub(super) prefixes: Vec<(String, usize)>,
     pub(super) any: Option<usize>,
 }

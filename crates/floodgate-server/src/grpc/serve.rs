@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -51,6 +51,11 @@ use super::{RlsService, wire};
 
 /// The path of Envoy's `ShouldRateLimit`.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+// Header names made once: a name given as `&str` is parsed and validated on every use.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// tonic's default HTTP/2 keep-alive timeout (unused without a keep-alive interval).
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -101,32 +106,44 @@ impl GrpcDoor {
         B: Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<tonic::codegen::StdError> + Send + Sync + Unpin,
     {
-        if req.uri().path() != SHOULD_RATE_LIMIT || req.headers().contains_key("grpc-encoding") {
-            return self.fallback(req.map(tonic::body::Body::new)).await;
+        // The rare paths (tonic's, prost's) are boxed, and what only they use is dropped
+        // before the decision: every call's future is moved whole (into its task, and
+        // each nested future into its parent), so its size is paid per call.
+        if req.uri().path() != SHOULD_RATE_LIMIT || req.headers().contains_key(GRPC_ENCODING) {
+            return Box::pin(self.fallback(req.map(tonic::body::Body::new))).await;
         }
         let (parts, body) = req.into_parts();
-        let replay = match read_unary(body, self.max_bytes).await {
-            Ok((message, frames)) => {
-                if let Some(request) = wire::read_request(&message) {
-                    return match self.service.decide_with(request, wire::write_reply).await {
-                        Ok(reply) => unary_response(reply),
-                        Err(status) => status.into_http(),
-                    };
-                }
-                match RateLimitRequest::decode(message) {
-                    Ok(request) => {
-                        return match self.service.decide(&request).await {
-                            Ok(response) => unary_response(encode(&response)),
-                            Err(status) => status.into_http(),
-                        };
-                    }
-                    Err(_) => Replay::new(frames, None, None),
-                }
+        let (message, frames) = match read_unary(body, self.max_bytes).await {
+            Ok(read) => read,
+            Err(replay) => {
+                let req = Request::from_parts(parts, tonic::body::Body::new(replay));
+                return Box::pin(self.fallback(req)).await;
             }
-            Err(replay) => replay,
         };
-        let req = Request::from_parts(parts, tonic::body::Body::new(replay));
-        self.fallback(req).await
+        if let Some(request) = wire::read_request(&message) {
+            drop((parts, frames));
+            return match self.service.decide_with(request, wire::write_reply).await {
+                Ok(reply) => unary_response(reply),
+                Err(status) => status.into_http(),
+            };
+        }
+        match RateLimitRequest::decode(message) {
+            Ok(request) => {
+                drop((parts, frames));
+                Box::pin(async move {
+                    match self.service.decide(&request).await {
+                        Ok(response) => unary_response(encode(&response)),
+                        Err(status) => status.into_http(),
+                    }
+                })
+                .await
+            }
+            Err(_) => {
+                let replay = Replay::<B>::new(frames, None, None);
+                let req = Request::from_parts(parts, tonic::body::Body::new(replay));
+                Box::pin(self.fallback(req)).await
+            }
+        }
     }
 
     async fn fallback(&self, req: Request<tonic::body::Body>) -> Response<GrpcBody> {
@@ -214,7 +231,7 @@ fn encode(message: &RateLimitResponse) -> Bytes {
 /// `grpc-status: 0`.
 fn unary_response(message: Bytes) -> Response<GrpcBody> {
     let mut trailers = HeaderMap::with_capacity(1);
-    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    trailers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
     let mut response = Response::new(GrpcBody::Unary {
         data: Some(message),
         trailers: Some(trailers),
@@ -228,12 +245,12 @@ fn unary_response(message: Bytes) -> Response<GrpcBody> {
 /// The body of a unary call, when it is one uncompressed message of at most `max` bytes
 /// (the message without its 5-byte prefix, and the frames read); otherwise what was read,
 /// to be replayed.
-async fn read_unary<B>(mut body: B, max: usize) -> Result<(Bytes, Vec<Frame<Bytes>>), Replay<B>>
+async fn read_unary<B>(mut body: B, max: usize) -> Result<(Bytes, Frames), Replay<B>>
 where
     B: Body<Data = Bytes> + Unpin,
 {
     let limit = max.saturating_add(5);
-    let mut frames = Vec::new();
+    let mut frames = Frames::default();
     let mut len = 0usize;
     loop {
         match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
@@ -248,16 +265,22 @@ where
             Some(Err(e)) => return Err(Replay::new(frames, Some(e), Some(body))),
         }
     }
-    let mut data = frames.iter().filter_map(Frame::data_ref);
-    let whole = match (data.next(), data.next()) {
+    let whole = match (&frames.first, frames.rest.is_empty()) {
         (None, _) => Bytes::new(),
-        (Some(one), None) => one.clone(),
-        (Some(_), Some(_)) => {
-            let mut buf = BytesMut::with_capacity(len);
-            for d in frames.iter().filter_map(Frame::data_ref) {
-                buf.extend_from_slice(d);
+        (Some(one), true) => one.data_ref().cloned().unwrap_or_default(),
+        (Some(_), false) => {
+            let mut data = frames.iter().filter_map(Frame::data_ref);
+            match (data.next(), data.next()) {
+                (None, _) => Bytes::new(),
+                (Some(one), None) => one.clone(),
+                (Some(_), Some(_)) => {
+                    let mut buf = BytesMut::with_capacity(len);
+                    for d in frames.iter().filter_map(Frame::data_ref) {
+                        buf.extend_from_slice(d);
+                    }
+                    buf.freeze()
+                }
             }
-            buf.freeze()
         }
     };
     match whole.get(..5) {
@@ -268,18 +291,42 @@ where
     }
 }
 
+/// The frames of a request body read so far, in order: the first held inline (a unary
+/// call's body is usually one data frame), so that reading it allocates nothing.
+#[derive(Default)]
+struct Frames {
+    first: Option<Frame<Bytes>>,
+    rest: Vec<Frame<Bytes>>,
+}
+
+impl Frames {
+    fn push(&mut self, frame: Frame<Bytes>) {
+        if self.first.is_none() {
+            self.first = Some(frame);
+        } else {
+            self.rest.push(frame);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Frame<Bytes>> {
+        self.first.iter().chain(&self.rest)
+    }
+}
+
 /// A request body read in part, given back whole: the frames read, the error that
 /// stopped the reading, then the rest.
 struct Replay<B: Body> {
+    first: Option<Frame<Bytes>>,
     frames: VecDeque<Frame<Bytes>>,
     error: Option<B::Error>,
     rest: Option<B>,
 }
 
 impl<B: Body> Replay<B> {
-    fn new(frames: Vec<Frame<Bytes>>, error: Option<B::Error>, rest: Option<B>) -> Replay<B> {
+    fn new(frames: Frames, error: Option<B::Error>, rest: Option<B>) -> Replay<B> {
         Replay {
-            frames: frames.into(),
+            first: frames.first,
+            frames: frames.rest.into(),
             error,
             rest,
         }
@@ -299,7 +346,7 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.get_mut();
-        if let Some(frame) = this.frames.pop_front() {
+        if let Some(frame) = this.first.take().or_else(|| this.frames.pop_front()) {
             return Poll::Ready(Some(Ok(frame)));
         }
         if let Some(e) = this.error.take() {
@@ -313,7 +360,8 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.frames.is_empty()
+        self.first.is_none()
+            && self.frames.is_empty()
             && self.error.is_none()
             && self.rest.as_ref().is_none_or(Body::is_end_stream)
     }
@@ -381,7 +429,7 @@ impl Body for GrpcBody {
 /// The `grpc-timeout` header as tonic's server reads it (at most 8 digits and a unit:
 /// `H`, `M`, `S`, `m`, `u`, `n`); a malformed header is no timeout.
 fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    let value = headers.get(GRPC_TIMEOUT)?.to_str().ok()?;
     if value.is_empty() {
         return None;
     }
