@@ -15,7 +15,9 @@
 # on core 1 (taskset), so that the load generator does not take the server's core; PIN=0
 # leaves them to the scheduler. Each redis-benchmark run is stopped after ROW_SECONDS
 # (default 300; its row is then left out of that round) and no round is started after
-# MAX_SECONDS (default 3600) from the start.
+# MAX_SECONDS (default 3600) from the start. PIPELINE=N sends N requests per round trip
+# (redis-benchmark -P; default 1): at 16 callers without it the round trips, not the
+# server, set the requests per second (SET reaches only about 1.1x redis-cell's).
 #
 #   scripts/bench-redis-module.sh [REQUESTS per row, default 200000] [ROUNDS, default 5]
 set -euo pipefail
@@ -24,6 +26,7 @@ N=${1:-200000}
 ROUNDS=${2:-5}
 ROW_SECONDS=${ROW_SECONDS:-300}
 MAX_SECONDS=${MAX_SECONDS:-3600}
+PIPELINE=${PIPELINE:-1}
 CELL=$(bash scripts/lib/redis-cell.sh)
 cargo build -q --profile dist -j 2 -p floodgate-redis-module
 TARGET=$(realpath -m "${CARGO_TARGET_DIR:-target}")
@@ -55,7 +58,7 @@ measure() {
   local port=$1 stat=$2; shift 2
   redis-cli -p "$port" config resetstat >/dev/null
   local rps
-  rps=$("${CLIENT_CPU[@]}" timeout "$ROW_SECONDS" redis-benchmark -p "$port" -c 16 -n "$N" -r 1000 -q "$@" |
+  rps=$("${CLIENT_CPU[@]}" timeout "$ROW_SECONDS" redis-benchmark -p "$port" -c 16 -P "$PIPELINE" -n "$N" -r 1000 -q "$@" |
     tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1 || true)
   printf '%s\t%s' "$(per_call "$port" "$stat" || true)" "$rps"
 }
