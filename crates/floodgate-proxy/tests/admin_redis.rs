@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use floodgate_reliability::procs::RedisServer;
 
 /// The keys under `prefix` on the shared Redis, sorted.
 fn keys(prefix: &str) -> Vec<String> {
@@ -201,7 +202,7 @@ async fn key_lookup_on_the_hybrid_store_reads_the_shared_counter() {
 async fn key_lookup_is_a_503_naming_the_fault_when_redis_fails() {
     use std::time::{Duration, Instant};
 
-    let mut redis = OwnRedis::start();
+    let mut redis = RedisServer::start().expect("redis-server on a free port");
     let backend = Backend::start().await;
     let c = client();
     let toml = format!(
@@ -232,7 +233,7 @@ async fn key_lookup_is_a_503_naming_the_fault_when_redis_fails() {
     assert_eq!((s, v["remaining"].clone()), (200, 4.into()), "{v}");
 
     // stopped: the call times out, then the breaker is open; both are 503s
-    redis.signal("STOP");
+    assert!(redis.pause(), "SIGSTOP to redis-server");
     let t = Instant::now();
     let (s, v) = ask(lookup).await;
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
@@ -253,7 +254,7 @@ async fn key_lookup_is_a_503_naming_the_fault_when_redis_fails() {
     }
 
     // continued: answered again once the breaker lets a probe through
-    redis.signal("CONT");
+    assert!(redis.resume(), "SIGCONT to redis-server");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (s, v) = ask(lookup).await;

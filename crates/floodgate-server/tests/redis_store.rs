@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use floodgate_reliability::procs::RedisServer;
 
 fn unique_prefix(name: &str) -> String {
     format!(
@@ -150,74 +150,6 @@ async fn grpc_and_resp_answer_from_redis() {
     );
 }
 
-/// A redis-server of our own on a free port; killed on drop.
-struct OwnRedis {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl OwnRedis {
-    fn start() -> OwnRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        OwnRedis {
-            port,
-            child: Some(child),
-        }
-    }
-
-    /// Send `signal` (`STOP`, `CONT`): a stopped server keeps its connections open and
-    /// answers nothing.
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let ok = Command::new("kill")
-            .args([&format!("-{signal}"), &pid.to_string()])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill -{signal} {pid}");
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            self.signal("CONT");
-        }
-        self.kill();
-    }
-}
-
 /// The value of the series `series` (name and labels) in `m`; 0 when absent.
 fn metric(m: &str, series: &str) -> u64 {
     m.lines()
@@ -226,8 +158,8 @@ fn metric(m: &str, series: &str) -> u64 {
 }
 
 async fn fault_run(policy: &str) -> (Vec<i32>, String, Srv) {
-    let mut redis = OwnRedis::start();
-    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let mut redis = RedisServer::start().expect("redis-server on a free port");
+    let url = redis.url();
     let srv = start(&redis_config(&url, "fg:", policy)).await;
     let mut c = srv.client().await;
     let hit = || req("edge", vec![desc(&[("user", "bob")])], 0);
@@ -376,8 +308,8 @@ descriptors:
 /// refused, then the breaker open); bad input stays a `400` meanwhile.
 #[tokio::test]
 async fn key_lookup_is_a_503_naming_the_fault_when_redis_fails() {
-    let mut redis = OwnRedis::start();
-    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let mut redis = RedisServer::start().expect("redis-server on a free port");
+    let url = redis.url();
     let srv = start(&redis_config(&url, "fg:", "fail-open")).await;
     let mut c = srv.client().await;
     let hit = || req("edge", vec![desc(&[("user", "alice")])], 0);
@@ -399,7 +331,7 @@ async fn key_lookup_is_a_503_naming_the_fault_when_redis_fails() {
         v.body
     );
 
-    redis.signal("STOP");
+    assert!(redis.pause(), "SIGSTOP to redis-server");
     let t = Instant::now();
     let v = http(addr, "GET", &lookup, b"").await;
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
@@ -420,7 +352,7 @@ async fn key_lookup_is_a_503_naming_the_fault_when_redis_fails() {
         assert!(v.json()["error"].is_string(), "{bad}: {}", v.body);
     }
 
-    redis.signal("CONT");
+    assert!(redis.resume(), "SIGCONT to redis-server");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let v = http(addr, "GET", &lookup, b"").await;
