@@ -18,6 +18,10 @@
 # MAX_SECONDS (default 3600) from the start. PIPELINE=N sends N requests per round trip
 # (redis-benchmark -P; default 1): at 16 callers without it the round trips, not the
 # server, set the requests per second (SET reaches only about 1.1x redis-cell's).
+# ROWS=REGEX runs only the rows whose label matches the extended regular expression
+# (grep -E; e.g. ROWS='sliding log'), each still beside its own redis-cell run, and
+# skips the reserve/settle and lease pairs at the end. MODULE=PATH measures that build
+# of the module instead of building one (to compare two builds in turns).
 #
 #   scripts/bench-redis-module.sh [REQUESTS per row, default 200000] [ROUNDS, default 5]
 set -euo pipefail
@@ -27,10 +31,15 @@ ROUNDS=${2:-5}
 ROW_SECONDS=${ROW_SECONDS:-300}
 MAX_SECONDS=${MAX_SECONDS:-3600}
 PIPELINE=${PIPELINE:-1}
+ROWS=${ROWS:-}
 CELL=$(bash scripts/lib/redis-cell.sh)
-cargo build -q --profile dist -j 2 -p floodgate-redis-module
-TARGET=$(realpath -m "${CARGO_TARGET_DIR:-target}")
-FG=$TARGET/dist/libfloodgate_redis_module.so
+if [ -n "${MODULE:-}" ]; then
+  FG=$(realpath "$MODULE")
+else
+  cargo build -q --profile dist -j 2 -p floodgate-redis-module
+  TARGET=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+  FG=$TARGET/dist/libfloodgate_redis_module.so
+fi
 TMP=$(mktemp -d /tmp/fg-bench-module.XXXXXX)
 PIDS=()
 cleanup() {
@@ -67,6 +76,7 @@ cell() { measure "$CP" cl.throttle CL.THROTTLE 'k:__rand_int__' 999 1000000 1 1;
 # to it (before it in odd rounds, after it in even ones)
 row() {
   local label=$1 mine theirs; shift
+  if [ -n "$ROWS" ] && ! grep -qE -- "$ROWS" <<<"$label"; then return 0; fi
   if [ $((ROUND % 2)) = 1 ]; then
     theirs=$(cell); mine=$(measure "$@")
   else
@@ -161,6 +171,7 @@ for label in labels:
         f" {spread(rps, lambda v: f'{v:.0f}'):>20} {spread(rps_ratio, x):>20}"
     )
 EOF
+[ -z "$ROWS" ] || exit 0
 # reserve + settle and acquire + release as the store sends them, pipelined, through the
 # module and through the store's scripts on the same server (scripts/lib/redis-pairs.py)
 L=crates/floodgate-redis/lua
