@@ -121,7 +121,7 @@ impl NewValue {
 
 /// One entry as it lies in the value: instant, units, and where the entry and its count
 /// start.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
     /// The instant, when read (see `t_known`).
     t: u64,
@@ -148,7 +148,7 @@ struct Edit {
 
 /// What one pass over a log finds: the sums of its counts, its expired prefix and its
 /// last entry.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Summary {
     /// Units in the log (saturating).
     total: u64,
@@ -412,6 +412,7 @@ fn eight_digits(x: u64) -> u64 {
 /// c1 t2 c2 ..."`. `None`: a value the decoder would refuse or write otherwise.
 pub fn text(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) -> Option<Logged> {
     let v = stored.unwrap_or_default();
+    scan::prefetch(v);
     let w = log.window_nanos();
     let mut first = 0;
     let summary = match stored {

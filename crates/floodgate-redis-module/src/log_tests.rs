@@ -3,7 +3,7 @@ use floodgate_core::{AnyAlgorithm, AnyState, Kind};
 
 use crate::script_values::{decode, encode};
 use crate::value::{decode_any, encode_any};
-use scan::well_formed;
+use scan::{summary_with, well_formed};
 
 /// The general path: decoded, decided and applied by the core, encoded whole.
 fn general(
@@ -260,30 +260,42 @@ fn well_formed_64_bytes_at_a_time_as_token_by_token() {
     }
 }
 
+/// A window, an instant and a log of up to 300 entries from up to two windows before
+/// it, each at most `1 / step` of the window after the one before, with `count`'s
+/// counts.
+fn long_log(
+    rng: &mut fastrand::Rng,
+    step: u64,
+    mut count: impl FnMut(&mut fastrand::Rng) -> u64,
+) -> (u64, u64, Vec<(u64, u64)>) {
+    let w = rng.u64(1..=1_000_000_000);
+    let now = 1_700_000_000_000_000_000 + rng.u64(0..=1_000_000_000);
+    let n = rng.usize(0..=300);
+    let mut t = now - rng.u64(0..=2 * w);
+    let entries = (0..n)
+        .map(|_| {
+            t += rng.u64(0..=w / step);
+            (t, count(rng))
+        })
+        .collect();
+    (w, now, entries)
+}
+
 #[test]
 fn long_text_logs_decide_and_write_as_the_general_path() {
     // logs of hundreds of entries (values of several 64-byte blocks), counts of one digit
     // and more, entries expired or not
     let mut rng = fastrand::Rng::with_seed(25);
     for _ in 0..2_000 {
-        let w = rng.u64(1..=1_000_000_000);
+        let (w, now, entries) = long_log(&mut rng, 100, |rng| {
+            if rng.u8(0..5) == 0 {
+                rng.u64(0..=12_345)
+            } else {
+                1
+            }
+        });
         let log = SlidingLog::new(rng.u64(1..=2_000), Duration::from_nanos(w)).unwrap();
-        let now = 1_700_000_000_000_000_000 + rng.u64(0..=1_000_000_000);
-        let n = rng.usize(0..=300);
-        let mut t = now - rng.u64(0..=2 * w);
-        let entries: Vec<(u64, u64)> = (0..n)
-            .map(|_| {
-                t += rng.u64(0..=w / 100);
-                (
-                    t,
-                    if rng.u8(0..5) == 0 {
-                        rng.u64(0..=12_345)
-                    } else {
-                        1
-                    },
-                )
-            })
-            .collect();
+        let n = entries.len();
         let cost = match rng.u8(0..10) {
             0 => 0,
             1 => rng.u64(100..=3_000),
@@ -296,4 +308,62 @@ fn long_text_logs_decide_and_write_as_the_general_path() {
         let got = (d, w.map(|(s, full)| (s.to_bytes(&stored), full)));
         assert_eq!(got, want, "{n} entries, now {now}, cost {cost}");
     }
+}
+
+#[test]
+fn text_logs_summed_a_block_at_a_time_as_entry_by_entry() {
+    // logs of up to 300 entries, their counts of one digit and more (up to 20 digits),
+    // instants of up to 20 digits now and then, a byte or two changed or the end cut off
+    // at times; the window's start anywhere in them: the block-at-a-time sums are the
+    // entry-by-entry loop's, and the same values are refused
+    let mut rng = fastrand::Rng::with_seed(26);
+    let mut read = 0;
+    for _ in 0..20_000 {
+        let (w, now, mut entries) = long_log(&mut rng, 50, |rng| match rng.u8(0..20) {
+            0 => 0,
+            1 => rng.u64(10..=99_999),
+            2 => rng.u64(1_000_000_000_000_000_000..=9_999_999_999_999_999_999),
+            3 if rng.u8(0..10) == 0 => u64::MAX - rng.u64(0..3),
+            _ => rng.u64(1..=9),
+        });
+        for e in &mut entries {
+            if rng.u16(0..2000) == 0 {
+                e.0 = u64::MAX - rng.u64(0..1000);
+            }
+        }
+        let n = entries.len();
+        let mut v = encode(&state_of(&entries)).to_vec();
+        if n > 0 && rng.u8(0..10) == 0 {
+            // an instant of 20 or 21 digits, that may not fit a u64
+            let mut words: Vec<Vec<u8>> = v.split(|&b| b == b' ').map(<[u8]>::to_vec).collect();
+            let digits = rng.usize(20..=21);
+            let long: Vec<u8> = (0..digits)
+                .map(|i| b'0' + if i == 0 { rng.u8(1..10) } else { rng.u8(0..10) })
+                .collect();
+            words[1 + 2 * rng.usize(..n)] = long;
+            v = words.join(&b' ');
+        }
+        match rng.u8(0..8) {
+            0 if !v.is_empty() => {
+                let at = rng.usize(..v.len());
+                v[at] = b"0123456789 x"[rng.usize(..12)];
+            }
+            1 if !v.is_empty() => v.truncate(rng.usize(..v.len())),
+            _ => {}
+        }
+        let mut first = 0;
+        if v.is_empty() || decimal(&v, &mut first).is_none() {
+            continue;
+        }
+        let by_blocks = summary_with(&v, first, now, w, true);
+        let by_entries = summary_with(&v, first, now, w, false);
+        read += usize::from(by_entries.is_some());
+        assert_eq!(
+            by_blocks,
+            by_entries,
+            "{:?} now {now} w {w}",
+            String::from_utf8_lossy(&v)
+        );
+    }
+    assert!(read > 10_000, "{read} logs read");
 }

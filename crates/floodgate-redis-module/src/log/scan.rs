@@ -98,6 +98,31 @@ fn masks_sse2(b: &[u8; BLOCK]) -> (u64, u64, u64) {
     }
 }
 
+/// Ask the processor for every cache line of `v` at once, before it is read: the value
+/// of a key is seldom in the cache when its command comes (a thousand keys of a few KB
+/// each), and its lines then arrive together instead of one block's after another's.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[allow(unsafe_code)]
+pub(super) fn prefetch(v: &[u8]) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    let p = v.as_ptr();
+    let mut at = 0;
+    while at < v.len() {
+        // SAFETY: `p + at` is within `v`; a prefetch reads nothing and cannot fault
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(at).cast::<i8>()) };
+        at += BLOCK;
+    }
+    // the last line, when `v` does not start at a line's start
+    if let Some(last) = v.len().checked_sub(1) {
+        // SAFETY: as above
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(last).cast::<i8>()) };
+    }
+}
+
+/// [`prefetch`] elsewhere: nothing.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+pub(super) fn prefetch(_: &[u8]) {}
+
 /// [`masks`] a byte at a time: on other targets, and the reference of its test.
 #[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
 fn masks_by_bytes(b: &[u8; BLOCK]) -> (u64, u64, u64) {
@@ -139,6 +164,8 @@ struct Spaces<'a> {
     space_before: u64,
     /// 1 when the last byte of the block before is a zero that starts a decimal.
     zero_start_before: u64,
+    /// The digits of the block last read (bit `i`: byte `i` of the block).
+    digits: u64,
 }
 
 impl<'a> Spaces<'a> {
@@ -152,6 +179,7 @@ impl<'a> Spaces<'a> {
             bad: false,
             space_before: 1,
             zero_start_before: 0,
+            digits: 0,
         };
         if !v.is_empty() {
             s.left = s.read(0);
@@ -186,6 +214,7 @@ impl<'a> Spaces<'a> {
         self.bad |= bad != 0;
         self.space_before = s >> 63;
         self.zero_start_before = zero_start >> 63;
+        self.digits = d;
         s
     }
 
@@ -227,6 +256,19 @@ fn count(v: &[u8], at: usize, end: usize) -> Option<u64> {
 /// pass over the value that also checks it is `well_formed`. `None`: it is not, or an
 /// entry is unreadable.
 pub(super) fn summary(v: &[u8], first: usize, now: u64, w: u64) -> Option<Summary> {
+    summary_with(v, first, now, w, true)
+}
+
+/// [`summary`]; `blocks`: the entries after the first one in the window summed a block
+/// at a time ([`Rest`]), else entry by entry (what a value with a decimal of 20 digits
+/// or more takes, and the reference of the test).
+pub(super) fn summary_with(
+    v: &[u8],
+    first: usize,
+    now: u64,
+    w: u64,
+    blocks: bool,
+) -> Option<Summary> {
     let len = v.len();
     let mut spaces = Spaces::new(v);
     // the spaces of the block at `base` not taken yet, in registers
@@ -284,6 +326,26 @@ pub(super) fn summary(v: &[u8], first: usize, now: u64, w: u64) -> Option<Summar
     // the rest: instants only checked (up to 19 digits always fit a u64, and there is no
     // leading zero), the last entry's place kept
     let (mut last_start, mut last_count_at, mut last_c) = (len, 0, 0);
+    if blocks && start < len {
+        // the block of `start`: the one read last (its spaces before `start` taken), or,
+        // when the last space taken ended it, the next
+        let (blk, s, d) = if start < base + BLOCK {
+            (base, left, spaces.digits)
+        } else {
+            (start, spaces.read(start), spaces.digits)
+        };
+        let Some(rest) = Rest::sum(v, &mut spaces, start, blk, s, d) else {
+            // a decimal of 20 digits or more: read entry by entry
+            return summary_with(v, first, now, w, false);
+        };
+        let rest = rest?;
+        total = total.saturating_add(rest.sum);
+        live_sum = live_sum.saturating_add(rest.sum);
+        (last_start, last_count_at, last_c) = rest.last;
+        // every block read
+        start = len;
+        (base, left) = (len, 0);
+    }
     while start < len {
         let count_at = next_space!()? + 1;
         if count_at - 1 - start > 19 {
@@ -317,6 +379,119 @@ pub(super) fn summary(v: &[u8], first: usize, now: u64, w: u64) -> Option<Summar
         live_sum,
         last,
     })
+}
+
+/// What the entries of a text log from an instant's first byte to the end add up to,
+/// read a block at a time from the masks of its spaces and digits: the counts are the
+/// decimals after an odd number of the part's spaces (a prefix XOR of the spaces gives
+/// each byte's parity), a count of one digit is its byte, a longer one read as a
+/// decimal; the instants are only measured. What the entry-by-entry loop of
+/// [`summary_with`] finds, without two steps per entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rest {
+    /// The counts' sum (saturating).
+    sum: u64,
+    /// The last entry: where it and its count start, and its count.
+    last: (usize, usize, u64),
+}
+
+impl Rest {
+    /// The entries of `v` from byte `start` (an instant's first byte, after a space) to
+    /// the end; `blk` is the block holding `start`, read already (`s` its spaces from
+    /// `start` on, `d` its digits), and `spaces` reads the blocks after it (checking
+    /// them). `None`: a run of 20 digits or more (an instant that may not fit a `u64`,
+    /// left to the entry-by-entry loop); `Some(None)`: unreadable (a count that is not a
+    /// decimal as the encoder writes it, or the text ends in an instant).
+    fn sum(
+        v: &[u8],
+        spaces: &mut Spaces<'_>,
+        start: usize,
+        mut blk: usize,
+        mut s: u64,
+        mut d: u64,
+    ) -> Option<Option<Rest>> {
+        let from = start - blk;
+        let mut lo = u64::MAX << from;
+        // the byte before `start` is a space
+        let mut space_before = 1u64 << from;
+        // all ones after an odd number of the part's spaces
+        let mut odd = 0u64;
+        // the digits of the block before (the runs of 20 are looked for across two)
+        let mut digits_before = 0u64;
+        // the counts of one digit, apart (no sum of them overflows), and the others'
+        // (saturating)
+        let (mut ones, mut sum, mut last_count_at) = (0u64, 0u64, None);
+        loop {
+            let (s_r, d_r) = (s & lo, d & lo);
+            let x = (u128::from(d_r) << 64) | u128::from(digits_before);
+            let r2 = x & (x << 1);
+            let r4 = r2 & (r2 << 2);
+            let r8 = r4 & (r4 << 4);
+            let r16 = r8 & (r8 << 8);
+            if (r16 & (r4 << 16)) >> 64 != 0 {
+                return None;
+            }
+            let parity = prefix_xor(s_r) ^ odd;
+            let starts = d_r & ((s_r << 1) | space_before);
+            let counts = starts & parity;
+            // one digit: the next byte is no digit (a space, or past the end: zeros); a
+            // count starting at the block's last byte is read as a decimal
+            let single = counts & !(d_r >> 1) & (u64::MAX >> 1);
+            let mut m = single;
+            while m != 0 {
+                ones += u64::from(v[blk + m.trailing_zeros() as usize] - b'0');
+                m &= m - 1;
+            }
+            let mut m = counts & !single;
+            while m != 0 {
+                let Some(c) = super::decimal(v, &mut (blk + m.trailing_zeros() as usize)) else {
+                    return Some(None);
+                };
+                sum = sum.saturating_add(c);
+                m &= m - 1;
+            }
+            if counts != 0 {
+                last_count_at = Some(blk + 63 - counts.leading_zeros() as usize);
+            }
+            odd = 0u64.wrapping_sub(parity >> 63);
+            space_before = s_r >> 63;
+            digits_before = d_r;
+            lo = u64::MAX;
+            blk += BLOCK;
+            if blk >= v.len() {
+                break;
+            }
+            s = spaces.read(blk);
+            d = spaces.digits;
+        }
+        // the text ends in a count: an odd number of spaces in the part
+        let (Some(count_at), true) = (last_count_at, odd != 0) else {
+            return Some(None);
+        };
+        let Some(c) = super::decimal(v, &mut count_at.clone()) else {
+            return Some(None);
+        };
+        // the instant before it: at most 19 digits
+        let t_start = v[..count_at - 1]
+            .iter()
+            .rposition(|&b| b == b' ')
+            .map_or(0, |i| i + 1);
+        Some(Some(Rest {
+            sum: sum.saturating_add(ones),
+            last: (t_start, count_at, c),
+        }))
+    }
+}
+
+/// Bit `i` of the result: the parity of the bits of `x` from 0 to `i`.
+fn prefix_xor(mut x: u64) -> u64 {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    x
 }
 
 /// The entries of a text log that is `well_formed`, from byte `i` (after the total),
