@@ -157,8 +157,8 @@ fn fg_multi(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `FG.DECIDE`: the store's scripts' calls, answered by the module (see [`decide`]).
 fn fg_decide(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    let words: Vec<&[u8]> = args[1..].iter().map(RedisString::as_slice).collect();
-    let req = decide::parse(&words).map_err(RedisError::String)?;
+    // one check's words without an allocation
+    let req = decide::parse(&words(args)).map_err(RedisError::String)?;
     let clock = now();
     let at = req
         .now

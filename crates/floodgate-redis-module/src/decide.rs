@@ -28,6 +28,7 @@ use floodgate_core::algorithms::{
     DelayMode, FixedWindow, Gcra, GcraState, LeakyBucket, SlidingCounter, SlidingLog, TokenBucket,
 };
 use floodgate_core::{Algorithm, AnyAlgorithm, Decision, Denial, Nanos, Rate};
+use smallvec::SmallVec;
 
 use crate::log::{NewValue, Splice};
 use crate::script_values::{decode, encode, gcra_lead, pack_tat};
@@ -70,8 +71,9 @@ pub struct Check {
 /// A parsed `FG.DECIDE`.
 #[derive(Debug)]
 pub struct Request {
-    /// The checks, in order (check `i`'s key is word `1 + 8i`).
-    pub checks: Vec<Check>,
+    /// The checks, in order (check `i`'s key is word `1 + 8i`); one or two without an
+    /// allocation.
+    pub checks: SmallVec<[Check; 2]>,
     /// The mode.
     pub mode: Mode,
     /// The caller's instant (seconds, nanoseconds), or `None` for the primary's clock.
@@ -196,7 +198,7 @@ pub fn parse(words: &[&[u8]]) -> Result<Request, String> {
     if n == 0 || n % GROUP != 0 {
         return Err(usage());
     }
-    let mut checks = Vec::with_capacity(n / GROUP);
+    let mut checks = SmallVec::with_capacity(n / GROUP);
     for g in words[..n].chunks_exact(GROUP) {
         let alg: u8 = int(g[1], "alg")?;
         let cost = int(g[2], "cost")?;
