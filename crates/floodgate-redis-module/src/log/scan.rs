@@ -190,6 +190,12 @@ impl<'a> Spaces<'a> {
     /// The spaces of the block at `at`, the block checked.
     #[inline(never)]
     fn read(&mut self, at: usize) -> u64 {
+        self.read_with(at, masks)
+    }
+
+    /// [`Spaces::read`] with `masks` (inlined where the caller has its target's features).
+    #[inline(always)]
+    fn read_with(&mut self, at: usize, masks: impl Fn(&[u8; BLOCK]) -> (u64, u64, u64)) -> u64 {
         let v = self.v;
         let whole = v
             .get(at..at + BLOCK)
@@ -334,7 +340,8 @@ pub(super) fn summary_with(
         } else {
             (start, spaces.read(start), spaces.digits)
         };
-        let Some(rest) = Rest::sum(v, &mut spaces, start, blk, s, d) else {
+        let part = Part { start, blk, s, d };
+        let Some(rest) = Rest::sum(v, &mut spaces, part) else {
             // a decimal of 20 digits or more: read entry by entry
             return summary_with(v, first, now, w, false);
         };
@@ -395,21 +402,58 @@ struct Rest {
     last: (usize, usize, u64),
 }
 
+/// Where the entries to sum start: byte `start` (an instant's first byte, after a
+/// space) of the block at `blk`, read already: `s` its spaces from `start` on, `d` its
+/// digits.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    start: usize,
+    blk: usize,
+    s: u64,
+    d: u64,
+}
+
 impl Rest {
-    /// The entries of `v` from byte `start` (an instant's first byte, after a space) to
-    /// the end; `blk` is the block holding `start`, read already (`s` its spaces from
-    /// `start` on, `d` its digits), and `spaces` reads the blocks after it (checking
-    /// them). `None`: a run of 20 digits or more (an instant that may not fit a `u64`,
+    /// The entries of `v` from `part` to the end, `spaces` reading the blocks after the
+    /// first (checking them). `None`: a run of 20 digits or more (an instant that may not fit a `u64`,
     /// left to the entry-by-entry loop); `Some(None)`: unreadable (a count that is not a
     /// decimal as the encoder writes it, or the text ends in an instant).
-    fn sum(
+    fn sum(v: &[u8], spaces: &mut Spaces<'_>, part: Part) -> Option<Option<Rest>> {
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2
+            return unsafe { Rest::sum_avx2(v, spaces, part) };
+        }
+        Rest::sum_with(v, spaces, part, masks)
+    }
+
+    /// [`Rest::sum`] compiled for AVX2, its blocks' masks inlined.
+    ///
+    /// # Safety
+    ///
+    /// The processor must have AVX2.
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx2")]
+    unsafe fn sum_avx2(v: &[u8], spaces: &mut Spaces<'_>, part: Part) -> Option<Option<Rest>> {
+        // SAFETY: the caller's processor has AVX2
+        Rest::sum_with(v, spaces, part, |b| unsafe { masks_avx2(b) })
+    }
+
+    /// [`Rest::sum`], each block after the first read with `masks`.
+    #[inline(always)]
+    fn sum_with(
         v: &[u8],
         spaces: &mut Spaces<'_>,
-        start: usize,
-        mut blk: usize,
-        mut s: u64,
-        mut d: u64,
+        part: Part,
+        masks: impl Fn(&[u8; BLOCK]) -> (u64, u64, u64) + Copy,
     ) -> Option<Option<Rest>> {
+        let Part {
+            start,
+            mut blk,
+            mut s,
+            mut d,
+        } = part;
         let from = start - blk;
         let mut lo = u64::MAX << from;
         // the byte before `start` is a space
@@ -461,7 +505,7 @@ impl Rest {
             if blk >= v.len() {
                 break;
             }
-            s = spaces.read(blk);
+            s = spaces.read_with(blk, masks);
             d = spaces.digits;
         }
         // the text ends in a count: an odd number of spaces in the part
