@@ -454,9 +454,6 @@ impl Rest {
             mut s,
             mut d,
         } = part;
-        // the reader's state in a local of this loop's, written back at the end, so that
-        // it can stay in registers
-        let mut reader = spaces.clone();
         let from = start - blk;
         let mut lo = u64::MAX << from;
         // the byte before `start` is a space
@@ -508,10 +505,9 @@ impl Rest {
             if blk >= v.len() {
                 break;
             }
-            s = reader.read_with(blk, masks);
-            d = reader.digits;
+            s = spaces.read_with(blk, masks);
+            d = spaces.digits;
         }
-        *spaces = reader;
         // the text ends in a count: an odd number of spaces in the part
         let (Some(count_at), true) = (last_count_at, odd != 0) else {
             return Some(None);
