@@ -16,8 +16,18 @@
 #      Without it those rows are skipped. Build it from its own repository; nothing of
 #      it is in this one.
 #
+#   4. With ROWS=grpc-memory: only the gRPC in-process rows (no Redis, no RESP, no
+#      Limitador). With FLOODGATE_BIN_B=/path/to/another/floodgate: A/B of two builds of
+#      floodgate, the gRPC in-process rows only, ROUNDS rounds (default 3), the two servers
+#      alternating (A then B in odd rounds, B then A in even ones), with one load client;
+#      each line gives the server CPU per call, and a summary the medians and ranges.
+#      FLOODGATE_BIN and RLS_LOAD_BIN take prebuilt binaries instead of building them (keep
+#      private copies: a build in the same target directory replaces them).
+#
 #   scripts/bench-server.sh [REQUESTS] [SECONDS]     (defaults: 300000 10)
 #   LIMITADOR_BIN=/tmp/limitador-server scripts/bench-server.sh
+#   FLOODGATE_BIN=/tmp/fg-a FLOODGATE_BIN_B=/tmp/fg-b RLS_LOAD_BIN=/tmp/rls_load ROUNDS=5 \
+#     scripts/bench-server.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-300000}
@@ -40,10 +50,18 @@ cleanup() {
 trap cleanup EXIT
 
 # Private copies: other builds sharing the target directory may replace the binaries.
-cargo build --profile dist -q --bin floodgate
-cp "$CARGO_TARGET_DIR/dist/floodgate" "$TMP/floodgate"
-cargo build --profile dist -q -p floodgate-server --example rls_load
-cp "$CARGO_TARGET_DIR/dist/examples/rls_load" "$TMP/rls_load"
+if [ -n "${FLOODGATE_BIN:-}" ]; then
+  cp "$FLOODGATE_BIN" "$TMP/floodgate"
+else
+  cargo build --profile dist -q --bin floodgate
+  cp "$CARGO_TARGET_DIR/dist/floodgate" "$TMP/floodgate"
+fi
+if [ -n "${RLS_LOAD_BIN:-}" ]; then
+  cp "$RLS_LOAD_BIN" "$TMP/rls_load"
+else
+  cargo build --profile dist -q -p floodgate-server --example rls_load
+  cp "$CARGO_TARGET_DIR/dist/examples/rls_load" "$TMP/rls_load"
+fi
 
 config() { # $1 = store block
   cat > "$TMP/bench.yaml" <<EOF
@@ -62,8 +80,8 @@ cpu_secs() { # utime + stime of pid $1, in seconds
   awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"
 }
 
-start_server() {
-  taskset -c 0 "$TMP/floodgate" server --config "$TMP/bench.yaml" --threads 1 --no-watch \
+start_server() { # $1 = the binary (default: the floodgate built or given)
+  taskset -c 0 "${1:-$TMP/floodgate}" server --config "$TMP/bench.yaml" --threads 1 --no-watch \
     >"$TMP/out.log" 2>"$TMP/err.log" &
   SERVER=$!
   PIDS+=("$SERVER")
@@ -77,8 +95,41 @@ grpc_run() { # $1 = label, $2 = concurrency, $3 = gRPC port (default 28181)
   before=$(cpu_secs "$SERVER")
   line=$(taskset -c 1 "$TMP/rls_load" "http://127.0.0.1:${3:-28181}" bench user "$2" 4 "$N" "$SECS")
   after=$(cpu_secs "$SERVER")
-  echo "$1 c=$2 $line server_cpu_s=$(awk -v a="$after" -v b="$before" 'BEGIN{printf "%.2f", a-b}')" | tee -a "$TMP/results"
+  local cpu calls
+  cpu=$(awk -v a="$after" -v b="$before" 'BEGIN{printf "%.2f", a-b}')
+  calls=$(sed -n 's/.* calls=\([0-9]*\).*/\1/p' <<<"$line")
+  echo "$1 c=$2 $line server_cpu_s=$cpu cpu_us_per_call=$(awk -v c="$cpu" -v n="$calls" 'BEGIN{printf "%.2f", (n > 0 ? c * 1e6 / n : 0)}')" | tee -a "$TMP/results"
 }
+
+if [ -n "${FLOODGATE_BIN_B:-}" ]; then
+  cp "$FLOODGATE_BIN_B" "$TMP/floodgate-b"
+  echo "== machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "== A/B, gRPC ShouldRateLimit, in-process store: A = ${FLOODGATE_BIN:-the build of this tree}, B = $FLOODGATE_BIN_B"
+  config "store: {type: memory}"
+  for r in $(seq "${ROUNDS:-3}"); do
+    if [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
+    for ab in $order; do
+      if [ "$ab" = a ]; then start_server "$TMP/floodgate"; else start_server "$TMP/floodgate-b"; fi
+      taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user 16 4 20000 5 >/dev/null
+      for c in 16 64; do grpc_run "round=$r $ab" "$c"; done
+      stop_server
+    done
+    echo "   load $(cut -d' ' -f1-3 /proc/loadavg)"
+  done
+  echo
+  echo "== summary: server CPU per call (us), median [min-max] over ${ROUNDS:-3} rounds; B/A of the medians"
+  for c in 16 64; do
+    for ab in a b; do
+      grep " $ab c=$c " "$TMP/results" | sed 's/.*cpu_us_per_call=//' | sort -g |
+        awk -v l="$ab c=$c" '{v[NR]=$1} END{m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
+          printf "%s  %.2f [%.2f-%.2f]\n", l, m, v[1], v[NR]}'
+    done
+  done | tee "$TMP/medians"
+  for c in 16 64; do
+    awk -v c="c=$c" '$2==c {m[$1]=$3} END{printf "c=%s B/A %.3f\n", substr(c,3), m["b"]/m["a"]}' "$TMP/medians"
+  done
+  exit 0
+fi
 
 resp_run() { # $1 = label, $2 = port, then the command
   local label=$1 port=$2; shift 2
@@ -93,6 +144,7 @@ config "store: {type: memory}"
 start_server
 taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user 16 4 20000 5 >/dev/null # warm-up
 for c in 16 64; do grpc_run "grpc/memory" "$c"; done
+if [ "${ROWS:-}" = grpc-memory ]; then stop_server; echo; echo "== summary"; cat "$TMP/results"; exit 0; fi
 echo "== CL.THROTTLE over RESP, in-process store (redis-benchmark -c 16)"
 resp_run "resp/memory" 28179 CL.THROTTLE "k:__rand_int__" 1000000 1000000 1 1
 stop_server
