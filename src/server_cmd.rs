@@ -112,11 +112,6 @@ pub fn run(args: ServerArgs) -> Result<()> {
     }
     let mut rt = match args.threads {
         Some(0) => bail!("--threads must be at least 1"),
-        Some(1) if std::env::var("FGX_RT").as_deref() == Ok("mt1") => {
-            let mut rt = tokio::runtime::Builder::new_multi_thread();
-            rt.worker_threads(1);
-            rt
-        }
         Some(1) => tokio::runtime::Builder::new_current_thread(),
         Some(n) => {
             let mut rt = tokio::runtime::Builder::new_multi_thread();
@@ -126,12 +121,6 @@ pub fn run(args: ServerArgs) -> Result<()> {
         None => tokio::runtime::Builder::new_multi_thread(),
     };
     rt.enable_all();
-    if let Some(n) = std::env::var("FGX_EVI").ok().and_then(|v| v.parse().ok()) {
-        rt.event_interval(n);
-    }
-    if let Some(n) = std::env::var("FGX_GQI").ok().and_then(|v| v.parse().ok()) {
-        rt.global_queue_interval(n);
-    }
     let rt = rt.build().context("starting the async runtime")?;
     rt.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};

@@ -169,21 +169,6 @@ pub async fn serve(
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .adaptive_window(false)
         .max_local_error_reset_streams(None);
-    fn fgx(name: &str) -> Option<u32> {
-        std::env::var(name).ok().and_then(|v| v.parse().ok())
-    }
-    if fgx("FGX_DATE") == Some(0) {
-        builder.auto_date_header(false);
-    }
-    if let Some(n) = fgx("FGX_MCS") {
-        builder.max_concurrent_streams(n);
-    }
-    if let Some(n) = fgx("FGX_SWIN") {
-        builder.initial_stream_window_size(n);
-    }
-    if let Some(n) = fgx("FGX_CWIN") {
-        builder.initial_connection_window_size(n);
-    }
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -434,10 +419,6 @@ impl Body for GrpcBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             GrpcBody::Unary { data, .. } => {
-                static NO_CL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-                if *NO_CL.get_or_init(|| std::env::var("FGX_CL").as_deref() == Ok("0")) {
-                    return SizeHint::default();
-                }
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
             GrpcBody::Tonic(body) => body.size_hint(),
