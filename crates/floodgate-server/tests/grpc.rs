@@ -521,3 +521,60 @@ impl tonic::codec::Decoder for RawCodec {
             .map_err(|e| tonic::Status::internal(e.to_string()))
     }
 }
+
+#[tokio::test]
+async fn concurrent_calls_on_one_connection_beside_an_open_stream_are_each_decided_once() {
+    // The calls of one HTTP/2 connection are run by the connection's own task: 200 calls
+    // in flight at once on one connection, beside a health watch that stays open, are
+    // all answered, and each counter admits exactly its limit.
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    const LIMIT: usize = 15;
+    const KEYS: usize = 10;
+    const PER_KEY: usize = 20;
+    let srv =
+        start("domain: fanout\ndescriptors:\n  - key: k\n    rate_limit: {rate: 15/day}\n").await;
+    let channel = tonic::transport::Channel::from_shared(srv.grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = HealthClient::new(channel.clone())
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    let client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    let calls = (0..KEYS * PER_KEY).map(|i| {
+        let mut c = client.clone();
+        async move {
+            let value = format!("v{}", i % KEYS);
+            let r = c
+                .should_rate_limit(req("fanout", vec![desc(&[("k", &value)])], 1))
+                .await
+                .unwrap()
+                .into_inner();
+            (i % KEYS, r.overall_code)
+        }
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    assert_eq!(answers.len(), KEYS * PER_KEY);
+    for key in 0..KEYS {
+        let ok = answers
+            .iter()
+            .filter(|&&(k, c)| k == key && c == OK)
+            .count();
+        let over = answers
+            .iter()
+            .filter(|&&(k, c)| k == key && c == OVER)
+            .count();
+        assert_eq!((ok, over), (LIMIT, PER_KEY - LIMIT), "key v{key}");
+    }
+    drop(watch);
+    srv.stop().await;
+}
