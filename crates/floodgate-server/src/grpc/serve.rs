@@ -27,9 +27,8 @@
 //! A connection's calls run in the connection's own task (`drive`), not in a runtime
 //! task each as hyper's default executor would: no task to allocate, schedule and wake per
 //! call, and the replies a turn answers are written in that turn. Measured
-//! (`docs/bench-server.md`, interleaved A/B runs on the shared 2-core VM): 1% to 11% less
-//! server CPU per call at 16 callers and 0% to 7% at 64 (medians of four runs' per-round
-//! ratios), a small gain against a wide run-to-run spread.
+//! (`docs/bench-server.md`, interleaved A/B on the 2-core VM): about 8.5% less server CPU
+//! per call at 16 and at 64 callers, within a wide run-to-run spread.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -37,7 +36,6 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -237,39 +235,34 @@ where
     let mut closed = false;
     let mut stopping = false;
     let mut stop = std::pin::pin!(stopped(stop));
-    let turn = Arc::new(TurnWaker::default());
-    let waker = futures_util::task::waker(turn.clone());
     std::future::poll_fn(|cx| {
         if !stopping && stop.as_mut().poll(cx).is_ready() {
             stopping = true;
             conn.as_mut().shutdown();
         }
-        turn.task.register(cx.waker());
-        turn.polling.store(true, Ordering::SeqCst);
-        let mut inner = Context::from_waker(&waker);
         for _ in 0..DRIVE_ROUNDS {
-            turn.woken.store(false, Ordering::SeqCst);
-            if !closed && let Poll::Ready(r) = conn.as_mut().poll(&mut inner) {
+            if !closed && let Poll::Ready(r) = conn.as_mut().poll(cx) {
                 closed = true;
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "gRPC connection failed");
                 }
             }
             let spawned = exec.take(&mut streams);
-            while let Poll::Ready(Some(())) = streams.poll_next_unpin(&mut inner) {}
-            // a stream that answered woke the connection to write its reply; a stream's
-            // poll may have queued a new one
-            if !turn.woken.load(Ordering::SeqCst) && !spawned {
+            let mut finished = false;
+            while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {
+                finished = true;
+            }
+            // a stream that finished has queued its reply: poll the connection again to
+            // write it; a new stream may have been queued by a stream's poll
+            if !finished && !spawned {
                 break;
             }
             if closed && streams.is_empty() {
                 break;
             }
         }
-        turn.polling.store(false, Ordering::SeqCst);
-        // woken in the last round, or a future queued by a stream's last poll (an
-        // upgrade): go on in the next turn
-        if turn.woken.swap(false, Ordering::SeqCst) || exec.take(&mut streams) {
+        // queued by a stream's last poll (an upgrade): run it on the next turn
+        if exec.take(&mut streams) {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
@@ -280,27 +273,6 @@ where
         }
     })
     .await;
-}
-
-/// The waker a connection and its calls are polled with. A wake while the connection's
-/// task is polling them (a call that answered, waking the connection to write its reply)
-/// only asks for another round in the same turn; without it the task would be woken by
-/// its own replies and polled once more for nothing after every turn. A wake from outside
-/// (the socket, a timer, another thread) wakes the task.
-#[derive(Default)]
-struct TurnWaker {
-    polling: AtomicBool,
-    woken: AtomicBool,
-    task: futures_util::task::AtomicWaker,
-}
-
-impl futures_util::task::ArcWake for TurnWaker {
-    fn wake_by_ref(arc_self: &Arc<Self>) {
-        arc_self.woken.store(true, Ordering::SeqCst);
-        if !arc_self.polling.load(Ordering::SeqCst) {
-            arc_self.task.wake();
-        }
-    }
 }
 
 /// hyper's HTTP/2 connection, told to finish its calls and close.
