@@ -21,19 +21,10 @@
 //! through tonic's service and compares status, headers, trailers and message.
 //!
 //! The connection settings are tonic's server defaults: HTTP/2 only, `TCP_NODELAY`, no
-//! keep-alive pings, hyper's windows, no limit on locally reset streams (other windows,
-//! stream caps, runtime intervals and no `date` header were measured and were no better).
-//!
-//! A connection's calls run in the connection's own task (`drive`), not in a runtime
-//! task each as hyper's default executor would: no task to allocate, schedule and wake per
-//! call, and the replies a turn answers are written in that turn. Measured
-//! (`docs/bench-server.md`, interleaved A/B on the 2-core VM): about 8.5% less server CPU
-//! per call at 16 and at 64 callers, within a wide run-to-run spread.
+//! keep-alive pings, hyper's windows, no limit on locally reset streams.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -41,15 +32,13 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use futures_util::stream::FuturesUnordered;
-use futures_util::{FutureExt, StreamExt};
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prost::Message;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -166,134 +155,6 @@ impl GrpcDoor {
     }
 }
 
-/// The HTTP/2 settings of every gRPC connection, with `exec` running its streams.
-fn h2_builder(exec: StreamExec) -> http2::Builder<StreamExec> {
-    let mut builder = http2::Builder::new(exec);
-    builder
-        .timer(TokioTimer::new())
-        .keep_alive_interval(None)
-        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-        .adaptive_window(false)
-        .max_local_error_reset_streams(None);
-    builder
-}
-
-/// A future hyper hands to its executor: one HTTP/2 stream (a call), or the send half of
-/// an upgraded stream.
-type StreamTask = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// hyper's executor for one connection. hyper spawns a future per HTTP/2 stream; with
-/// this executor the future is queued, and the connection's own task runs it beside the
-/// connection ([`drive`]) instead of a runtime task of its own: no task to allocate,
-/// schedule and wake per call, and a call's reply is written in the same turn of the
-/// connection's task that answered it.
-#[derive(Clone, Default)]
-struct StreamExec {
-    queue: Arc<std::sync::Mutex<Vec<StreamTask>>>,
-}
-
-impl StreamExec {
-    fn take(&self, into: &mut FuturesUnordered<StreamTask>) -> bool {
-        let mut queue = self
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let any = !queue.is_empty();
-        for task in queue.drain(..) {
-            into.push(task);
-        }
-        any
-    }
-}
-
-impl<F> hyper::rt::Executor<F> for StreamExec
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    fn execute(&self, fut: F) {
-        // a panic ends its stream only, as it ends only its task under a runtime
-        let task = AssertUnwindSafe(fut).catch_unwind().map(|_| ());
-        self.queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Box::pin(task));
-    }
-}
-
-/// Most rounds of connection, then streams, in one poll of a connection's task before it
-/// yields to the others.
-const DRIVE_ROUNDS: usize = 8;
-
-/// Run one connection and its streams (queued by `exec`) until the connection is closed
-/// and every stream has finished; on `stop`, shut the connection down gracefully first.
-async fn drive<C>(conn: Pin<&mut C>, exec: StreamExec, stop: &mut watch::Receiver<bool>)
-where
-    C: Future<Output = Result<(), hyper::Error>> + GracefulShutdown,
-{
-    let mut conn = conn;
-    let mut streams: FuturesUnordered<StreamTask> = FuturesUnordered::new();
-    let mut closed = false;
-    let mut stopping = false;
-    let mut stop = std::pin::pin!(stopped(stop));
-    std::future::poll_fn(|cx| {
-        if !stopping && stop.as_mut().poll(cx).is_ready() {
-            stopping = true;
-            conn.as_mut().shutdown();
-        }
-        for _ in 0..DRIVE_ROUNDS {
-            if !closed && let Poll::Ready(r) = conn.as_mut().poll(cx) {
-                closed = true;
-                if let Err(e) = r {
-                    tracing::debug!(error = %e, "gRPC connection failed");
-                }
-            }
-            let spawned = exec.take(&mut streams);
-            let mut finished = false;
-            while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {
-                finished = true;
-            }
-            // a stream that finished has queued its reply: poll the connection again to
-            // write it; a new stream may have been queued by a stream's poll
-            if !finished && !spawned {
-                break;
-            }
-            if closed && streams.is_empty() {
-                break;
-            }
-        }
-        // queued by a stream's last poll (an upgrade): run it on the next turn
-        if exec.take(&mut streams) {
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        if closed && streams.is_empty() {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await;
-}
-
-/// hyper's HTTP/2 connection, told to finish its calls and close.
-trait GracefulShutdown {
-    fn shutdown(self: Pin<&mut Self>);
-}
-
-impl<I, S, E, B> GracefulShutdown for http2::Connection<I, S, E>
-where
-    S: hyper::service::HttpService<Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    B: Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
-{
-    fn shutdown(self: Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
 /// Serve gRPC on `listener` until `shutdown` turns true (or its sender is gone); then stop
 /// accepting, let every connection finish its calls, and return when all are closed.
 pub async fn serve(
@@ -301,6 +162,13 @@ pub async fn serve(
     door: Arc<GrpcDoor>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(None)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .adaptive_window(false)
+        .max_local_error_reset_streams(None);
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -312,16 +180,25 @@ pub async fn serve(
                     let door = door.clone();
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let door = door.clone();
-                        // boxed: hyper moves the call's future into its stream's future,
-                        // and moving a pointer is cheaper than moving the decision's state
+                        // boxed: hyper moves the call's future into a task of its own, and
+                        // moving a pointer is cheaper than moving the decision's state
                         Box::pin(async move { Ok::<_, Infallible>(door.handle(req).await) })
                     });
-                    let exec = StreamExec::default();
-                    let conn = h2_builder(exec.clone()).serve_connection(TokioIo::new(stream), svc);
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
                     let mut stop = shutdown.clone();
                     conns.spawn(async move {
-                        let conn = std::pin::pin!(conn);
-                        drive(conn, exec, &mut stop).await;
+                        let mut conn = std::pin::pin!(conn);
+                        tokio::select! {
+                            r = conn.as_mut() => {
+                                if let Err(e) = r {
+                                    tracing::debug!(error = %e, "gRPC connection failed");
+                                }
+                            }
+                            () = stopped(&mut stop) => {
+                                conn.as_mut().graceful_shutdown();
+                                let _ = conn.await;
+                            }
+                        }
                     });
                 }
                 Err(e) => {
