@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 
-use floodgate_core::algorithms::{Gcra, TokenBucket};
+use floodgate_core::algorithms::{Gcra, SlidingLog, TokenBucket};
 use floodgate_core::multi::{Check, check_all};
-use floodgate_core::{Algorithm, AtomicGcra, KeyedLimiter, Nanos, Rate};
+use floodgate_core::{Algorithm, AnyAlgorithm, AtomicGcra, KeyedLimiter, Limiter, Nanos, Rate};
 
 const THREADS: usize = 8;
 const CALLS: usize = 20_000;
@@ -50,27 +50,33 @@ fn token_bucket_keyed_has_zero_overshoot() {
     hammer(b(), b());
 }
 
-#[test]
-fn atomic_gcra_has_zero_overshoot_with_time_moving() {
-    // time moves 1 ms per round; rate 100/s means one new unit per 10 ms
-    let l = Arc::new(AtomicGcra::new(
-        Gcra::new(Rate::per_second(100).unwrap(), 50).unwrap(),
-    ));
+/// [`THREADS`] threads make 5 checks each per round while time moves 1 ms per round,
+/// with `set` called by every thread between rounds (it may replace the algorithm with
+/// one deciding the same); the total admitted must equal what `single` admits from the
+/// same calls on one thread.
+fn moving_time_exactness<L: Send + Sync + 'static, A: Algorithm>(
+    l: L,
+    check: fn(&L, Nanos) -> bool,
+    set: fn(&L, usize, u64),
+    single: A,
+) {
+    let l = Arc::new(l);
     let admitted = Arc::new(AtomicU64::new(0));
     let rounds = 2_000u64;
     let barrier = Arc::new(std::sync::Barrier::new(THREADS));
     let handles: Vec<_> = (0..THREADS)
-        .map(|_| {
+        .map(|t| {
             let (l, admitted, barrier) = (l.clone(), admitted.clone(), barrier.clone());
             thread::spawn(move || {
                 for r in 0..rounds {
                     barrier.wait();
                     let now = Nanos(1_000_000_000 + r * 1_000_000);
                     for _ in 0..5 {
-                        if l.check(now, 1).allowed {
+                        if check(&l, now) {
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }
                     }
+                    set(&l, t, r);
                 }
             })
         })
@@ -79,16 +85,148 @@ fn atomic_gcra_has_zero_overshoot_with_time_moving() {
         h.join().unwrap();
     }
     // a single thread doing the same calls in the same rounds
-    let g = Gcra::new(Rate::per_second(100).unwrap(), 50).unwrap();
     let mut s = Default::default();
     let mut expected = 0;
     for r in 0..rounds {
         let now = Nanos(1_000_000_000 + r * 1_000_000);
         for _ in 0..THREADS * 5 {
-            expected += u64::from(g.check(&mut s, now, 1).allowed);
+            expected += u64::from(single.check(&mut s, now, 1).allowed);
         }
     }
     assert_eq!(admitted.load(Ordering::Relaxed), expected);
+}
+
+/// 100/s (one new unit per 10 ms), bursts of 50, built two ways that admit alike but differ in their parameter
+/// words (redis-cell's way counts `remaining` from whole microseconds).
+fn gcra_100_50(cell: bool) -> Gcra {
+    if cell {
+        Gcra::from_cell(49, 100, 1).unwrap()
+    } else {
+        Gcra::new(Rate::per_second(100).unwrap(), 50).unwrap()
+    }
+}
+
+#[test]
+fn atomic_gcra_has_zero_overshoot_with_time_moving() {
+    moving_time_exactness(
+        AtomicGcra::new(gcra_100_50(false)),
+        |l, now| l.check(now, 1).allowed,
+        |_, _, _| {},
+        gcra_100_50(false),
+    );
+}
+
+#[test]
+fn limiter_gcra_has_zero_overshoot_with_time_moving_and_set_algorithm_racing() {
+    moving_time_exactness(
+        Limiter::new(gcra_100_50(false)),
+        |l, now| l.check(now, 1).allowed,
+        // thread 0 replaces the parameters while the others check
+        |l, t, r| {
+            if t == 0 {
+                l.set_algorithm(gcra_100_50(r % 2 == 0))
+            }
+        },
+        gcra_100_50(false),
+    );
+}
+
+#[test]
+fn limiter_any_gcra_has_zero_overshoot_with_time_moving_and_set_algorithm_racing() {
+    moving_time_exactness(
+        Limiter::new(AnyAlgorithm::Gcra(gcra_100_50(false))),
+        |l, now| l.check(now, 1).allowed,
+        |l, t, r| {
+            if t == THREADS - 1 {
+                l.set_algorithm(AnyAlgorithm::Gcra(gcra_100_50(r % 2 == 1)))
+            }
+        },
+        gcra_100_50(false),
+    );
+}
+
+#[test]
+fn limiter_locked_path_has_zero_overshoot_with_time_moving() {
+    // a sliding log of 50 per 500 ms admits differently from the GCRA
+    let log = || SlidingLog::new(50, std::time::Duration::from_millis(500)).unwrap();
+    moving_time_exactness(
+        Limiter::new(AnyAlgorithm::SlidingLog(log())),
+        |l, now| l.check(now, 1).allowed,
+        |_, _, _| {},
+        log(),
+    );
+}
+
+/// Parameter sets of [`torn_parameters`].
+const PARAM_SETS: u64 = 5;
+
+/// Parameter set `k` of [`torn_parameters`]: capacity `2 + k`,
+/// an emission interval of `(k + 1)` us; a mix of two sets' words is seen in the
+/// decision on a fresh key.
+fn param_set(k: u64) -> Gcra {
+    Gcra::new(Rate::from_nanos(1, (k + 1) * 1_000).unwrap(), 2 + k).unwrap()
+}
+
+/// A thread replaces the algorithm (`make(i)` for the i-th time) until two threads have
+/// made their peeks at a fresh key (at most 10M times): every decision must be of one
+/// parameter set (or the sliding log of 7).
+fn torn_parameters<A: Algorithm + 'static>(first: A, make: fn(u64) -> A) {
+    const PEEKS: u64 = 50_000;
+    let l = Arc::new(Limiter::new(first));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let setter = {
+        let (l, done) = (l.clone(), done.clone());
+        thread::spawn(move || {
+            let mut i = 1;
+            while !done.load(Ordering::Relaxed) && i <= 10_000_000 {
+                l.set_algorithm(make(i));
+                i += 1;
+            }
+            i - 1
+        })
+    };
+    let checkers: Vec<_> = (0..2)
+        .map(|_| {
+            let l = l.clone();
+            thread::spawn(move || {
+                let mut seen = 0;
+                for _ in 0..PEEKS {
+                    // peeks consume nothing: the key stays fresh
+                    let d = l.peek(Nanos(1_000_000_000), 1);
+                    if d.limit == 7 {
+                        continue; // the sliding log
+                    }
+                    let k = d.limit - 2;
+                    assert!(k < PARAM_SETS, "limit {} of no set", d.limit);
+                    assert_eq!(d.remaining, d.limit - 1, "set {k}: {d:?}");
+                    let t_ns = u128::from(k + 1) * 1_000;
+                    assert_eq!(d.reset_after.as_nanos(), t_ns, "set {k}: {d:?}");
+                    seen += 1;
+                }
+                seen
+            })
+        })
+        .collect();
+    let gcra_seen: u64 = checkers.into_iter().map(|c| c.join().unwrap()).sum();
+    done.store(true, Ordering::Relaxed);
+    let replacements = setter.join().unwrap();
+    assert!(
+        gcra_seen > 0 && replacements > 0,
+        "{gcra_seen} {replacements}"
+    );
+}
+
+#[test]
+fn limiter_checks_never_see_torn_parameters() {
+    torn_parameters(param_set(0), |i| param_set(i % PARAM_SETS));
+    // every fourth replacement switches to the locked path and back
+    torn_parameters(AnyAlgorithm::Gcra(param_set(0)), |i| {
+        if i % 4 == 0 {
+            AnyAlgorithm::SlidingLog(SlidingLog::new(7, std::time::Duration::from_secs(1)).unwrap())
+        } else {
+            AnyAlgorithm::Gcra(param_set(i % PARAM_SETS))
+        }
+    });
 }
 
 #[test]
