@@ -26,10 +26,12 @@ use crate::time::Nanos;
 ///   a parking mutex takes two.
 ///
 /// Either way N threads admit exactly what one thread admits from the same calls. With
-/// two threads contending on one key, the lock's holder and its spinning waiter passed
-/// the line back and forth more than one compare-and-swap does: the locked
-/// `Limiter<Gcra>` made 0.57x the checks of governor's direct limiter, the lock-free one
-/// is on par with it (docs/bench-core.md has the figures).
+/// two threads contending on one key (quiet 2-core VM), the lock's holder and its
+/// spinning waiter passed the line back and forth more than one compare-and-swap does:
+/// the locked `Limiter<Gcra>` made 0.57x the checks of governor's direct limiter where
+/// [`AtomicGcra`]'s loop, the one-word path's, made 1.01x. The one-word path costs a
+/// little on one thread: 1.03x governor's CPU per check instead of the lock's 1.23x
+/// (loaded VM; docs/bench-core.md has the figures, commands and dates).
 ///
 /// A check concurrent with `set_algorithm` decides with the old parameters or the new;
 /// one that starts after `set_algorithm` returned decides with the new. Replacing the
