@@ -167,30 +167,43 @@ fn param_set(k: u64) -> Gcra {
     Gcra::new(Rate::from_nanos(1, (k + 1) * 1_000).unwrap(), 2 + k).unwrap()
 }
 
-/// A thread replaces the algorithm (`make(i)` for the i-th time) until two threads have
-/// made their peeks at a fresh key (at most 10M times): every decision must be of one
-/// parameter set (or the sliding log of 7).
+/// A thread replaces the algorithm (`make(i)` for the i-th time) while two threads peek
+/// at a fresh key: every decision must be of one parameter set (or the sliding log of 7).
+/// The peeks start once the first replacement is made and go on until each thread has
+/// made 200,000, seen 100 GCRA decisions and seen a replacement made meanwhile (the
+/// replacing thread may be descheduled at any point), at most 5M; the replacements go
+/// on until the peeks are done, at most 10M.
 fn torn_parameters<A: Algorithm + 'static>(first: A, make: fn(u64) -> A) {
-    const PEEKS: u64 = 50_000;
     let l = Arc::new(Limiter::new(first));
+    let made = Arc::new(AtomicU64::new(0));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let setter = {
-        let (l, done) = (l.clone(), done.clone());
+        let (l, made, done) = (l.clone(), made.clone(), done.clone());
         thread::spawn(move || {
-            let mut i = 1;
-            while !done.load(Ordering::Relaxed) && i <= 10_000_000 {
+            for i in 1..=10_000_000 {
                 l.set_algorithm(make(i));
-                i += 1;
+                made.store(i, Ordering::Release);
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
             }
-            i - 1
         })
     };
     let checkers: Vec<_> = (0..2)
         .map(|_| {
-            let l = l.clone();
+            let (l, made) = (l.clone(), made.clone());
             thread::spawn(move || {
-                let mut seen = 0;
-                for _ in 0..PEEKS {
+                while made.load(Ordering::Acquire) == 0 {
+                    thread::yield_now();
+                }
+                let made_before = made.load(Ordering::Acquire);
+                let (mut peeks, mut gcra_seen) = (0u64, 0u64);
+                while peeks < 5_000_000
+                    && (peeks < 200_000
+                        || gcra_seen < 100
+                        || made.load(Ordering::Acquire) == made_before)
+                {
+                    peeks += 1;
                     // peeks consume nothing: the key stays fresh
                     let d = l.peek(Nanos(1_000_000_000), 1);
                     if d.limit == 7 {
@@ -201,19 +214,22 @@ fn torn_parameters<A: Algorithm + 'static>(first: A, make: fn(u64) -> A) {
                     assert_eq!(d.remaining, d.limit - 1, "set {k}: {d:?}");
                     let t_ns = u128::from(k + 1) * 1_000;
                     assert_eq!(d.reset_after.as_nanos(), t_ns, "set {k}: {d:?}");
-                    seen += 1;
+                    gcra_seen += 1;
                 }
-                seen
+                let made_during = made.load(Ordering::Acquire) - made_before;
+                (peeks, gcra_seen, made_during)
             })
         })
         .collect();
-    let gcra_seen: u64 = checkers.into_iter().map(|c| c.join().unwrap()).sum();
+    let seen: Vec<_> = checkers.into_iter().map(|c| c.join().unwrap()).collect();
     done.store(true, Ordering::Relaxed);
-    let replacements = setter.join().unwrap();
-    assert!(
-        gcra_seen > 0 && replacements > 0,
-        "{gcra_seen} {replacements}"
-    );
+    setter.join().unwrap();
+    for (peeks, gcra_seen, made_during) in seen {
+        assert!(
+            gcra_seen >= 100 && made_during > 0,
+            "{peeks} peeks, {gcra_seen} of a GCRA, {made_during} replacements meanwhile"
+        );
+    }
 }
 
 #[test]
