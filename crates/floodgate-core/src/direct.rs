@@ -64,72 +64,68 @@ pub struct Limiter<A: Algorithm> {
 }
 
 /// Parameters of the one-word path behind a sequence lock: `seq` is odd while
-/// `set_algorithm` writes them; its flag bits say whether the path is in use and whether
-/// `remaining` is redis-cell's. Two words besides: the emission interval and the
-/// tolerance (the capacity is their quotient).
+/// `set_algorithm` writes them, and its bit 1 says whether the path is in use (when
+/// clear, checks take the lock); the GCRA's parameters in four words besides.
 struct WordParams {
     seq: AtomicU64,
-    t_ns: AtomicU64,
-    tau_ns: AtomicU64,
+    words: [AtomicU64; 4],
 }
 
 /// Bit 0 of [`WordParams::seq`]: a write is under way.
 const WRITING: u64 = 1;
 /// Bit 1: the one-word path is in use.
 const ONE_WORD: u64 = 2;
-/// Bit 2: the GCRA counts `remaining` as redis-cell does.
-const CELL: u64 = 4;
-/// The generation counter starts above the flag bits.
-const GENERATION: u64 = 8;
+/// The generation counter starts above the two flag bits.
+const GENERATION: u64 = 4;
 
 impl WordParams {
     fn new(gcra: Option<OneWord>) -> WordParams {
         let p = WordParams {
             seq: AtomicU64::new(0),
-            t_ns: AtomicU64::new(0),
-            tau_ns: AtomicU64::new(0),
+            words: Default::default(),
         };
         p.publish(gcra);
         p
     }
 
-    /// The parameters when the one-word path is in use; loads only.
+    /// The parameters when the one-word path is in use. Loads only: the line stays
+    /// shared by every core that reads it. (One loop, inlined whole: a slow path out of
+    /// line would return the GCRA through memory, and the caller would then compute
+    /// every field of the decision, read or not.)
     #[inline(always)]
     fn read(&self) -> Option<Gcra> {
         loop {
             let before = self.seq.load(Ordering::Acquire);
-            match before & (WRITING | ONE_WORD) {
-                ONE_WORD => {
-                    let t_ns = self.t_ns.load(Ordering::Relaxed);
-                    let tau_ns = self.tau_ns.load(Ordering::Relaxed);
-                    fence(Ordering::Acquire);
-                    if self.seq.load(Ordering::Relaxed) == before {
-                        return Some(Gcra::from_parts(t_ns, tau_ns, before & CELL != 0));
-                    }
-                }
-                0 => return None,
-                _ => {}
+            if before & (WRITING | ONE_WORD) == 0 {
+                // the locked path: the lock holder sees the algorithm in place
+                return None;
+            }
+            let words = [0, 1, 2, 3].map(|i| self.words[i].load(Ordering::Relaxed));
+            fence(Ordering::Acquire);
+            if before & WRITING == 0 && self.seq.load(Ordering::Relaxed) == before {
+                return Some(Gcra::from_words(OneWord(words)));
             }
             std::hint::spin_loop();
         }
     }
 
-    /// Publish `gcra` (or that the one-word path is not in use), with the limiter's lock
-    /// held.
+    /// Publish `gcra` (or that the one-word path is not in use). Called with the
+    /// limiter's lock held, so there is one writer at a time.
     fn publish(&self, gcra: Option<OneWord>) {
         let seq = self.seq.load(Ordering::Relaxed);
         self.seq.store(seq | WRITING, Ordering::Relaxed);
         fence(Ordering::Release);
-        let flags = match gcra {
-            Some(OneWord([_, t_ns, tau_ns, cell])) => {
-                self.t_ns.store(t_ns, Ordering::Relaxed);
-                self.tau_ns.store(tau_ns, Ordering::Relaxed);
-                ONE_WORD | if cell != 0 { CELL } else { 0 }
+        let mode = match gcra {
+            Some(OneWord(words)) => {
+                for (slot, w) in self.words.iter().zip(words) {
+                    slot.store(w, Ordering::Relaxed);
+                }
+                ONE_WORD
             }
             None => 0,
         };
-        let next = (seq & !(GENERATION - 1)).wrapping_add(GENERATION);
-        self.seq.store(next | flags, Ordering::Release);
+        let next = (seq & !(WRITING | ONE_WORD)).wrapping_add(GENERATION);
+        self.seq.store(next | mode, Ordering::Release);
     }
 }
 

@@ -160,19 +160,6 @@ impl Gcra {
         ])
     }
 
-    /// The GCRA of an emission interval, a tolerance and redis-cell's counting, its
-    /// capacity divided out (where the caller reads it, once inlined).
-    #[inline(always)]
-    pub(crate) fn from_parts(t_ns: u64, tau_ns: u64, cell: bool) -> Gcra {
-        let t_ns = NonZeroU64::new(t_ns).unwrap_or(NonZeroU64::MIN);
-        Gcra {
-            capacity: tau_ns / t_ns,
-            t_ns,
-            tau_ns,
-            cell,
-        }
-    }
-
     /// The inverse of [`Gcra::to_words`] (a zero interval, which `to_words` never gives,
     /// reads as 1 ns rather than panicking).
     #[inline(always)]
@@ -206,9 +193,20 @@ impl Gcra {
 impl Gcra {
     /// [`decide`](Algorithm::decide)'s outcome in 128-bit arithmetic, for a new TAT
     /// past `u64::MAX`.
-    #[inline(always)]
+    #[cold]
+    #[inline(never)]
     fn step_wide(&self, tat: u64, now: Nanos, cost: u64) -> Step {
-        step_wide(self.t_ns.get(), self.tau_ns, tat, now, cost)
+        let increment = (cost as u128) * (self.t_ns.get() as u128);
+        let new_tat = tat as u128 + increment;
+        let horizon = now.0 as u128 + self.tau_ns as u128;
+        if increment > self.tau_ns as u128 {
+            Step::Never
+        } else if new_tat > horizon {
+            Step::Deny((new_tat - horizon) as u64) // <= increment <= tau: fits
+        } else {
+            // new_tat <= now + tau, so the TTL fits in u64
+            Step::Allow((new_tat - now.0 as u128) as u64, sat_u64(new_tat))
+        }
     }
 
     /// The outcome of a request of `cost` when the key's TAT is `tat` (at least `now`).
@@ -230,23 +228,6 @@ impl Gcra {
         } else {
             Step::Allow(ttl, new_tat)
         }
-    }
-}
-
-/// [`Gcra::step_wide`] out of line, on the parameters it reads passed by value.
-#[cold]
-#[inline(never)]
-fn step_wide(t_ns: u64, tau_ns: u64, tat: u64, now: Nanos, cost: u64) -> Step {
-    let increment = (cost as u128) * (t_ns as u128);
-    let new_tat = tat as u128 + increment;
-    let horizon = now.0 as u128 + tau_ns as u128;
-    if increment > tau_ns as u128 {
-        Step::Never
-    } else if new_tat > horizon {
-        Step::Deny((new_tat - horizon) as u64) // <= increment <= tau: fits
-    } else {
-        // new_tat <= now + tau, so the TTL fits in u64
-        Step::Allow((new_tat - now.0 as u128) as u64, sat_u64(new_tat))
     }
 }
 
