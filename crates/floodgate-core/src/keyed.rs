@@ -67,53 +67,30 @@ pub(crate) type PaddedShard<K, S, A> = Padded<ShardLock<Shard<K, S, A>>>;
 
 /// A shard's lock: a spin lock whose release is a plain store (one atomic instruction per
 /// decision instead of two, the dominant cost of an uncontended check). Critical sections
-/// are a hash probe and a few arithmetic operations. A waiter backs off (2, 4, .. 64
-/// `spin_loop` hints between attempts, reading the lock's line only between them, so the
-/// holder keeps it), then yields its time slice at every attempt, so a preempted holder is
-/// not starved of a core. [`Limiter`](crate::Limiter) uses it too, for every algorithm but
-/// GCRA. Against parking_lot's
-/// mutex on the project's 2-core VM it gave 2.5x-2.7x governor's keyed throughput where the
-/// mutex gave 1.8x-1.9x, on one thread and on two (docs/bench-core.md).
-pub(crate) struct ShardLock<T>(spin::mutex::SpinMutex<T, spin::relax::Spin>);
+/// are a hash probe and a few arithmetic operations; a waiter spins briefly, then yields
+/// its time slice every 64 attempts so a preempted holder is not starved of a core.
+/// [`Limiter`](crate::Limiter) uses it too, for every algorithm but GCRA (which it checks
+/// lock-free: under two threads really contending on one key this lock's waiter and
+/// holder pass the line back and forth more than a compare-and-swap does). Against parking_lot's mutex on the project's
+/// 2-core VM it gave 2.5x-2.7x governor's keyed throughput where the mutex gave 1.8x-1.9x,
+/// on one thread and on two (docs/bench-core.md).
+pub(crate) type ShardLock<T> = spin::mutex::SpinMutex<T, SpinThenYield>;
 
-impl<T> ShardLock<T> {
-    pub(crate) const fn new(value: T) -> Self {
-        ShardLock(spin::mutex::SpinMutex::new(value))
-    }
+/// Relax strategy of [`ShardLock`]: `spin_loop` hints, and a `yield_now` every 64th.
+pub(crate) struct SpinThenYield;
 
-    /// Lock: one compare-and-swap when free; [`lock_contended`](Self::lock_contended)
-    /// when not.
-    #[inline(always)]
-    pub(crate) fn lock(&self) -> impl std::ops::DerefMut<Target = T> + '_ {
-        match self.0.try_lock_weak() {
-            Some(guard) => guard,
-            None => self.lock_contended(),
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn lock_contended(&self) -> spin::mutex::SpinMutexGuard<'_, T> {
-        let mut round = 0u32;
-        loop {
-            if round < 6 {
-                for _ in 0..2u32 << round {
-                    std::hint::spin_loop();
-                }
-            } else if round < 16 {
-                for _ in 0..64 {
-                    std::hint::spin_loop();
-                }
-            } else {
+impl spin::RelaxStrategy for SpinThenYield {
+    fn relax() {
+        thread_local!(static SPINS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
+        SPINS.with(|spins| {
+            let n = spins.get().wrapping_add(1);
+            spins.set(n);
+            if n.is_multiple_of(64) {
                 std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
             }
-            round += 1;
-            if !self.0.is_locked()
-                && let Some(guard) = self.0.try_lock_weak()
-            {
-                return guard;
-            }
-        }
+        });
     }
 }
 
