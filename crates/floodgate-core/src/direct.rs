@@ -13,10 +13,10 @@ use crate::time::Nanos;
 ///
 /// Two paths, chosen by the algorithm in place:
 ///
-/// * **One word, lock-free.** When [`Algorithm::one_word`] gives a GCRA's parameters (a [`Gcra`], or
-///   the GCRA variant of an [`AnyAlgorithm`](crate::AnyAlgorithm)), its theoretical
-///   arrival time sits in an `AtomicU64` on its own cache line and a check is a
-///   compare-and-swap loop, as in [`AtomicGcra`]. The parameters sit on another line,
+/// * **One word, lock-free.** When [`Algorithm::one_word`] gives a GCRA's parameters (a
+///   [`Gcra`], or the GCRA variant of an [`AnyAlgorithm`](crate::AnyAlgorithm)), its
+///   theoretical arrival time sits in an `AtomicU64` on its own cache line and a check
+///   is a compare-and-swap loop, as in [`AtomicGcra`]. The parameters sit on another line,
 ///   published by `set_algorithm` as a sequence lock made of atomics: a check reads
 ///   them with plain loads (no read-modify-write, so the line stays shared between the
 ///   cores) and retries if a replacement was being written meanwhile, so it never

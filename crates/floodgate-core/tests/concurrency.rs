@@ -96,8 +96,9 @@ fn moving_time_exactness<L: Send + Sync + 'static, A: Algorithm>(
     assert_eq!(admitted.load(Ordering::Relaxed), expected);
 }
 
-/// 100/s (one new unit per 10 ms), bursts of 50, built two ways that admit alike but differ in their parameter
-/// words (redis-cell's way counts `remaining` from whole microseconds).
+/// 100/s (one new unit per 10 ms), bursts of 50, built two ways that admit alike but
+/// differ in their parameter words (redis-cell's way counts `remaining` from whole
+/// microseconds).
 fn gcra_100_50(cell: bool) -> Gcra {
     if cell {
         Gcra::from_cell(49, 100, 1).unwrap()
