@@ -26,22 +26,8 @@ pub trait Algorithm: Send + Sync {
     /// The write an admitted request makes.
     type Pending;
 
-    /// Whether some parameters of this algorithm keep a key's state in one word, as
-    /// [`one_word`](Algorithm::one_word) then says. [`Limiter`](crate::Limiter) reads it at
-    /// compile time: an algorithm that leaves it `false` never pays for the lock-free path.
-    const ONE_WORD: bool = false;
-
     /// The most units a key can admit at once from full capacity.
     fn limit(&self) -> u64;
-
-    /// When the algorithm is a GCRA, whose one-word state (the theoretical arrival time)
-    /// a [`Limiter`](crate::Limiter) can keep in an atomic and update with a
-    /// compare-and-swap loop instead of a lock: its parameters (only when
-    /// [`ONE_WORD`](Algorithm::ONE_WORD) is `true`). They must decide exactly as `self`.
-    #[inline(always)]
-    fn one_word(&self) -> Option<OneWord> {
-        None
-    }
 
     /// Decide on a request of `cost` units at `now`, without changing anything.
     /// Returns the write to make when the request is admitted with `cost > 0`.
@@ -75,9 +61,3 @@ pub trait Algorithm: Send + Sync {
         self.decide(state, now, cost).0
     }
 }
-
-/// The parameters of a GCRA as four words, as [`Algorithm::one_word`] gives them and a
-/// [`Limiter`](crate::Limiter) publishes them in atomics. Only the crate's GCRA makes
-/// them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OneWord(pub(crate) [u64; 4]);

@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, OneWord};
+use crate::algorithm::Algorithm;
 use crate::algorithms::*;
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -240,16 +240,6 @@ impl AnyAlgorithm {
 impl Algorithm for AnyAlgorithm {
     type State = AnyState;
     type Pending = AnyPending;
-    const ONE_WORD: bool = true;
-
-    /// The GCRA variant; the others keep more than one word of state.
-    #[inline(always)]
-    fn one_word(&self) -> Option<OneWord> {
-        match self {
-            AnyAlgorithm::Gcra(g) => g.one_word(),
-            _ => None,
-        }
-    }
 
     #[inline]
     fn limit(&self) -> u64 {

@@ -69,13 +69,9 @@ pub(crate) type PaddedShard<K, S, A> = Padded<ShardLock<Shard<K, S, A>>>;
 /// decision instead of two, the dominant cost of an uncontended check). Critical sections
 /// are a hash probe and a few arithmetic operations; a waiter spins briefly, then yields
 /// its time slice every 64 attempts so a preempted holder is not starved of a core.
-/// [`Limiter`](crate::Limiter) uses it too, for every algorithm but GCRA (which it checks
-/// lock-free: under two threads really contending on one key this lock's waiter and
-/// holder pass the line back and forth more than a compare-and-swap does). Against
-/// parking_lot's mutex on the project's 2-core VM it gave 2.5x-2.7x governor's keyed
-/// throughput where the mutex gave 1.8x-1.9x, on one thread and on two; a waiter that
-/// backs off (2, 4, .. 64 spin hints between attempts) gained nothing clear, on the
-/// direct cells or the keyed ones (docs/bench-core.md).
+/// [`Limiter`](crate::Limiter) uses it too. Against parking_lot's mutex on the project's
+/// 2-core VM it gave 2.5x-2.7x governor's keyed throughput where the mutex gave 1.8x-1.9x,
+/// on one thread and on two (docs/bench-core.md).
 pub(crate) type ShardLock<T> = spin::mutex::SpinMutex<T, SpinThenYield>;
 
 /// Relax strategy of [`ShardLock`]: `spin_loop` hints, and a `yield_now` every 64th.

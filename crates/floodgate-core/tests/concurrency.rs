@@ -236,7 +236,7 @@ fn torn_parameters<A: Algorithm + 'static>(first: A, make: fn(u64) -> A) {
 #[test]
 fn limiter_checks_never_see_torn_parameters() {
     torn_parameters(param_set(0), |i| param_set(i % PARAM_SETS));
-    // every fourth replacement switches to the locked path and back
+    // every fourth replacement switches to another algorithm and back
     torn_parameters(AnyAlgorithm::Gcra(param_set(0)), |i| {
         if i % 4 == 0 {
             AnyAlgorithm::SlidingLog(SlidingLog::new(7, std::time::Duration::from_secs(1)).unwrap())

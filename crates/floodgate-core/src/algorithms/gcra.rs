@@ -3,7 +3,7 @@
 use std::num::NonZeroU64;
 
 use super::{dur, nonzero, sat_u64};
-use crate::algorithm::{Algorithm, OneWord};
+use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::rate::Rate;
@@ -148,30 +148,6 @@ impl Gcra {
         self.tau_ns
     }
 
-    /// The parameters as four words, for [`Limiter`](crate::Limiter) to publish in
-    /// atomics; [`Gcra::from_words`] reads them back.
-    #[inline(always)]
-    pub(crate) fn to_words(&self) -> OneWord {
-        OneWord([
-            self.capacity,
-            self.t_ns.get(),
-            self.tau_ns,
-            u64::from(self.cell),
-        ])
-    }
-
-    /// The inverse of [`Gcra::to_words`] (a zero interval, which `to_words` never gives,
-    /// reads as 1 ns rather than panicking).
-    #[inline(always)]
-    pub(crate) fn from_words(OneWord(w): OneWord) -> Gcra {
-        Gcra {
-            capacity: w[0],
-            t_ns: NonZeroU64::new(w[1]).unwrap_or(NonZeroU64::MIN),
-            tau_ns: w[2],
-            cell: w[3] != 0,
-        }
-    }
-
     /// Units that fit in `tau - ttl` (0 when negative); for [`Gcra::from_cell`], counted
     /// as redis-cell counts them.
     #[inline]
@@ -245,16 +221,10 @@ enum Step {
 impl Algorithm for Gcra {
     type State = GcraState;
     type Pending = Nanos;
-    const ONE_WORD: bool = true;
 
     #[inline]
     fn limit(&self) -> u64 {
         self.capacity
-    }
-
-    #[inline(always)]
-    fn one_word(&self) -> Option<OneWord> {
-        Some(self.to_words())
     }
 
     #[inline(always)]
