@@ -97,8 +97,8 @@ fn moving_time_exactness<L: Send + Sync + 'static, A: Algorithm>(
 }
 
 /// 100/s (one new unit per 10 ms), bursts of 50, built two ways that admit alike but
-/// differ in their parameter words (redis-cell's way counts `remaining` from whole
-/// microseconds).
+/// differ in their parameters (redis-cell's way counts `remaining` from whole
+/// microseconds): replacing one by the other must not change what is admitted.
 fn gcra_100_50(cell: bool) -> Gcra {
     if cell {
         Gcra::from_cell(49, 100, 1).unwrap()
@@ -147,7 +147,7 @@ fn limiter_any_gcra_has_zero_overshoot_with_time_moving_and_set_algorithm_racing
 }
 
 #[test]
-fn limiter_locked_path_has_zero_overshoot_with_time_moving() {
+fn limiter_sliding_log_has_zero_overshoot_with_time_moving() {
     // a sliding log of 50 per 500 ms admits differently from the GCRA
     let log = || SlidingLog::new(50, std::time::Duration::from_millis(500)).unwrap();
     moving_time_exactness(

@@ -524,9 +524,8 @@ impl tonic::codec::Decoder for RawCodec {
 
 #[tokio::test]
 async fn concurrent_calls_on_one_connection_beside_an_open_stream_are_each_decided_once() {
-    // The calls of one HTTP/2 connection are run by the connection's own task: 200 calls
-    // in flight at once on one connection, beside a health watch that stays open, are
-    // all answered, and each counter admits exactly its limit.
+    // 200 calls in flight at once on one HTTP/2 connection, beside a health watch that
+    // stays open, are all answered, and each counter admits exactly its limit.
     use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::health_client::HealthClient;
