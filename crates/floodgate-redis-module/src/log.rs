@@ -409,7 +409,10 @@ fn eight_digits(x: u64) -> u64 {
 }
 
 /// `FG.DECIDE`'s sliding log on the scripts' text `stored` (`None`: no key): `"total t1
-/// c1 t2 c2 ..."`. `None`: a value the decoder would refuse or write otherwise.
+/// c1 t2 c2 ..."`, its stored total the units it holds as in the scripts' decision
+/// (`scan::trusting_total`; the counts' sum where the total is below the expired
+/// prefix's units or an entry read is not as the encoder writes it). `None`: a value that
+/// read refuses (the general path decodes it whole, and refuses or rewrites it).
 pub fn text(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) -> Option<Logged> {
     let v = stored.unwrap_or_default();
     scan::prefetch(v);
@@ -418,8 +421,11 @@ pub fn text(log: &SlidingLog, stored: Option<&[u8]>, now: Nanos, cost: u64) -> O
     let summary = match stored {
         None => Summary::empty(0),
         Some(v) => {
-            decimal(v, &mut first)?;
-            scan::summary(v, first, now.0, w)?
+            let total = decimal(v, &mut first)?;
+            match scan::trusting_total(v, first, total, now.0, w) {
+                Some(s) => s,
+                None => scan::summary(v, first, now.0, w)?,
+            }
         }
     };
     let entries = scan::Entries::new(v, first, (now.0, w));

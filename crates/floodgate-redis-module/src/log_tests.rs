@@ -124,13 +124,49 @@ fn values_read_otherwise_are_left_to_the_general_path() {
     ] {
         assert_eq!(text(&log, Some(v), now, 1), None, "{v:?}");
     }
-    // read: one entry, the total ignored (the decoder's sum is what counts)
+    // read: one entry, its total taken as the scripts take it
     assert!(text(&log, Some(b"9 1700000000000000000 1"), now, 1).is_some());
     assert!(text(&log, Some(b"0"), now, 1).is_some());
     for v in [&b""[..], b"\x06abc", b"\x02abcdefghabcdefgh", &[6; 18]] {
         assert_eq!(binary(&log, Some(v), now, 1), None, "{v:?}");
     }
     assert!(binary(&log, Some(&[6]), now, 1).is_some());
+}
+
+/// A text log's stored total is the units it holds, as the scripts' decision takes it
+/// (`used = total - expired`), not the sum of its counts: a value whose total disagrees
+/// with its entries (written by something else) is decided as the scripts decide it.
+#[test]
+fn a_text_logs_stored_total_is_what_it_holds_as_in_the_scripts() {
+    let log = SlidingLog::new(5, Duration::from_secs(1)).unwrap();
+    let n = 1_700_000_000_000_000_000u64;
+    let now = Nanos(n);
+    let at = |v: &[u8], cost| {
+        let (d, w) = text(&log, Some(v), now, cost).unwrap();
+        (d, w.map(|(s, full)| (s.to_bytes(v).to_vec(), full)))
+    };
+    // 4 units, 1 of them expired: 3 used, where the counts say 1
+    let v = format!("4 {} 1 {} 1", n - 2_000_000_000, n - 500_000_000);
+    let want = format!("4 {} 1 {n} 1", n - 500_000_000);
+    assert_eq!(
+        at(v.as_bytes(), 1),
+        (
+            Decision::allow(5, 1, Duration::from_secs(1)),
+            Some((want.into_bytes(), Nanos(n + 1_000_000_000)))
+        )
+    );
+    // 9 units in the window of a limit of 5: denied; nothing frees 5 units before the
+    // last entry leaves the window
+    let v = format!("9 {} 1", n - 500_000_000);
+    let half = Duration::from_millis(500);
+    assert_eq!(
+        at(v.as_bytes(), 1),
+        (Decision::deny(5, 0, half, half), None)
+    );
+    // a total below its expired units: read as the decoder reads it (the counts' sum)
+    let v = format!("0 {} 3 {} 1", n - 2_000_000_000, n - 500_000_000);
+    let want = format!("2 {} 1 {n} 1", n - 500_000_000);
+    assert_eq!(at(v.as_bytes(), 1).1.unwrap().0, want.into_bytes());
 }
 
 /// The decimals as the text's decoder reads them, byte by byte.

@@ -179,6 +179,81 @@ async fn module_and_scripts_share_keys() {
     assert!(common::calls(&server, "evalsha") > 1000);
 }
 
+/// A sliding log's stored total is what it holds for the module as for the scripts: on
+/// values whose total disagrees with their counts (as something else could write them),
+/// `FG.DECIDE` and the sliding-log script give the same decision and write the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_logs_stored_total_counts_for_the_module_as_for_the_scripts() {
+    use floodgate_core::AnyAlgorithm;
+    use floodgate_core::algorithms::SlidingLog;
+    use redis::AsyncCommands;
+
+    let prefix = common::unique_prefix("total");
+    let (server, module) = common::module_store(&prefix).await;
+    let scripts =
+        common::store_with(&server.url(), common::sim_config(&prefix, ModuleUse::Never)).await;
+    let mut raw = common::raw_conn(&server.url()).await;
+    let mut rng = StdRng::seed_from_u64(0x7074);
+    let (mut denied, mut admitted) = (0, 0);
+    for case in 0..400 {
+        let limit = rng.random_range(1..=40u64);
+        let w = rng.random_range(1..=5_000_000_000u64);
+        let alg =
+            AnyAlgorithm::SlidingLog(SlidingLog::new(limit, Duration::from_nanos(w)).unwrap());
+        let sides = [
+            RedisLimiter::new(module.clone(), alg.clone()).unwrap(),
+            RedisLimiter::new(scripts.clone(), alg).unwrap(),
+        ];
+        let now = 1_700_000_000_000_000_000 + rng.random_range(0..1_000_000_000_000u64);
+        // entries oldest first, some expired, then a stored total that says more or
+        // fewer units than their counts, never fewer than the expired ones
+        let mut t = now - rng.random_range(0..=2 * w);
+        let (mut entries, mut gone, mut live) = (Vec::new(), 0u64, 0u64);
+        for _ in 0..rng.random_range(1..=150) {
+            t += rng.random_range(0..=w / 50 + 1);
+            if t > now {
+                break;
+            }
+            let c = rng.random_range(1..=3u64);
+            if t + w <= now {
+                gone += c;
+            } else {
+                live += c;
+            }
+            entries.push(format!(" {t} {c}"));
+        }
+        let total = gone + rng.random_range(0..=live + limit + 2);
+        let value = format!("{total}{}", entries.concat());
+        let cost = rng.random_range(0..=4u64);
+        let key = sides[0].redis_key(format!("u{case}").as_bytes()).unwrap();
+        let mut got = Vec::new();
+        for side in &sides {
+            let _: () = raw.set_ex(&key, &value, 600).await.unwrap();
+            let d = side
+                .try_check_at(format!("u{case}").as_bytes(), Nanos(now), cost)
+                .await
+                .unwrap();
+            let after: Vec<u8> = raw.get(&key).await.unwrap();
+            got.push((d, after));
+        }
+        assert_eq!(
+            got[0], got[1],
+            "{value} at {now}, limit {limit}, window {w}, cost {cost}"
+        );
+        if got[0].0.allowed {
+            admitted += 1;
+        } else {
+            denied += 1;
+        }
+    }
+    assert!(
+        admitted > 50 && denied > 50,
+        "{admitted} admitted, {denied} denied"
+    );
+    assert!(common::calls(&server, "fg.decide") >= 400);
+    assert!(common::calls(&server, "evalsha") >= 400);
+}
+
 /// On a store that uses the module, reservations and settles are `FG.RESERVE` and
 /// `FG.SETTLE`, checks `FG.DECIDE` and in-flight leases `FG.ACQUIRE` and `FG.RELEASE`,
 /// all seeing each other's writes; no script runs.

@@ -1,8 +1,12 @@
-//! The scripts' sliding-log text read 64 bytes at a time: one pass over the whole value
-//! checks it is as the encoder writes it (decimals of digits only, no leading zero,
-//! separated by single spaces), with bit masks of a block's spaces, digits and zeros;
-//! the entries are then found from the spaces' positions, each decimal read only where
-//! its value is needed (an expired prefix's instants, the counts, the last instant).
+//! The scripts' sliding-log text. A decision reads it as the scripts do
+//! ([`trusting_total`]): the stored total, the expired prefix and the last entry, each
+//! checked as it is read, the entries between kept as they lie. A value that read finds
+//! otherwise (or a denial's retry, which reads every entry) goes through the whole text
+//! 64 bytes at a time ([`summary`]): one pass checks it is as the encoder writes it
+//! (decimals of digits only, no leading zero, separated by single spaces), with bit masks
+//! of a block's spaces, digits and zeros; the entries are then found from the spaces'
+//! positions, each decimal read only where its value is needed (an expired prefix's
+//! instants, the counts, the last instant).
 
 use super::{Entry, Summary, decimal};
 
@@ -388,6 +392,84 @@ pub(super) fn summary_with(
     })
 }
 
+/// The [`Summary`] of the text log `v` as the scripts' decision reads it: its stored
+/// total `total` (the decimal before byte `first`) taken as the units it holds, so that
+/// only the expired prefix, the first entry after it and the last entry are read (each
+/// checked as it is read). The entries between are kept as they lie, as the scripts keep
+/// them, and checked when a decision reads them: as they expire, or when a denial looks
+/// for its retry. `None`: an entry read is not as the encoder writes it, or the expired
+/// prefix holds more units than the total; [`summary`] reads the value then.
+pub(super) fn trusting_total(
+    v: &[u8],
+    first: usize,
+    total: u64,
+    now: u64,
+    w: u64,
+) -> Option<Summary> {
+    let len = v.len();
+    let (mut gone, mut k) = (0u64, 0usize);
+    let (mut start, mut live_start, mut last) = (first, len, None);
+    // the expired prefix, and the first entry after it
+    while start < len {
+        let mut i = start;
+        let t = decimal(v, &mut i)?;
+        let count_at = i;
+        // an instant without its count
+        if count_at >= len {
+            return None;
+        }
+        let c = decimal(v, &mut i)?;
+        last = Some(Entry {
+            t,
+            t_known: true,
+            c,
+            start,
+            count_at,
+        });
+        let at = start;
+        start = i;
+        if t.saturating_add(w) > now {
+            live_start = at;
+            break;
+        }
+        // the core sums the expired prefix with `Sum` (wrapping when built for release)
+        gone = gone.wrapping_add(c);
+        k += 1;
+    }
+    if start < len {
+        // the last entry: the value's last two decimals, after the entry just read
+        let count_at = v.iter().rposition(|&b| b == b' ')? + 1;
+        let t_start = v[..count_at - 1]
+            .iter()
+            .rposition(|&b| b == b' ')
+            .map_or(0, |i| i + 1);
+        if t_start < start {
+            return None;
+        }
+        let mut i = t_start;
+        let t = decimal(v, &mut i)?;
+        if i != count_at {
+            return None;
+        }
+        let c = decimal(v, &mut i)?;
+        last = Some(Entry {
+            t,
+            t_known: true,
+            c,
+            start: t_start,
+            count_at,
+        });
+    }
+    Some(Summary {
+        total,
+        gone,
+        k,
+        live_start,
+        live_sum: total.checked_sub(gone)?,
+        last,
+    })
+}
+
 /// What the entries of a text log from an instant's first byte to the end add up to,
 /// read a block at a time from the masks of its spaces and digits: the counts are the
 /// decimals after an odd number of the part's spaces (a prefix XOR of the spaces gives
@@ -467,12 +549,7 @@ impl Rest {
         let (mut ones, mut sum, mut last_count_at) = (0u64, 0u64, None);
         loop {
             let (s_r, d_r) = (s & lo, d & lo);
-            let x = (u128::from(d_r) << 64) | u128::from(digits_before);
-            let r2 = x & (x << 1);
-            let r4 = r2 & (r2 << 2);
-            let r8 = r4 & (r4 << 4);
-            let r16 = r8 & (r8 << 8);
-            if (r16 & (r4 << 16)) >> 64 != 0 {
+            if ends_a_run_of_20(digits_before, d_r) {
                 return None;
             }
             let parity = prefix_xor(s_r) ^ odd;
@@ -525,6 +602,18 @@ impl Rest {
             last: (t_start, count_at, c),
         }))
     }
+}
+
+/// Whether a run of 20 digits or more ends in the block of digits `d`, the block before
+/// it holding the digits `before` (bit `i`: byte `i`).
+#[inline(always)]
+fn ends_a_run_of_20(before: u64, d: u64) -> bool {
+    let x = (u128::from(d) << 64) | u128::from(before);
+    let r2 = x & (x << 1);
+    let r4 = r2 & (r2 << 2);
+    let r8 = r4 & (r4 << 4);
+    let r16 = r8 & (r8 << 8);
+    (r16 & (r4 << 16)) >> 64 != 0
 }
 
 /// Bit `i` of the result: the parity of the bits of `x` from 0 to `i`.
