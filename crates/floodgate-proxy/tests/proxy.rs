@@ -351,6 +351,9 @@ async fn redis_store_charges_nothing_for_denied_requests_under_concurrency() {
     delete_redis_keys(&prefix);
 }
 
+/// Two policies on the Redis store, all or nothing: the fourth request is denied by the
+/// global limit and not charged by its per-key one. (The global limit is a sliding log: a
+/// fixed window aligned to the clock could roll over between the requests.)
 #[tokio::test]
 async fn redis_store_all_or_nothing_and_fault_outcome() {
     let backend = Backend::start().await;
@@ -359,7 +362,7 @@ async fn redis_store_all_or_nothing_and_fault_outcome() {
         "store = \"redis://127.0.0.1:6379/\"\n[redis]\nprefix = \"{prefix}\"\ntimeout = \"500ms\"\n\
          [headers]\nlegacy = \"delta\"\n\
          [[policy]]\nname = \"per-key\"\nalgorithm = \"gcra\"\nrate = \"100/10s\"\nkey = \"header:x-api-key\"\n\
-         [[policy]]\nname = \"global\"\nalgorithm = \"fixed-window\"\nrate = \"3/10s\"\nkey = \"global\"\n\
+         [[policy]]\nname = \"global\"\nalgorithm = \"sliding-log\"\nrate = \"3/10s\"\nkey = \"global\"\n\
          [[route]]\nprefix = \"/only-key\"\npolicies = [\"per-key\"]\n\
          [[route]]\nprefix = \"/\"\npolicies = [\"per-key\", \"global\"]\n"
     );
