@@ -317,20 +317,34 @@ pub fn push_state(out: &mut String, sf_name: &str, (r, t): (u64, u64)) {
 
 /// Append `v` in decimal, capped at [`SF_INT_MAX`] (a Structured Fields Integer).
 pub fn push_int(out: &mut String, v: u64) {
-    let v = v.min(SF_INT_MAX);
-    let mut buf = [0u8; 20];
+    // two digits per division, from a table of "00" to "99"
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let mut n = v.min(SF_INT_MAX);
+    let mut buf = [0u8; 16];
     let mut i = buf.len();
-    let mut n = v;
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+    while n >= 100 {
+        let d = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[d..d + 2]);
     }
-    // ASCII digits
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+    if n >= 10 {
+        let d = n as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[d..d + 2]);
+    } else {
+        i -= 1;
+        buf[i] = b'0' + n as u8;
+    }
+    // ASCII digits, pushed as chars: no UTF-8 check of the buffer
+    out.reserve(buf.len() - i);
+    for &b in &buf[i..] {
+        out.push(char::from(b));
+    }
 }
 
 /// A policy name as a Structured Fields String: quoted, `"` and `\` escaped, anything but
@@ -532,5 +546,23 @@ mod tests {
         let mut zero = String::new();
         push_int(&mut zero, 0);
         assert_eq!(zero, "0");
+    }
+
+    use proptest::strategy::Strategy;
+
+    proptest::proptest! {
+        /// `push_int` writes what `to_string` does, capped at `SF_INT_MAX`, after what
+        /// the string held.
+        #[test]
+        fn push_int_is_decimal(v in proptest::prop_oneof![
+            0u64..1000,
+            proptest::num::u64::ANY,
+            (0u32..20).prop_map(|e| 10u64.pow(e)),
+            (1u32..20).prop_map(|e| 10u64.pow(e) - 1),
+        ]) {
+            let mut s = String::from("x=");
+            push_int(&mut s, v);
+            proptest::prop_assert_eq!(s, format!("x={}", v.min(SF_INT_MAX)));
+        }
     }
 }
