@@ -8,6 +8,9 @@
 #   scripts/proxy-instructions.sh [REQUESTS]   (default 3000; needs valgrind, and nginx
 #                                              for the comparison: apt-get install -y nginx)
 #
+# BASE_FLOODGATE=path/to/floodgate (another build, e.g. an earlier commit's
+# target/dist/floodgate) is measured too, in the same run, beside this checkout's.
+#
 # Two scenarios: every request proxied (limit far above the load), and nearly every
 # request denied (1 r/s, burst 1). Per target: warm up with 200 requests, zero the counters, send REQUESTS with
 # `floodgate load --closed-loop -c 4`, dump, print instructions per request.
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib/nginx-limit-req.sh
 N=${1:-3000}
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install -y valgrind)" >&2; exit 1; }
-for p in 28100 28180 28181; do
+for p in 28100 28180 28181 28182; do
   if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
 done
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
@@ -56,10 +59,17 @@ measure() { # label port command...
 scenario() {
   measure "floodgate proxy$1" 28180 "$BIN/floodgate" proxy --listen 127.0.0.1:28180 \
     --upstream http://127.0.0.1:28100 --rate "$2/s" --burst "$3" --nodelay --threads 1
+  if [ -n "${BASE_FLOODGATE:-}" ]; then
+    measure "floodgate base$1" 28182 "$BASE_FLOODGATE" proxy --listen 127.0.0.1:28182 \
+      --upstream http://127.0.0.1:28100 --rate "$2/s" --burst "$3" --nodelay --threads 1
+  fi
   if command -v nginx >/dev/null; then
     nginx_limit_req_conf "$TMP/nginx" 127.0.0.1:28181 127.0.0.1:28100 "$2" "$3" 1
     measure "nginx limit_req$1" 28181 nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf"
     python3 -c "print('floodgate / nginx$1: %.2fx the instructions' % ($(cat "$TMP/floodgate proxy$1.per") / $(cat "$TMP/nginx limit_req$1.per")))"
+    if [ -n "${BASE_FLOODGATE:-}" ]; then
+      python3 -c "print('floodgate base / nginx$1: %.2fx the instructions' % ($(cat "$TMP/floodgate base$1.per") / $(cat "$TMP/nginx limit_req$1.per")))"
+    fi
   else
     echo "nginx not installed: no comparison (apt-get install -y nginx)"
   fi
