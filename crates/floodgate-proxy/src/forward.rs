@@ -151,7 +151,8 @@ fn upstream_fields(
             .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
             .collect(),
     };
-    let mut forwarded: Vec<u8> = Vec::new();
+    // room for the peer's address and a hop or two: one allocation, no regrowth
+    let mut forwarded: Vec<u8> = Vec::with_capacity(64);
     let mut has_host = false;
     for (name, value) in headers {
         let n = name.as_str();
@@ -279,7 +280,8 @@ impl Service<Request<RequestBody>> for Forward {
         };
         // the head is prepared here, so that the future holds only what it waits with
         let settle = req.extensions().get::<SettleHandle>().cloned();
-        let Some((route, body_watch)) = self.route(req) else {
+        let trailer = settle.as_ref().is_some_and(|h| h.cost_trailer().is_some());
+        let Some((route, body_watch)) = self.route(req, trailer) else {
             let resp = self.error(StatusCode::BAD_REQUEST, "unusable request target", format);
             return Box::pin(std::future::ready(Ok(resp)));
         };
@@ -384,15 +386,15 @@ impl Service<Request<RequestBody>> for Forward {
 impl Forward {
     /// How `req` goes upstream, and the flag its body sets when it fails (hyper's way
     /// only: the direct way has no body to fail); `None` when its target cannot be sent
-    /// to an HTTP/2 upstream.
-    fn route(&self, req: Request<RequestBody>) -> Option<(Route, Option<Arc<BodyWatch>>)> {
+    /// to an HTTP/2 upstream. `trailer`: the request's route settles its cost from a
+    /// trailer, so it takes hyper's way, which reads trailers (the direct way drops
+    /// them), asking the upstream for them.
+    fn route(
+        &self,
+        req: Request<RequestBody>,
+        trailer: bool,
+    ) -> Option<(Route, Option<Arc<BodyWatch>>)> {
         let (parts, body) = req.into_parts();
-        // a route settling its cost from a trailer: hyper's way, which reads trailers
-        // (the direct way drops them), asking the upstream for them
-        let trailer = parts
-            .extensions
-            .get::<SettleHandle>()
-            .is_some_and(|h| h.cost_trailer().is_some());
         let peer = parts
             .extensions
             .get::<PeerAddr>()
