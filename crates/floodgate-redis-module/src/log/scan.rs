@@ -1,8 +1,8 @@
 //! The scripts' sliding-log text. A decision reads it as the scripts do
 //! ([`trusting_total`]): the stored total, the expired prefix and the last entry, each
-//! checked as it is read, the entries between kept as they lie. A value that read finds
-//! otherwise (or a denial's retry, which reads every entry) goes through the whole text
-//! 64 bytes at a time ([`summary`]): one pass checks it is as the encoder writes it
+//! checked as it is read, the entries between kept as they lie (a denial's retry reads
+//! them, [`Entries`]). A value that read refuses goes through the whole text 64 bytes at
+//! a time ([`summary`]): one pass checks it is as the encoder writes it
 //! (decimals of digits only, no leading zero, separated by single spaces), with bit masks
 //! of a block's spaces, digits and zeros; the entries are then found from the spaces'
 //! positions, each decimal read only where its value is needed (an expired prefix's
