@@ -95,12 +95,14 @@ fn first_instant(lo: u64, hi: u64, pred: impl Fn(u64) -> bool) -> u64 {
 }
 
 /// Whether an admitted call's five integers `got` are the core's (`at`) at some instant
-/// of `t0..=t1`. Admitted with the TAT ahead of the instant, the new TAT is fixed, so as
-/// time passes `remaining` only grows and `reset_after` only shrinks: the instants
-/// matching both form one span, which starts where the later of the two starts.
+/// of `t0..=t1`. As time passes a call once admitted stays admitted (the core may deny
+/// it at `t0` and admit it at `t1`); admitted with the TAT ahead of the instant, the new
+/// TAT is fixed, so `remaining` only grows and `reset_after` only shrinks: the instants
+/// matching all three form one span, which starts where the latest of the three starts.
 fn admitted_at_some_instant(at: &dyn Fn(u64) -> Vec<i64>, t0: u64, t1: u64, got: &[i64]) -> bool {
-    let from_remaining = first_instant(t0, t1, |t| at(t)[2] >= got[2]);
-    let from_reset = first_instant(t0, t1, |t| at(t)[4] <= got[4]);
+    let from_admitted = first_instant(t0, t1, |t| at(t)[0] == 0);
+    let from_remaining = first_instant(from_admitted, t1, |t| at(t)[2] >= got[2]);
+    let from_reset = first_instant(from_admitted, t1, |t| at(t)[4] <= got[4]);
     let start = from_remaining.max(from_reset);
     start <= t1 && at(start) == got
 }
@@ -130,6 +132,21 @@ fn an_answer_between_two_readings_is_found_and_a_wrong_one_is_not() {
     let mut late = at(t1);
     late[4] -= 1;
     assert!(!admitted_at_some_instant(&at, t0, t1, &late));
+    // CL.THROTTLE k 11 518 1 3, readings 0.43 ms apart: denied at the first, admitted at
+    // the second (as a CI run saw it); the admitted answer is found, a denial's is not
+    let gcra = Gcra::from_cell(11, 518, 1).unwrap();
+    let t1 = t0 + 425_516;
+    let at_tat = |tat: u64, t: u64| {
+        let state = GcraState { tat: Nanos(tat) };
+        gcra.decide(&state, Nanos(t), 3).0.throttle_reply().to_vec()
+    };
+    let tat = (t0..t0 + 100_000_000)
+        .step_by(50_000)
+        .find(|&tat| at_tat(tat, t0)[0] == 1 && at_tat(tat, t1)[0] == 0)
+        .expect("a TAT whose call is admitted between the readings");
+    let at = |t: u64| at_tat(tat, t);
+    assert!(admitted_at_some_instant(&at, t0, t1, &at(t1)));
+    assert!(!admitted_at_some_instant(&at, t0, t1, &at(t0)));
 }
 
 #[test]
