@@ -7,7 +7,7 @@
 
 mod common;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use http_body_util::BodyExt;
@@ -84,14 +84,6 @@ async fn send(channel: &Channel, body: Bytes, via_tonic: bool) -> Seen {
         grpc_message: field("grpc-message"),
         response,
     }
-}
-
-fn framed(message: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(5 + message.len());
-    b.put_u8(0);
-    b.put_u32(message.len() as u32);
-    b.put_slice(message);
-    b.freeze()
 }
 
 #[tokio::test]

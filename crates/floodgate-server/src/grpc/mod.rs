@@ -11,9 +11,10 @@
 //! * Bad requests get `INVALID_ARGUMENT`, unknown domains `NOT_FOUND` (or OK with no
 //!   limit under `unknown_domain: allow`), store errors `INTERNAL`.
 //!
-//! [`serve`] is the listener: hyper's HTTP/2, `ShouldRateLimit` answered directly, the
+//! [`serve`] is the listener: [`h2`]'s HTTP/2, `ShouldRateLimit` answered directly, the
 //! rest by tonic.
 
+pub(crate) mod h2;
 pub mod serve;
 pub mod wire;
 

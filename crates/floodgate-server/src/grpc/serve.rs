@@ -1,30 +1,27 @@
-//! The gRPC listener: HTTP/2 connections served by hyper, with `ShouldRateLimit` answered
-//! directly and everything else handed to tonic's routes (the health service, unknown
-//! methods, and any `ShouldRateLimit` call the direct path does not take).
+//! The gRPC listener: HTTP/2 connections served by [`super::h2`], with `ShouldRateLimit`
+//! answered directly and everything else handed to tonic's routes (the health service,
+//! unknown methods, and any `ShouldRateLimit` call the direct path does not take).
 //!
 //! The direct path reads the one length-prefixed message of a unary call, reads the
 //! request in place ([`wire`]; prost when that reader declines), asks
 //! [`RlsService::decide_with`] (the same code the tonic service runs) and writes the reply
-//! as tonic does (the message as prost encodes it, written by [`wire::write_reply`]): `content-type: application/grpc`, one data frame, a `grpc-status:
-//! 0` trailer; an error is a trailers-only reply ([`tonic::Status::into_http`]). It skips
-//! tonic's per-call router, codec buffers, boxed futures and layers, which cost about as
-//! much CPU as the decision itself. A call it cannot take as it is (a compressed or
-//! malformed message, more than one message, a message above the size cap, a body error)
-//! is replayed to the tonic service unchanged, so every error is tonic's own. A
+//! as tonic does (the message as prost encodes it, written by [`wire::write_reply`]):
+//! `content-type: application/grpc`, one data frame, a `grpc-status: 0` trailer; an error
+//! is a trailers-only reply ([`tonic::Status::into_http`]). It skips tonic's per-call
+//! router, codec buffers, boxed futures and layers. A call it cannot take as it is (a
+//! compressed or malformed message, more than one message, a message above the size cap)
+//! is handed to the tonic service unchanged, so every error is tonic's own. A
 //! `grpc-timeout` header bounds the whole call, as tonic's server does.
 //!
 //! Why it is hand-written, measured (`docs/bench-server.md`, release build, perf under
 //! `examples/rls_load` with 16 callers): tonic's per-call stack was about 14% of the
-//! server's CPU; with this path the server's CPU per call fell from 15.4-16.5 us to
-//! 11.4-11.6 us (commit ea521f3, A/B on the same machine). Tested against the crate it
-//! stands in for: `tests/grpc_direct.rs` sends the same calls through this path and
-//! through tonic's service and compares status, headers, trailers and message.
-//!
-//! The connection settings are tonic's server defaults: HTTP/2 only, `TCP_NODELAY`, no
-//! keep-alive pings, hyper's windows, no limit on locally reset streams.
+//! server's CPU, and hyper's and h2's connection work (stream bookkeeping, a task per
+//! call, header maps) about 30%. Tested against the crates it stands in for:
+//! `tests/grpc_direct.rs` sends the same calls through this path and through tonic's
+//! service and compares status, headers, trailers and message; `tests/grpc_http2.rs`
+//! holds the connection to RFC 9113 with the `h2` crate's client, raw frames and curl.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -35,10 +32,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::server::conn::http2;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prost::Message;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -56,9 +49,6 @@ pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitServic
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
-
-/// tonic's default HTTP/2 keep-alive timeout (unused without a keep-alive interval).
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What the gRPC listener serves.
 #[derive(Clone)]
@@ -113,36 +103,59 @@ impl GrpcDoor {
             return Box::pin(self.fallback(req.map(tonic::body::Body::new))).await;
         }
         let (parts, body) = req.into_parts();
-        let (message, frames) = match read_unary(body, self.max_bytes).await {
+        let (whole, frames) = match read_unary(body, self.max_bytes).await {
             Ok(read) => read,
             Err(replay) => {
                 let req = Request::from_parts(parts, tonic::body::Body::new(replay));
                 return Box::pin(self.fallback(req)).await;
             }
         };
-        if let Some(request) = wire::read_request(&message) {
-            drop((parts, frames));
-            return match self.service.decide_with(request, wire::write_reply).await {
-                Ok(reply) => unary_response(reply),
-                Err(status) => status.into_http(),
-            };
-        }
-        match RateLimitRequest::decode(message) {
-            Ok(request) => {
-                drop((parts, frames));
-                Box::pin(async move {
-                    match self.service.decide(&request).await {
-                        Ok(response) => unary_response(encode(&response)),
-                        Err(status) => status.into_http(),
-                    }
-                })
-                .await
-            }
-            Err(_) => {
+        match self.answer(&whole).await {
+            Direct::Reply(reply) => unary_response(reply),
+            Direct::Status(status) => status.into_http(),
+            Direct::Declined => {
                 let replay = Replay::<B>::new(frames, None, None);
                 let req = Request::from_parts(parts, tonic::body::Body::new(replay));
                 Box::pin(self.fallback(req)).await
             }
+        }
+    }
+
+    /// The most octets a request message may have.
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    /// Answer a `ShouldRateLimit` call whose body is `body` (the length-prefixed
+    /// message), or decline it: a body that is not one uncompressed message of at most
+    /// the size cap, or a message prost cannot decode, is tonic's to answer.
+    pub async fn answer(&self, body: &Bytes) -> Direct {
+        let message = match body.get(..5) {
+            Some(&[0, a, b, c, d])
+                if u32::from_be_bytes([a, b, c, d]) as usize == body.len() - 5
+                    && body.len() - 5 <= self.max_bytes =>
+            {
+                body.slice(5..)
+            }
+            _ => return Direct::Declined,
+        };
+        if let Some(request) = wire::read_request(&message) {
+            return match self.service.decide_with(request, wire::write_reply).await {
+                Ok(reply) => Direct::Reply(reply),
+                Err(status) => Direct::Status(status),
+            };
+        }
+        match RateLimitRequest::decode(message) {
+            Ok(request) => {
+                Box::pin(async move {
+                    match self.service.decide(&request).await {
+                        Ok(response) => Direct::Reply(encode(&response)),
+                        Err(status) => Direct::Status(status),
+                    }
+                })
+                .await
+            }
+            Err(_) => Direct::Declined,
         }
     }
 
@@ -155,6 +168,16 @@ impl GrpcDoor {
     }
 }
 
+/// What [`GrpcDoor::answer`] gives a `ShouldRateLimit` call.
+pub enum Direct {
+    /// The reply: one length-prefixed `RateLimitResponse`, then `grpc-status: 0`.
+    Reply(Bytes),
+    /// A trailers-only reply with this status.
+    Status(Status),
+    /// Not one the direct path takes: tonic's service answers it.
+    Declined,
+}
+
 /// Serve gRPC on `listener` until `shutdown` turns true (or its sender is gone); then stop
 /// accepting, let every connection finish its calls, and return when all are closed.
 pub async fn serve(
@@ -162,13 +185,6 @@ pub async fn serve(
     door: Arc<GrpcDoor>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        .keep_alive_interval(None)
-        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-        .adaptive_window(false)
-        .max_local_error_reset_streams(None);
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -177,29 +193,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    let door = door.clone();
-                    let svc = service_fn(move |req: Request<Incoming>| {
-                        let door = door.clone();
-                        // boxed: hyper moves the call's future into a task of its own, and
-                        // moving a pointer is cheaper than moving the decision's state
-                        Box::pin(async move { Ok::<_, Infallible>(door.handle(req).await) })
-                    });
-                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
-                    let mut stop = shutdown.clone();
-                    conns.spawn(async move {
-                        let mut conn = std::pin::pin!(conn);
-                        tokio::select! {
-                            r = conn.as_mut() => {
-                                if let Err(e) = r {
-                                    tracing::debug!(error = %e, "gRPC connection failed");
-                                }
-                            }
-                            () = stopped(&mut stop) => {
-                                conn.as_mut().graceful_shutdown();
-                                let _ = conn.await;
-                            }
-                        }
-                    });
+                    conns.spawn(super::h2::serve_connection(stream, door.clone(), shutdown.clone()));
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "gRPC accept failed");
@@ -242,9 +236,8 @@ fn unary_response(message: Bytes) -> Response<GrpcBody> {
     response
 }
 
-/// The body of a unary call, when it is one uncompressed message of at most `max` bytes
-/// (the message without its 5-byte prefix, and the frames read); otherwise what was read,
-/// to be replayed.
+/// The body of a unary call, when it has at most `max` bytes and 5 (the body, its 5-byte
+/// prefix included, and the frames read); otherwise what was read, to be replayed.
 async fn read_unary<B>(mut body: B, max: usize) -> Result<(Bytes, Frames), Replay<B>>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -283,12 +276,7 @@ where
             }
         }
     };
-    match whole.get(..5) {
-        Some(&[0, a, b, c, d]) if u32::from_be_bytes([a, b, c, d]) as usize == whole.len() - 5 => {
-            Ok((whole.slice(5..), frames))
-        }
-        _ => Err(Replay::new(frames, None, None)),
-    }
+    Ok((whole, frames))
 }
 
 /// The frames of a request body read so far, in order: the first held inline (a unary
@@ -429,7 +417,11 @@ impl Body for GrpcBody {
 /// The `grpc-timeout` header as tonic's server reads it (at most 8 digits and a unit:
 /// `H`, `M`, `S`, `m`, `u`, `n`); a malformed header is no timeout.
 fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(GRPC_TIMEOUT)?.to_str().ok()?;
+    parse_grpc_timeout(headers.get(GRPC_TIMEOUT)?.to_str().ok()?)
+}
+
+/// A `grpc-timeout` value as tonic's server reads it; a malformed one is none.
+pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     if value.is_empty() {
         return None;
     }

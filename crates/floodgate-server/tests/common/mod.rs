@@ -96,6 +96,17 @@ pub async fn call(
     c.should_rate_limit(r).await.map(|r| r.into_inner())
 }
 
+/// `message` as one uncompressed gRPC message: a zero flag byte, the length (4 bytes,
+/// big-endian), the message.
+pub fn framed(message: &[u8]) -> bytes::Bytes {
+    use bytes::BufMut;
+    let mut b = bytes::BytesMut::with_capacity(5 + message.len());
+    b.put_u8(0);
+    b.put_u32(message.len() as u32);
+    b.put_slice(message);
+    b.freeze()
+}
+
 pub fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
     r.response_headers_to_add
         .iter()
