@@ -4,7 +4,9 @@
 //!
 //! * [`grpc`]: Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService/
 //!   ShouldRateLimit`) and the gRPC health service, so Envoy, Istio, Contour or Emissary
-//!   can point at floodgate instead of Envoy's ratelimit service.
+//!   can point at floodgate instead of Envoy's ratelimit service; served on the crate's
+//!   own HTTP/2 (cleartext, prior knowledge, as tonic's server), tonic answering what the
+//!   direct path does not take.
 //! * [`resp`]: redis-cell's `CL.THROTTLE` over the Redis protocol, for any Redis client,
 //!   and in-flight leases (`FG.ACQUIRE`, `FG.RENEW`, `FG.RELEASE`: [`leases`]).
 //! * [`http`]: `POST /v1/check` with JSON, plus `/metrics` and `/healthz`.
