@@ -16,6 +16,12 @@
 #      Without it those rows are skipped. Build it from its own repository; nothing of
 #      it is in this one.
 #
+#   3b. With h2load (Debian's nghttp2-client) installed: each gRPC server also under h2load,
+#      nghttp2's HTTP/2 load generator in C, which costs less per call than rls_load and so
+#      saturates the server's core: 4 connections x 16 streams, one descriptor value, the
+#      same request body for every call, SECONDS long (rows labelled ".../h2load"; without
+#      h2load they are skipped).
+#
 #   4. With ROWS=grpc-memory: only the gRPC in-process rows (no Redis, no RESP, no
 #      Limitador). With FLOODGATE_BIN_B=/path/to/another/floodgate: A/B of two builds of
 #      floodgate, the gRPC in-process rows only, ROUNDS rounds (default 3), the two servers
@@ -138,12 +144,30 @@ resp_run() { # $1 = label, $2 = port, then the command
   echo "$label $out" | tee -a "$TMP/results"
 }
 
+# One ShouldRateLimit call as h2load sends it: a length-prefixed RateLimitRequest for
+# domain "bench", one descriptor {user: u1}, hits_addend 1.
+printf '\x00\x00\x00\x00\x17\x0a\x05bench\x12\x0c\x0a\x0a\x0a\x04user\x12\x02u1\x18\x01' >"$TMP/call.bin"
+h2load_run() { # $1 = label, $2 = gRPC port (default 28181)
+  command -v h2load >/dev/null || { echo "$1 skipped: no h2load (apt-get install nghttp2-client)"; return 0; }
+  local before after out cpu calls rate
+  before=$(cpu_secs "$SERVER")
+  out=$(taskset -c 1 h2load -D "$SECS" -c 4 -m 16 -t 1 -H 'content-type: application/grpc' \
+    -H 'te: trailers' -d "$TMP/call.bin" \
+    "http://127.0.0.1:${2:-28181}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+  after=$(cpu_secs "$SERVER")
+  cpu=$(awk -v a="$after" -v b="$before" 'BEGIN{printf "%.2f", a-b}')
+  calls=$(sed -n 's/^requests: .* \([0-9]*\) succeeded.*/\1/p' <<<"$out")
+  rate=$(sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' <<<"$out")
+  echo "$1 c=4x16 calls_per_s=${rate%.*} calls=$calls secs=$SECS server_cpu_s=$cpu cpu_us_per_call=$(awk -v c="$cpu" -v n="$calls" 'BEGIN{printf "%.2f", (n > 0 ? c * 1e6 / n : 0)}')" | tee -a "$TMP/results"
+}
+
 echo "== machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== gRPC ShouldRateLimit, in-process store (server on core 0, 1 thread)"
 config "store: {type: memory}"
 start_server
 taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user 16 4 20000 5 >/dev/null # warm-up
 for c in 16 64; do grpc_run "grpc/memory" "$c"; done
+h2load_run "grpc/memory/h2load"
 if [ "${ROWS:-}" = grpc-memory ]; then stop_server; echo; echo "== summary"; cat "$TMP/results"; exit 0; fi
 echo "== CL.THROTTLE over RESP, in-process store (redis-benchmark -c 16)"
 resp_run "resp/memory" 28179 CL.THROTTLE "k:__rand_int__" 1000000 1000000 1 1
@@ -154,6 +178,7 @@ config "store: {type: redis, redis: {url: \"redis://127.0.0.1:6379\", prefix: \"
 start_server
 taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user 16 4 20000 5 >/dev/null
 for c in 16 64; do grpc_run "grpc/redis" "$c"; done
+h2load_run "grpc/redis/h2load"
 echo "== CL.THROTTLE over RESP, Redis store (GCRA script on 6379)"
 resp_run "resp/redis" 28179 CL.THROTTLE "k:__rand_int__" 1000000 1000000 1 1
 stop_server
@@ -178,11 +203,13 @@ EOF
   start_limitador memory
   taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28182 bench user 16 4 20000 5 >/dev/null
   for c in 16 64; do grpc_run "limitador/memory" "$c" 28182; done
+  h2load_run "limitador/memory/h2load" 28182
   stop_server
   echo "== Limitador: gRPC ShouldRateLimit, Redis store (127.0.0.1:6379/1)"
   start_limitador redis redis://127.0.0.1:6379/1
   taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28182 bench user 16 4 20000 5 >/dev/null
   for c in 16 64; do grpc_run "limitador/redis" "$c" 28182; done
+  h2load_run "limitador/redis/h2load" 28182
   stop_server
 else
   echo "== Limitador rows skipped (set LIMITADOR_BIN to a limitador-server binary)"
