@@ -990,6 +990,32 @@ async fn malformed_requests_are_stream_errors_and_the_server_serves_on() {
     .await;
 }
 
+/// A request for tonic's routes whose `:authority` `http` refuses ("a b") is reset with
+/// PROTOCOL_ERROR and holds no stream: more of them than the server's 200 concurrent
+/// streams leave room for a call after them.
+#[tokio::test]
+async fn a_request_http_cannot_hold_is_reset_and_keeps_no_stream() {
+    served(15, |addr| async move {
+        let mut raw = Raw::open(addr).await;
+        let mut fields = call_fields("/grpc.health.v1.Health/Check");
+        fields.retain(|f| f.0 != ":authority");
+        fields.insert(0, (":authority", "a b"));
+        let block = hpack(&fields);
+        for i in 0..250u32 {
+            let id = 1 + 2 * i;
+            raw.send(&frame(HEADERS, END_HEADERS | END_STREAM, id, &block))
+                .await;
+            match raw.stream_end(id, Duration::from_secs(2)).await {
+                StreamEnd::Reset(code) => assert_eq!(code, PROTOCOL_ERROR, "stream {id}"),
+                other => panic!("stream {id}: {other:?}"),
+            }
+        }
+        raw.send(&call_frames(501, &one("after"))).await;
+        assert_eq!(raw.rls_reply(501).await.overall_code, OK);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_stream_reset_by_the_client_gets_no_more_frames_and_others_are_served() {
     served(10, |addr| async move {

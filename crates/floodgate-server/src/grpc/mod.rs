@@ -14,7 +14,7 @@
 //! [`serve`] is the listener: [`h2`]'s HTTP/2, `ShouldRateLimit` answered directly, the
 //! rest by tonic.
 
-pub(crate) mod h2;
+pub mod h2;
 pub mod serve;
 pub mod wire;
 

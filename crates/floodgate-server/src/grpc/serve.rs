@@ -422,7 +422,7 @@ fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
 
 /// A `grpc-timeout` value as tonic's server reads it; a malformed one is none.
 pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
-    if value.is_empty() {
+    if value.is_empty() || !value.is_ascii() {
         return None;
     }
     let (digits, unit) = value.split_at(value.len() - 1);
@@ -462,6 +462,9 @@ mod tests {
         assert_eq!(t("m"), None);
         assert_eq!(t("5x"), None);
         assert_eq!(t("-5m"), None);
+        // the HTTP/2 door reads values as UTF-8: a unit that is not ASCII is no timeout
+        assert_eq!(parse_grpc_timeout("2\u{592}"), None);
+        assert_eq!(parse_grpc_timeout("\u{592}"), None);
         assert_eq!(grpc_timeout(&HeaderMap::new()), None);
     }
 }

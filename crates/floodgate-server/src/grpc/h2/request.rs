@@ -22,8 +22,11 @@ pub enum Refused {
 /// The fields of one request's header block.
 #[derive(Debug, Default)]
 pub struct RequestHead {
+    /// `:method`.
     pub method: Option<Method>,
+    /// `:scheme`.
     pub scheme: Option<Bytes>,
+    /// `:authority`.
     pub authority: Option<Bytes>,
     /// `:path`, unless it is `ShouldRateLimit`'s.
     pub path: Option<Bytes>,
@@ -40,6 +43,7 @@ pub struct RequestHead {
     pub fields: Vec<u8>,
     list_size: usize,
     regular_seen: bool,
+    /// Set by the first field that makes the request one the server refuses.
     pub refused: Option<Refused>,
 }
 
@@ -176,11 +180,17 @@ impl RequestHead {
 /// What of a request the door keeps to hand it to tonic later (a call it declines).
 #[derive(Debug, Clone)]
 pub struct Kept {
+    /// `:method` (`POST` if none was read).
     pub method: Method,
+    /// `:scheme`.
     pub scheme: Option<Bytes>,
+    /// `:authority`.
     pub authority: Option<Bytes>,
+    /// `:path`; `None` for `ShouldRateLimit`'s.
     pub path: Option<Bytes>,
+    /// `grpc-timeout`.
     pub timeout: Option<Duration>,
+    /// The regular fields, as [`RequestHead::fields`] holds them.
     pub fields: Bytes,
 }
 

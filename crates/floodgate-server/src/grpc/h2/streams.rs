@@ -133,7 +133,10 @@ impl Conn {
                         kept,
                     };
                 } else {
-                    self.hand_to_tonic(id, &mut stream, &kept, None);
+                    if !self.hand_to_tonic(id, &mut stream, &kept, None) {
+                        self.fields = head.fields;
+                        return;
+                    }
                 }
                 self.streams.insert(id, stream);
                 if end_stream {
@@ -152,7 +155,7 @@ impl Conn {
         s: &mut Stream,
         kept: &Kept,
         first: Option<Bytes>,
-    ) {
+    ) -> bool {
         let (tx, rx) = mpsc::unbounded_channel();
         if let Some(b) = first {
             let _ = tx.send((b, false));
@@ -169,11 +172,12 @@ impl Conn {
                 let task = tokio::spawn(tonic_call(door, id, req, events));
                 s.task = Some(task.abort_handle());
                 s.recv = Recv::Tonic(tx);
+                true
             }
             None => {
+                // a URI or field `http` refuses: malformed; the caller drops the stream
                 frame::put_reset(&mut self.out, id, Reason::ProtocolError);
-                s.recv = Recv::Closed;
-                s.end_after_data = true;
+                false
             }
         }
     }
@@ -249,7 +253,9 @@ impl Conn {
         self.credit(credit_now);
         if let Some((body, kept)) = promote {
             let mut s = self.streams.remove(&h.stream).expect("present above");
-            self.hand_to_tonic(h.stream, &mut s, &kept, Some(body));
+            if !self.hand_to_tonic(h.stream, &mut s, &kept, Some(body)) {
+                return;
+            }
             self.streams.insert(h.stream, s);
         }
         if end {
@@ -317,7 +323,9 @@ impl Conn {
             }
             Direct::Declined => {
                 let mut s = self.streams.remove(&id).expect("present above");
-                self.hand_to_tonic(id, &mut s, &a.kept, Some(a.body));
+                if !self.hand_to_tonic(id, &mut s, &a.kept, Some(a.body)) {
+                    return;
+                }
                 if let Recv::Tonic(tx) = std::mem::replace(&mut s.recv, Recv::Closed) {
                     drop(tx);
                 }
