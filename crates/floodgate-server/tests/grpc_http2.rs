@@ -1507,3 +1507,48 @@ async fn a_graceful_stop_sends_goaway_and_finishes_the_call_in_flight() {
         started.elapsed()
     );
 }
+
+/// Random frames on 200 connections (seeded): any type from 0 to 10, random flags and
+/// stream ids 0 to 11, payloads that are a call's header block, a call's body or up to 40
+/// random bytes. The server never panics (a panic hook counts panics in any of its
+/// tasks), every frame it sends is within the default frame size and every GOAWAY well
+/// formed (`Raw::next` checks both), and it serves a call on a new connection after.
+#[tokio::test]
+async fn random_frames_never_panic_the_server() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let panics = Arc::new(AtomicUsize::new(0));
+    let counted = panics.clone();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        previous(info);
+    }));
+    served(60, |addr| async move {
+        let mut rng = fastrand::Rng::with_seed(0x5eed_f100d);
+        let block = hpack(&call_fields(PATH));
+        let body = one("random");
+        for _ in 0..200 {
+            let mut raw = Raw::open(addr).await;
+            let mut bytes = Vec::new();
+            for _ in 0..rng.usize(1..12) {
+                let ty = rng.u8(0..11);
+                let flags = rng.u8(..)
+                    & [END_STREAM, END_HEADERS, PADDED, PRIORITY_FLAG, 0xff][rng.usize(0..5)];
+                let id = rng.u32(0..12);
+                let payload: Vec<u8> = match rng.u8(0..4) {
+                    0 => block.clone(),
+                    1 => body.to_vec(),
+                    _ => (0..rng.usize(0..40)).map(|_| rng.u8(..)).collect(),
+                };
+                bytes.extend(frame(ty, flags, id, &payload));
+            }
+            raw.send_lenient(&bytes).await;
+            // read what the server answers until it is quiet for 20 ms or closes
+            while let Ok(Some(_)) = raw.next(Duration::from_millis(20)).await {}
+        }
+        serves_a_new_connection(addr, "random frames").await;
+    })
+    .await;
+    assert_eq!(panics.load(Ordering::SeqCst), 0, "the server panicked");
+}
