@@ -98,9 +98,19 @@ impl Reloader {
     }
 
     /// Reload if the file's content differs from the last one read (file watcher events
-    /// come in bursts and for neighbouring files).
+    /// come in bursts and for neighbouring files). A file that is empty (or only white
+    /// space) is taken as one being rewritten in place (truncated, not yet written: a
+    /// writer's first event) and skipped; the write that follows reloads it. `SIGHUP`
+    /// ([`Reloader::reload`]) loads an empty file as it is: no rules.
     pub fn reload_if_changed(&self) -> Option<Result<u64, String>> {
         let now = std::fs::read_to_string(&self.path).ok();
+        if now.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            tracing::info!(
+                file = %self.path.display(),
+                "config file is empty: taken as being rewritten; the current config keeps serving (SIGHUP loads an empty file)"
+            );
+            return None;
+        }
         let same = *self.last_text.lock().unwrap_or_else(|p| p.into_inner()) == now;
         if same { None } else { Some(self.reload()) }
     }

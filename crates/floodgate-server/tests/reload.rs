@@ -193,3 +193,29 @@ async fn toml_config_serves_the_same() {
     );
     srv.stop().await;
 }
+
+/// A file truncated and not yet written (the first event of a writer that rewrites it in
+/// place, as `fs::write` and `echo >` do) is not loaded by the watcher's check: the rules
+/// keep serving; the content written after it reloads; SIGHUP's reload loads an empty
+/// file as it is.
+#[tokio::test]
+async fn a_file_being_rewritten_in_place_is_not_loaded_empty() {
+    let srv = start_with(&config(3, ""), "limits.yaml", false).await;
+    let mut c = srv.client().await;
+    std::fs::write(&srv.path, "").unwrap();
+    assert!(srv.running.reloader.reload_if_changed().is_none());
+    assert_eq!(generation(&srv), 1);
+    call(&mut c, req("edge", vec![desc(&[("a", "x")])], 0))
+        .await
+        .expect("the rules still serve");
+    std::fs::write(&srv.path, config(10, "")).unwrap();
+    assert_eq!(srv.running.reloader.reload_if_changed(), Some(Ok(2)));
+    std::fs::write(&srv.path, "\n  \n").unwrap();
+    assert!(srv.running.reloader.reload_if_changed().is_none());
+    assert_eq!(
+        srv.running.reloader.reload(),
+        Ok(3),
+        "SIGHUP's reload takes it"
+    );
+    srv.stop().await;
+}
