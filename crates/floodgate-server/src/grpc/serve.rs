@@ -21,17 +21,14 @@
 //! service and compares status, headers, trailers and message; `tests/grpc_http2.rs`
 //! holds the connection to RFC 9113 with the `h2` crate's client, raw frames and curl.
 
-use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName};
 use http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use prost::Message;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -45,9 +42,7 @@ use super::{RlsService, wire};
 /// The path of Envoy's `ShouldRateLimit`.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-// Header names made once: a name given as `&str` is parsed and validated on every use.
-const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+// A header name made once: a name given as `&str` is parsed and validated on every use.
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// What the gRPC listener serves.
@@ -77,47 +72,28 @@ impl GrpcDoor {
         }
     }
 
-    /// Answer one HTTP/2 request.
-    pub async fn handle<B>(&self, req: Request<B>) -> Response<GrpcBody>
+    /// Answer a request through tonic's routes: every request the connection does not
+    /// answer itself (another method, `grpc-encoding`, a `ShouldRateLimit` message
+    /// [`GrpcDoor::answer`] declines or one above the size cap), bounded by its
+    /// `grpc-timeout` as tonic's server bounds it.
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<tonic::body::Body>
     where
-        B: Body<Data = Bytes> + Send + Unpin + 'static,
-        B::Error: Into<tonic::codegen::StdError> + Send + Sync + Unpin,
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + Sync,
     {
-        match grpc_timeout(req.headers()) {
-            None => self.route(req).await,
-            Some(t) => tokio::time::timeout(t, self.route(req))
-                .await
-                .unwrap_or_else(|_| Status::cancelled("Timeout expired").into_http()),
-        }
-    }
-
-    async fn route<B>(&self, req: Request<B>) -> Response<GrpcBody>
-    where
-        B: Body<Data = Bytes> + Send + Unpin + 'static,
-        B::Error: Into<tonic::codegen::StdError> + Send + Sync + Unpin,
-    {
-        // The rare paths (tonic's, prost's) are boxed, and what only they use is dropped
-        // before the decision: every call's future is moved whole (into its task, and
-        // each nested future into its parent), so its size is paid per call.
-        if req.uri().path() != SHOULD_RATE_LIMIT || req.headers().contains_key(GRPC_ENCODING) {
-            return Box::pin(self.fallback(req.map(tonic::body::Body::new))).await;
-        }
-        let (parts, body) = req.into_parts();
-        let (whole, frames) = match read_unary(body, self.max_bytes).await {
-            Ok(read) => read,
-            Err(replay) => {
-                let req = Request::from_parts(parts, tonic::body::Body::new(replay));
-                return Box::pin(self.fallback(req)).await;
-            }
+        let timeout = grpc_timeout(req.headers());
+        let mut routes = self.routes.clone();
+        let call = routes.call(req.map(tonic::body::Body::new));
+        let response = match timeout {
+            None => call.await,
+            Some(t) => match tokio::time::timeout(t, call).await {
+                Ok(r) => r,
+                Err(_) => Ok(Status::cancelled("Timeout expired").into_http()),
+            },
         };
-        match self.answer(&whole).await {
-            Direct::Reply(reply) => unary_response(reply),
-            Direct::Status(status) => status.into_http(),
-            Direct::Declined => {
-                let replay = Replay::<B>::new(frames, None, None);
-                let req = Request::from_parts(parts, tonic::body::Body::new(replay));
-                Box::pin(self.fallback(req)).await
-            }
+        match response {
+            Ok(response) => response,
+            Err(never) => match never {},
         }
     }
 
@@ -146,6 +122,7 @@ impl GrpcDoor {
             };
         }
         match RateLimitRequest::decode(message) {
+            // boxed: a rare path, kept out of the size of every call's future
             Ok(request) => {
                 Box::pin(async move {
                     match self.service.decide(&request).await {
@@ -156,14 +133,6 @@ impl GrpcDoor {
                 .await
             }
             Err(_) => Direct::Declined,
-        }
-    }
-
-    async fn fallback(&self, req: Request<tonic::body::Body>) -> Response<GrpcBody> {
-        let mut routes = self.routes.clone();
-        match routes.call(req).await {
-            Ok(response) => response.map(GrpcBody::Tonic),
-            Err(never) => match never {},
         }
     }
 }
@@ -221,199 +190,6 @@ fn encode(message: &RateLimitResponse) -> Bytes {
     buf.freeze()
 }
 
-/// The reply to a call answered directly: one length-prefixed message, then
-/// `grpc-status: 0`.
-fn unary_response(message: Bytes) -> Response<GrpcBody> {
-    let mut trailers = HeaderMap::with_capacity(1);
-    trailers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
-    let mut response = Response::new(GrpcBody::Unary {
-        data: Some(message),
-        trailers: Some(trailers),
-    });
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    response
-}
-
-/// The body of a unary call, when it has at most `max` bytes and 5 (the body, its 5-byte
-/// prefix included, and the frames read); otherwise what was read, to be replayed.
-async fn read_unary<B>(mut body: B, max: usize) -> Result<(Bytes, Frames), Replay<B>>
-where
-    B: Body<Data = Bytes> + Unpin,
-{
-    let limit = max.saturating_add(5);
-    let mut frames = Frames::default();
-    let mut len = 0usize;
-    loop {
-        match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
-            None => break,
-            Some(Ok(frame)) => {
-                len = len.saturating_add(frame.data_ref().map_or(0, Bytes::len));
-                frames.push(frame);
-                if len > limit {
-                    return Err(Replay::new(frames, None, Some(body)));
-                }
-            }
-            Some(Err(e)) => return Err(Replay::new(frames, Some(e), Some(body))),
-        }
-    }
-    let whole = match (&frames.first, frames.rest.is_empty()) {
-        (None, _) => Bytes::new(),
-        (Some(one), true) => one.data_ref().cloned().unwrap_or_default(),
-        (Some(_), false) => {
-            let mut data = frames.iter().filter_map(Frame::data_ref);
-            match (data.next(), data.next()) {
-                (None, _) => Bytes::new(),
-                (Some(one), None) => one.clone(),
-                (Some(_), Some(_)) => {
-                    let mut buf = BytesMut::with_capacity(len);
-                    for d in frames.iter().filter_map(Frame::data_ref) {
-                        buf.extend_from_slice(d);
-                    }
-                    buf.freeze()
-                }
-            }
-        }
-    };
-    Ok((whole, frames))
-}
-
-/// The frames of a request body read so far, in order: the first held inline (a unary
-/// call's body is usually one data frame), so that reading it allocates nothing.
-#[derive(Default)]
-struct Frames {
-    first: Option<Frame<Bytes>>,
-    rest: Vec<Frame<Bytes>>,
-}
-
-impl Frames {
-    fn push(&mut self, frame: Frame<Bytes>) {
-        if self.first.is_none() {
-            self.first = Some(frame);
-        } else {
-            self.rest.push(frame);
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &Frame<Bytes>> {
-        self.first.iter().chain(&self.rest)
-    }
-}
-
-/// A request body read in part, given back whole: the frames read, the error that
-/// stopped the reading, then the rest.
-struct Replay<B: Body> {
-    first: Option<Frame<Bytes>>,
-    frames: VecDeque<Frame<Bytes>>,
-    error: Option<B::Error>,
-    rest: Option<B>,
-}
-
-impl<B: Body> Replay<B> {
-    fn new(frames: Frames, error: Option<B::Error>, rest: Option<B>) -> Replay<B> {
-        Replay {
-            first: frames.first,
-            frames: frames.rest.into(),
-            error,
-            rest,
-        }
-    }
-}
-
-impl<B> Body for Replay<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Unpin,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.get_mut();
-        if let Some(frame) = this.first.take().or_else(|| this.frames.pop_front()) {
-            return Poll::Ready(Some(Ok(frame)));
-        }
-        if let Some(e) = this.error.take() {
-            this.rest = None;
-            return Poll::Ready(Some(Err(e)));
-        }
-        match &mut this.rest {
-            Some(rest) => Pin::new(rest).poll_frame(cx),
-            None => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.first.is_none()
-            && self.frames.is_empty()
-            && self.error.is_none()
-            && self.rest.as_ref().is_none_or(Body::is_end_stream)
-    }
-}
-
-/// A reply body: a direct answer (at most one data frame, then trailers; neither for a
-/// trailers-only reply) or tonic's.
-pub enum GrpcBody {
-    /// Answered directly.
-    Unary {
-        /// The length-prefixed message.
-        data: Option<Bytes>,
-        /// `grpc-status` and the like.
-        trailers: Option<HeaderMap>,
-    },
-    /// Answered by tonic.
-    Tonic(tonic::body::Body),
-}
-
-impl Default for GrpcBody {
-    fn default() -> Self {
-        GrpcBody::Unary {
-            data: None,
-            trailers: None,
-        }
-    }
-}
-
-impl Body for GrpcBody {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        match self.get_mut() {
-            GrpcBody::Unary { data, trailers } => Poll::Ready(
-                data.take()
-                    .map(Frame::data)
-                    .or_else(|| trailers.take().map(Frame::trailers))
-                    .map(Ok),
-            ),
-            GrpcBody::Tonic(body) => Pin::new(body).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            GrpcBody::Unary { data, trailers } => data.is_none() && trailers.is_none(),
-            GrpcBody::Tonic(body) => body.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            GrpcBody::Unary { data, .. } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-            GrpcBody::Tonic(body) => body.size_hint(),
-        }
-    }
-}
-
 /// The `grpc-timeout` header as tonic's server reads it (at most 8 digits and a unit:
 /// `H`, `M`, `S`, `m`, `u`, `n`); a malformed header is no timeout.
 fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
@@ -444,6 +220,7 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::HeaderValue;
 
     #[test]
     fn grpc_timeout_reads_tonic_units() {

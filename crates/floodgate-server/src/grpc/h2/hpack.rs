@@ -193,9 +193,11 @@ impl Decoder {
                 self.max_size = size;
                 self.evict(0);
             } else {
-                let (prefix, indexing) = match b {
-                    _ if b & 0xc0 == 0x40 => (6, true),
-                    _ => (4, false),
+                // with incremental indexing (01), or without / never indexed (000x)
+                let (prefix, indexing) = if b & 0xc0 == 0x40 {
+                    (6, true)
+                } else {
+                    (4, false)
                 };
                 let (index, n) = integer(&block[at..], prefix)?;
                 at += n;
