@@ -4,6 +4,7 @@
 #![allow(unsafe_code)]
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::ffi::{CStr, c_int};
 use std::mem::ManuallyDrop;
 use std::sync::Mutex;
@@ -14,7 +15,7 @@ use floodgate_core::Nanos;
 use crate::keys::{Key, reply_array, reply_int, reply_ints};
 use crate::leases::{self, LeaseCall};
 use crate::zset::Only;
-use crate::{decide, fg, settle};
+use crate::{decide, fg, limits, settle};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, Status, raw};
 use smallvec::SmallVec;
 
@@ -70,20 +71,26 @@ fn run_policies(
         let stored = keys.iter().map(Key::value).collect::<Result<Vec<_>, _>>()?;
         fg::decide(policies, &stored, now()).map_err(RedisError::String)?
     };
+    // every expiry checked before the first write
     for w in &outcome.writes {
-        keys[w.policy].store(&w.bytes, w.expire_at_ms)?;
+        limits::expire_at(w.expire_at_ms, 0).map_err(RedisError::String)?;
+    }
+    for w in &outcome.writes {
+        let key = keys.get_mut(w.policy).ok_or(NO_KEY)?;
+        key.store(&w.bytes, w.expire_at_ms)?;
     }
     Ok(outcome)
 }
+
+/// A write naming a key the call did not open (never: the writes are the call's).
+const NO_KEY: RedisError = RedisError::Str("ERR a write names a key the call did not open");
 
 /// `FG.THROTTLE algorithm key rate [cost]`.
 fn fg_throttle(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if !(4..=5).contains(&args.len()) {
         return Err(RedisError::String(format!("ERR {}", fg::FG_THROTTLE_USAGE)));
     }
-    let cost = args.get(4).map(text);
-    let policy =
-        policy(&text(&args[1]), &text(&args[3]), cost.as_deref()).map_err(RedisError::String)?;
+    let policy = policy_of(&args[1], &args[3], args.get(4)).map_err(RedisError::String)?;
     let mut key = Key::open(ctx.get_raw(), &args[2])?;
     let (reply, write) =
         fg::decide_one(&policy, key.value()?, now()).map_err(RedisError::String)?;
@@ -98,12 +105,21 @@ fn fg_throttle(ctx: &Context, args: &[RedisString]) -> RedisResult {
 /// destructor would keep the library mapped after `MODULE UNLOAD`.
 static POLICIES: Mutex<fg::PolicyCache> = Mutex::new(fg::PolicyCache::new());
 
-/// [`fg::parse_policy`] through the cache.
-fn policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<fg::Policy, String> {
+/// [`fg::parse_policy`] of a call's words through the cache, the algorithm and rate
+/// words measured before they are read.
+fn policy_of(
+    algorithm: &RedisString,
+    rate: &RedisString,
+    cost: Option<&RedisString>,
+) -> Result<fg::Policy, String> {
+    limits::word("algorithm", algorithm.as_slice().len())?;
+    limits::word("rate", rate.as_slice().len())?;
+    let (algorithm, rate, cost) = (text(algorithm), text(rate), cost.map(text));
+    let cost = cost.as_deref();
     match POLICIES.lock() {
-        Ok(mut cache) => cache.policy(algorithm, rate, cost),
+        Ok(mut cache) => cache.policy(&algorithm, &rate, cost),
         // a panic while the cache was held: build without it
-        Err(_) => fg::parse_policy(algorithm, rate, cost),
+        Err(_) => fg::parse_policy(&algorithm, &rate, cost),
     }
 }
 
@@ -124,25 +140,23 @@ fn fg_multi(ctx: &Context, args: &[RedisString]) -> RedisResult {
     {
         return Err(usage());
     }
+    limits::checks("FG.MULTI", "policies", n).map_err(RedisError::String)?;
     let mut keys: fg::Few<&RedisString> = fg::Few::with_capacity(n);
+    let mut seen: HashSet<&[u8]> = HashSet::with_capacity(n);
     let mut policies: fg::Few<fg::Policy> = fg::Few::with_capacity(n);
     for g in 0..n {
         let at = 2 + 4 * g;
         let key = &args[at + 1];
-        if keys.iter().any(|k| k.as_slice() == key.as_slice()) {
+        if !seen.insert(key.as_slice()) {
             return Err(RedisError::String(format!(
-                "ERR key {:?} appears twice: give each policy its own key",
-                text(key)
+                "ERR key {} appears twice: give each policy its own key",
+                limits::shown(key.as_slice())
             )));
         }
         keys.push(key);
         policies.push(
-            policy(
-                &text(&args[at]),
-                &text(&args[at + 2]),
-                Some(&text(&args[at + 3])),
-            )
-            .map_err(|e| RedisError::String(format!("{e} (policy {})", g + 1)))?,
+            policy_of(&args[at], &args[at + 2], Some(&args[at + 3]))
+                .map_err(|e| RedisError::String(format!("{e} (policy {})", g + 1)))?,
         );
     }
     let outcome = run_policies(ctx, &keys, &policies)?;
@@ -170,7 +184,7 @@ fn fg_decide(ctx: &Context, args: &[RedisString]) -> RedisResult {
         let mut key = Key::open(ctx.get_raw(), &args[1])?;
         let (reply, write) = decide::run_one(&req, key.value()?, at).map_err(RedisError::String)?;
         if let Some(w) = write {
-            key.write(&w.value, anchor_ms.saturating_add(w.ttl_ms))?;
+            key.write(&w.value, expire_at(anchor_ms, w.ttl_ms)?)?;
         }
         match reply[..] {
             [one] => reply_int(ctx.get_raw(), one),
@@ -178,37 +192,37 @@ fn fg_decide(ctx: &Context, args: &[RedisString]) -> RedisResult {
         }
         return Ok(RedisValue::NoReply);
     }
-    let names: Vec<&RedisString> = (0..req.checks.len())
-        .map(|i| &args[1 + i * decide::GROUP])
+    // each distinct key opened once, at its first check, and read in place
+    let names: Vec<&[u8]> = (0..req.checks.len())
+        .map(|i| args[1 + i * decide::GROUP].as_slice())
         .collect();
-    // each key opened once (a key listed twice is the first check's)
-    let mut opened: Vec<(usize, Key)> = Vec::with_capacity(names.len());
-    let mut key_of = Vec::with_capacity(names.len());
-    for (i, n) in names.iter().enumerate() {
-        match names[..i].iter().position(|o| o.as_slice() == n.as_slice()) {
-            Some(first) => key_of.push(key_of[first]),
-            None => {
-                key_of.push(opened.len());
-                opened.push((i, Key::open(ctx.get_raw(), n)?));
-            }
+    let (slot, distinct) = decide::slots(&names);
+    let mut keys: Vec<Key> = Vec::with_capacity(distinct);
+    for (i, &k) in slot.iter().enumerate() {
+        if k == keys.len() {
+            keys.push(Key::open(ctx.get_raw(), &args[1 + i * decide::GROUP])?);
         }
     }
     let ran = {
-        let values = opened
-            .iter()
-            .map(|(_, k)| k.value())
-            .collect::<Result<Vec<_>, _>>()?;
-        let stored: Vec<Option<&[u8]>> = key_of.iter().map(|&k| values[k]).collect();
-        let key_bytes: Vec<&[u8]> = names.iter().map(|k| k.as_slice()).collect();
-        decide::run(&req, &key_bytes, &stored, at).map_err(RedisError::String)?
+        let values = keys.iter().map(Key::value).collect::<Result<Vec<_>, _>>()?;
+        decide::run(&req, &slot, &values, at).map_err(RedisError::String)?
     };
-    for w in &ran.writes {
-        opened[key_of[w.check]]
-            .1
-            .store(&w.bytes, anchor_ms.saturating_add(w.ttl_ms))?;
+    // every expiry computed before the first write: an error writes nothing
+    let expiries = ran
+        .writes
+        .iter()
+        .map(|w| expire_at(anchor_ms, w.ttl_ms))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (w, at) in ran.writes.iter().zip(expiries) {
+        keys.get_mut(w.key).ok_or(NO_KEY)?.store(&w.bytes, at)?;
     }
     reply_ints(ctx.get_raw(), &ran.reply);
     Ok(RedisValue::NoReply)
+}
+
+/// The absolute expiry `ttl_ms` after `anchor_ms` ([`limits::expire_at`]).
+fn expire_at(anchor_ms: u64, ttl_ms: u64) -> RedisResult<u64> {
+    limits::expire_at(anchor_ms, ttl_ms).map_err(RedisError::String)
 }
 
 /// The instant a command decides at (the caller's, or the primary's clock) and the
@@ -226,7 +240,7 @@ fn fg_reserve(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let mut key = Key::open(ctx.get_raw(), &args[1])?;
     let (reply, write) = settle::reserve(&req, key.value()?, at).map_err(RedisError::String)?;
     if let Some(w) = write {
-        key.write(&w.value, anchor_ms.saturating_add(w.ttl_ms))?;
+        key.write(&w.value, expire_at(anchor_ms, w.ttl_ms)?)?;
     }
     reply_ints(ctx.get_raw(), &reply);
     Ok(RedisValue::NoReply)
@@ -242,7 +256,7 @@ fn fg_settle(ctx: &Context, args: &[RedisString]) -> RedisResult {
         settle::Effect::None => {}
         settle::Effect::Delete => key.delete()?,
         settle::Effect::Store(bytes, ttl_ms) => {
-            key.store(&bytes, anchor_ms.saturating_add(ttl_ms))?;
+            key.store(&bytes, expire_at(anchor_ms, ttl_ms)?)?;
         }
     }
     reply_ints(ctx.get_raw(), &reply);
@@ -266,12 +280,27 @@ fn words(args: &[RedisString]) -> SmallVec<[&[u8]; 16]> {
 fn expire_at_latest(key: &mut Key, now_us: u64, anchor_ms: u64, pad_ms: u64) -> RedisResult<()> {
     match key.zedge(true)? {
         Some(l) if l as u64 > now_us => {
-            let ms = leases::expiry_ms(l as u64, now_us, pad_ms);
-            key.expire_at(anchor_ms.saturating_add(ms))?;
+            let at = leases::expire_at(l as u64, now_us, pad_ms, anchor_ms)
+                .map_err(RedisError::String)?;
+            key.expire_at(at)?;
         }
         Some(_) => key.delete()?,
         None => {}
     }
+    Ok(())
+}
+
+/// Check, before a lease ending at `score_us` is written, the expiry the key can then be
+/// given: at most that of its latest lease, this one or another.
+fn check_expiry(
+    key: &Key,
+    score_us: u64,
+    now_us: u64,
+    anchor_ms: u64,
+    pad_ms: u64,
+) -> RedisResult<()> {
+    let latest = key.zedge(true)?.map_or(0, |l| l as u64).max(score_us);
+    leases::expire_at(latest, now_us, pad_ms, anchor_ms).map_err(RedisError::String)?;
     Ok(())
 }
 
@@ -281,6 +310,8 @@ fn fg_acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let (now_us, anchor_ms) = lease_instant(&call);
     let mut key = Key::open(ctx.get_raw(), &args[1])?;
     key.is_zset()?;
+    // the expiry the new lease would give the key, checked before anything is written
+    check_expiry(&key, now_us + call.ttl_us, now_us, anchor_ms, call.pad_ms)?;
     key.zremrange_upto(now_us)?;
     let n = key.zcard()? as u64;
     let since = |score: Option<f64>| score.map_or(0, |s| s as i64 - now_us as i64);
@@ -306,6 +337,7 @@ fn fg_renew(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let mut key = Key::open(ctx.get_raw(), &args[1])?;
     let live = key.zscore(&args[2])?.is_some_and(|s| s > now_us as f64);
     if live {
+        check_expiry(&key, now_us + call.ttl_us, now_us, anchor_ms, call.pad_ms)?;
         key.zadd(now_us + call.ttl_us, &args[2], Only::Existing)?;
         expire_at_latest(&mut key, now_us, anchor_ms, call.pad_ms)?;
     }

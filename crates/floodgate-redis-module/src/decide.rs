@@ -22,6 +22,7 @@
 //! clock (`now_ns` then ignored). Every group has eight words so that the keys sit at a
 //! fixed stride (first 1, step 8) for Redis Cluster and ACLs.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use floodgate_core::algorithms::{
@@ -30,6 +31,7 @@ use floodgate_core::algorithms::{
 use floodgate_core::{Algorithm, AnyAlgorithm, Decision, Denial, Nanos, Rate};
 use smallvec::SmallVec;
 
+use crate::limits::{self, MAX_LOG, log_too_long, shown};
 use crate::log::{NewValue, Splice};
 use crate::script_values::{decode, encode, gcra_lead, pack_tat};
 use crate::value::Bytes;
@@ -80,12 +82,12 @@ pub struct Request {
     pub now: Option<(u64, u64)>,
 }
 
-/// A value to store: the check whose key it is, the bytes, and the time to live in ms
-/// (padding included) from the server's clock.
+/// A value to store: the key, the bytes, and the time to live in ms (padding included)
+/// from the server's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
-    /// Index of the (first) check on that key.
-    pub check: usize,
+    /// The key, as an index of the distinct keys ([`slots`]).
+    pub key: usize,
     /// The value, in the scripts' format.
     pub bytes: Bytes,
     /// Milliseconds to live.
@@ -128,12 +130,7 @@ pub(crate) fn int<T: std::str::FromStr>(w: &[u8], what: &str) -> Result<T, Strin
     std::str::from_utf8(w)
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            format!(
-                "ERR {what} must be an integer, got {:?}",
-                String::from_utf8_lossy(w)
-            )
-        })
+        .ok_or_else(|| format!("ERR {what} must be an integer, got {}", shown(w)))
 }
 
 fn rate(count: u64, period_ns: u64) -> Result<Rate, String> {
@@ -165,9 +162,16 @@ fn build(alg: u8, p: [i64; 4]) -> Result<Alg, String> {
         2 => Alg::Other(AnyAlgorithm::FixedWindow(
             FixedWindow::new(u(0)?, Duration::from_nanos(u(1)?)).map_err(cfg)?,
         )),
-        3 => Alg::Other(AnyAlgorithm::SlidingLog(
-            SlidingLog::new(u(0)?, Duration::from_nanos(u(1)?)).map_err(cfg)?,
-        )),
+        3 => {
+            // FG.THROTTLE's bound: a log holds an entry per admitted instant
+            let limit = u(0)?;
+            if limit > MAX_LOG {
+                return Err(log_too_long(limit));
+            }
+            Alg::Other(AnyAlgorithm::SlidingLog(
+                SlidingLog::new(limit, Duration::from_nanos(u(1)?)).map_err(cfg)?,
+            ))
+        }
         4 => Alg::Other(AnyAlgorithm::SlidingCounter(
             SlidingCounter::new(u(0)?, Duration::from_nanos(u(1)?)).map_err(cfg)?,
         )),
@@ -198,11 +202,13 @@ pub fn parse(words: &[&[u8]]) -> Result<Request, String> {
     if n == 0 || n % GROUP != 0 {
         return Err(usage());
     }
+    limits::checks("FG.DECIDE", "checks", n / GROUP)?;
     let mut checks = SmallVec::with_capacity(n / GROUP);
     for g in words[..n].chunks_exact(GROUP) {
         let alg: u8 = int(g[1], "alg")?;
         let cost = int(g[2], "cost")?;
-        let pad_ms = int(g[3], "pad_ms")?;
+        let pad_ms = limits::pad_ms(int(g[3], "pad_ms")?)
+            .map_err(|e| format!("{e} (check {})", checks.len() + 1))?;
         let mut p = [0i64; 4];
         for (i, w) in g[4..].iter().enumerate() {
             p[i] = int(w, "parameter")?;
@@ -217,8 +223,8 @@ pub fn parse(words: &[&[u8]]) -> Result<Request, String> {
         b"dry" => Mode::Dry,
         other => {
             return Err(format!(
-                "ERR mode must be one, all or dry, got {:?}",
-                String::from_utf8_lossy(other)
+                "ERR mode must be one, all or dry, got {}",
+                shown(other)
             ));
         }
     };
@@ -375,66 +381,77 @@ pub fn run_one(
     ))
 }
 
-/// Decide `req` on its keys (`keys[i]` is check `i`'s, `stored[i]` its value) at `now`
-/// (seconds, nanoseconds), as the store's scripts do: in order, a key listed twice seeing
-/// the earlier check's charge; when one denies (or in mode `dry`) nothing is written, and
-/// (mode `all`) each check that admitted is answered with its cost-0 view.
+/// Each check's key as an index of the distinct keys (in the order they first appear),
+/// and how many distinct keys there are: one hash lookup per check, whatever the number
+/// of checks.
+pub fn slots<K: AsRef<[u8]>>(keys: &[K]) -> (Vec<usize>, usize) {
+    let mut first: HashMap<&[u8], usize> = HashMap::with_capacity(keys.len());
+    let slot = keys
+        .iter()
+        .map(|k| {
+            let n = first.len();
+            *first.entry(k.as_ref()).or_insert(n)
+        })
+        .collect();
+    (slot, first.len())
+}
+
+/// Decide `req` on its keys at `now` (seconds, nanoseconds), as the store's scripts do:
+/// check `i`'s key is `slot[i]`, an index of `stored`, the value of each distinct key
+/// ([`slots`]; `None`: no key). In order, a key listed twice seeing the earlier check's
+/// charge; when one denies (or in mode `dry`) nothing is written, and (mode `all`) each
+/// check that admitted is answered with its cost-0 view. The values are read where they
+/// lie: a key's value is copied only when a check writes it, once per key at most.
 pub fn run(
     req: &Request,
-    keys: &[&[u8]],
+    slot: &[usize],
     stored: &[Option<&[u8]>],
     now: (u64, u64),
 ) -> Result<Ran, String> {
-    // slot of each check: the first check on the same key
-    let slot: Vec<usize> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| keys[..i].iter().position(|o| o == k).unwrap_or(i))
-        .collect();
-    let mut current: Vec<Option<Bytes>> = stored
-        .iter()
-        .map(|s| {
-            s.map(|v| {
-                let mut b = Bytes::new();
-                b.extend_from_slice(v);
-                b
-            })
-        })
-        .collect();
-    let mut ttl: Vec<Option<u64>> = vec![None; keys.len()];
+    let key = |i: usize| {
+        slot.get(i)
+            .copied()
+            .filter(|&k| k < stored.len())
+            .ok_or_else(|| format!("ERR check {} has no key", i + 1))
+    };
+    // each key's value and time to live once a check has written it
+    let mut written: Vec<Option<(Bytes, u64)>> = vec![None; stored.len()];
     let mut replies = Vec::with_capacity(req.checks.len());
     let mut admitted = Vec::with_capacity(req.checks.len());
     for (i, c) in req.checks.iter().enumerate() {
-        let k = slot[i];
-        let (reply, ok, write) = one(c, current[k].as_deref(), now, c.cost)?;
-        if let Some((bytes, ms)) = write {
-            current[k] = Some(bytes);
-            ttl[k] = Some(ms);
+        let k = key(i)?;
+        let value = match &written[k] {
+            Some((bytes, _)) => Some(&bytes[..]),
+            None => stored[k],
+        };
+        let (reply, ok, write) = one(c, value, now, c.cost)?;
+        if write.is_some() {
+            written[k] = write;
         }
         replies.push(reply);
         admitted.push(ok);
     }
     let all = admitted.iter().all(|&a| a);
     if req.mode == Mode::One {
-        let writes = write_list(&current, &ttl);
         return Ok(Ran {
             reply: replies.swap_remove(0).to_vec(),
-            writes,
+            writes: write_list(written),
         });
     }
     if req.mode == Mode::All && !all {
         for (i, c) in req.checks.iter().enumerate() {
             if admitted[i] {
-                replies[i] = one(c, stored[slot[i]], now, 0)?.0;
+                replies[i] = one(c, stored[key(i)?], now, 0)?.0;
             }
         }
     }
     let writes = if req.mode == Mode::All && all {
-        write_list(&current, &ttl)
+        write_list(written)
     } else {
         Vec::new()
     };
-    let mut reply = vec![i64::from(all)];
+    let mut reply = Vec::with_capacity(1 + 8 * replies.len());
+    reply.push(i64::from(all));
     for r in replies {
         reply.push(r.len() as i64);
         reply.extend_from_slice(&r);
@@ -442,16 +459,13 @@ pub fn run(
     Ok(Ran { reply, writes })
 }
 
-fn write_list(current: &[Option<Bytes>], ttl: &[Option<u64>]) -> Vec<Write> {
-    ttl.iter()
-        .zip(current)
+fn write_list(written: Vec<Option<(Bytes, u64)>>) -> Vec<Write> {
+    written
+        .into_iter()
         .enumerate()
-        .filter_map(|(i, (t, v))| {
-            Some(Write {
-                check: i,
-                bytes: v.clone()?,
-                ttl_ms: (*t)?,
-            })
+        .filter_map(|(key, w)| {
+            let (bytes, ttl_ms) = w?;
+            Some(Write { key, bytes, ttl_ms })
         })
         .collect()
 }
@@ -470,7 +484,13 @@ mod tests {
         let req = parse(&refs)?;
         let keys: Vec<&[u8]> = (0..req.checks.len()).map(|i| refs[i * GROUP]).collect();
         let now = req.now.unwrap_or((1_700_000_000, 0));
-        let ran = run(&req, &keys, stored, now)?;
+        // each distinct key's value: the one given for its first check
+        let (slot, distinct) = slots(&keys);
+        let mut values = vec![None; distinct];
+        for (i, &k) in slot.iter().enumerate().rev() {
+            values[k] = stored[i];
+        }
+        let ran = run(&req, &slot, &values, now)?;
         if req.mode == Mode::One {
             // the command's path for one check: the same reply and write
             let (reply, write) = run_one(&req, stored[0], now)?;
@@ -528,5 +548,38 @@ mod tests {
         assert!(e("k 2 1 0 2 1000 0 0 one 1 1000000000").contains("out of range"));
         assert!(e("k 2 1 0 0 1000 0 0 one 1 0").contains("check 1"));
         assert!(call("k 2 1 0 2 1000000 0 0 one 1 0", &[Some(b"junk")]).is_err());
+        assert!(
+            e("k 2 1 315360000001 2 1000 0 0 one 1 0").starts_with("ERR pad_ms must be at most")
+        );
+        assert!(e("k 3 1 0 10001 1000 0 0 one 1 0").contains("at most 10000, got 10001"));
+        assert!(call("k 3 1 0 10000 1000 0 0 one 1 0", &[None]).is_ok());
+        let many = "k 2 1 0 2 1000 0 0 ".repeat(limits::MAX_CHECKS + 1) + "all 1 0";
+        let many = words(many.trim_start());
+        let refs: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            parse(&refs).unwrap_err(),
+            "ERR FG.DECIDE takes at most 1024 checks per call, got 1025"
+        );
+    }
+
+    #[test]
+    fn repeated_keys_share_one_value_read_in_place() {
+        let (slot, n) = slots(&[&b"a"[..], b"b", b"a", b"c", b"b"]);
+        assert_eq!((slot, n), (vec![0, 1, 0, 2, 1], 3));
+        // 64 checks on one key holding a value that is not a state: refused, nothing
+        // written
+        let g = "k 2 1 0 5 60000000000 0 0 ";
+        let w = words(&format!("{}all 100 0", g.repeat(64)));
+        let refs: Vec<&[u8]> = w.iter().map(Vec::as_slice).collect();
+        let req = parse(&refs).unwrap();
+        let junk = vec![b'x'; 1 << 20];
+        let e = run(&req, &[0; 64], &[Some(&junk)], (100, 0)).unwrap_err();
+        assert!(e.starts_with("WRONGTYPE"), "{e}");
+        // the same key 64 times, limit 5: five admitted, then the sixth denies
+        let r = run(&req, &[0; 64], &[None], (100, 0)).unwrap();
+        assert_eq!(r.reply[0], 0);
+        assert!(r.writes.is_empty());
+        // a slot without a value is an error, not a panic
+        assert!(run(&req, &[1; 64], &[None], (100, 0)).is_err());
     }
 }

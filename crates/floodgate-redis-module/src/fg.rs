@@ -8,6 +8,7 @@ use floodgate_core::multi::decide_all;
 use floodgate_core::{Algorithm, AnyAlgorithm, AnyState, Kind, Nanos, Rate, Spec};
 use smallvec::SmallVec;
 
+use crate::limits::{self, log_too_long};
 use crate::log::NewValue;
 use crate::value::{Bytes, decode_any, encode_any, expire_at_ms};
 
@@ -18,7 +19,7 @@ pub const FG_THROTTLE_USAGE: &str =
 pub const FG_MULTI_USAGE: &str = "Usage: FG.MULTI <n> <algorithm> <key> <rate> <cost> [<algorithm> <key> <rate> <cost> ...] (n groups)";
 
 /// The largest sliding-log limit (its value holds up to that many 16-byte entries).
-pub const MAX_LOG: u64 = 10_000;
+pub const MAX_LOG: u64 = crate::limits::MAX_LOG;
 
 /// One policy of a call: its algorithm and what the request costs under it.
 #[derive(Debug)]
@@ -71,18 +72,29 @@ pub struct Outcome {
     pub writes: Few<Write>,
 }
 
-/// Build the algorithm `algorithm` (a config name) at `rate` (`100/min`). Errors name
-/// the argument.
+/// The algorithm word's kind (at most [`MAX_WORD`](crate::limits::MAX_WORD) bytes).
+fn kind(algorithm: &str) -> Result<Kind, String> {
+    limits::word("algorithm", algorithm.len())?;
+    algorithm.parse().map_err(|e| format!("ERR algorithm: {e}"))
+}
+
+/// The rate word, without surrounding spaces (at most
+/// [`MAX_WORD`](crate::limits::MAX_WORD) bytes).
+fn rate_word(rate: &str) -> Result<&str, String> {
+    limits::word("rate", rate.len())?;
+    Ok(rate.trim())
+}
+
+/// Build the algorithm `algorithm` (a config name) at `rate` (`100/min`), each word at
+/// most [`MAX_WORD`](crate::limits::MAX_WORD) bytes. Errors name the argument.
 pub fn build_algorithm(algorithm: &str, rate: &str) -> Result<AnyAlgorithm, String> {
-    let kind: Kind = algorithm
-        .parse()
-        .map_err(|e| format!("ERR algorithm: {e}"))?;
+    build(kind(algorithm)?, rate_word(rate)?)
+}
+
+fn build(kind: Kind, rate: &str) -> Result<AnyAlgorithm, String> {
     let rate: Rate = rate.parse().map_err(|e| format!("ERR rate: {e}"))?;
     if kind == Kind::SlidingLog && rate.count() > MAX_LOG {
-        return Err(format!(
-            "ERR sliding-log keeps an entry per admitted instant: its limit must be at most {MAX_LOG}, got {} (sliding-counter approximates it in 25 bytes)",
-            rate.count()
-        ));
+        return Err(log_too_long(rate.count()));
     }
     Spec::new(kind, rate)
         .build()
@@ -92,9 +104,12 @@ pub fn build_algorithm(algorithm: &str, rate: &str) -> Result<AnyAlgorithm, Stri
 fn parse_cost(cost: Option<&str>) -> Result<u64, String> {
     match cost {
         None => Ok(1),
-        Some(c) => c
-            .parse::<u64>()
-            .map_err(|_| format!("ERR cost must be an integer from 0 to 2^64 - 1, got {c:?}")),
+        Some(c) => c.parse::<u64>().map_err(|_| {
+            format!(
+                "ERR cost must be an integer from 0 to 2^64 - 1, got {}",
+                limits::shown(c.as_bytes())
+            )
+        }),
     }
 }
 
@@ -108,11 +123,13 @@ pub fn parse_policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<P
 
 /// Algorithms built from their words, kept for the calls that name them again (an
 /// application has a few policies and calls them many times; building one parses the
-/// rate and checks the configuration). Holds the last [`PolicyCache::SIZE`] built;
-/// refusals are not kept.
+/// rate and checks the configuration). Holds the last [`PolicyCache::SIZE`] built, each
+/// under its algorithm's kind and its rate word without surrounding spaces (at most
+/// [`MAX_WORD`](crate::limits::MAX_WORD) bytes): a few kilobytes at most, whatever the
+/// calls send. Refusals are not kept.
 #[derive(Debug, Default)]
 pub struct PolicyCache {
-    entries: Vec<(String, String, AnyAlgorithm)>,
+    entries: Vec<(Kind, String, AnyAlgorithm)>,
     next: usize,
 }
 
@@ -135,16 +152,17 @@ impl PolicyCache {
         rate: &str,
         cost: Option<&str>,
     ) -> Result<Policy, String> {
+        let (kind, rate) = (kind(algorithm)?, rate_word(rate)?);
         let found = self
             .entries
             .iter()
-            .find(|(a, r, _)| a == algorithm && r == rate)
+            .find(|(k, r, _)| *k == kind && r == rate)
             .map(|(_, _, alg)| alg.clone());
         let algorithm = match found {
             Some(alg) => alg,
             None => {
-                let alg = build_algorithm(algorithm, rate)?;
-                let entry = (algorithm.to_string(), rate.to_string(), alg.clone());
+                let alg = build(kind, rate)?;
+                let entry = (kind, rate.to_string(), alg.clone());
                 if self.entries.len() < Self::SIZE {
                     self.entries.push(entry);
                 } else {
@@ -332,6 +350,34 @@ mod tests {
         );
         assert!(cache.policy("gcra", "1/s", Some("x")).is_err());
     }
+
+    #[test]
+    fn the_cache_keeps_normalized_bounded_words() {
+        let mut cache = PolicyCache::new();
+        let p = cache.policy(" GCRA ", "\t10/min ", None).unwrap();
+        let q = cache.policy("gcra", "10/min", None).unwrap();
+        assert_eq!(p.algorithm, q.algorithm);
+        assert_eq!(cache.entries.len(), 1, "one entry for both spellings");
+        let long = format!("gcra{}", " ".repeat(MAX_WORD_TEST));
+        assert_eq!(
+            cache.policy(&long, "10/min", None).unwrap_err(),
+            format!("ERR algorithm must be at most 64 bytes, got {}", long.len())
+        );
+        let long = format!("{}10/min", " ".repeat(MAX_WORD_TEST));
+        assert!(
+            cache
+                .policy("gcra", &long, None)
+                .unwrap_err()
+                .starts_with("ERR rate must be")
+        );
+        assert!(parse_policy("gcra", &long, None).is_err());
+        assert_eq!(cache.entries.len(), 1, "refusals are not kept");
+        let cost = "9".repeat(1000);
+        let e = cache.policy("gcra", "10/min", Some(&cost)).unwrap_err();
+        assert!(e.len() < 120, "the word is shown shortened: {e}");
+    }
+
+    const MAX_WORD_TEST: usize = crate::limits::MAX_WORD;
 
     #[test]
     fn a_queue_replies_its_delay() {

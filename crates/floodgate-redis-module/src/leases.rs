@@ -13,6 +13,7 @@
 //! the id is held already), renew and release `1` or `0`.
 
 use crate::decide::int;
+use crate::limits;
 
 /// `FG.ACQUIRE`'s usage line.
 pub const ACQUIRE_USAGE: &str =
@@ -82,7 +83,7 @@ pub fn parse_acquire(words: &[&[u8]]) -> Result<LeaseCall, String> {
     Ok(LeaseCall {
         limit,
         ttl_us: ttl(t)?,
-        pad_ms: int(pad, "pad_ms")?,
+        pad_ms: limits::pad_ms(int(pad, "pad_ms")?)?,
         now_us: now(n)?,
     })
 }
@@ -96,7 +97,7 @@ pub fn parse_renew(words: &[&[u8]]) -> Result<LeaseCall, String> {
     Ok(LeaseCall {
         limit: 0,
         ttl_us: ttl(t)?,
-        pad_ms: int(pad, "pad_ms")?,
+        pad_ms: limits::pad_ms(int(pad, "pad_ms")?)?,
         now_us: now(n)?,
     })
 }
@@ -118,7 +119,18 @@ pub fn parse_release(words: &[&[u8]]) -> Result<LeaseCall, String> {
 /// Milliseconds from `now_us` to `latest_us`, rounded up, plus the padding: the script's
 /// `PEXPIRE` at the latest lease.
 pub fn expiry_ms(latest_us: u64, now_us: u64, pad_ms: u64) -> u64 {
-    (latest_us - now_us).div_ceil(1000).saturating_add(pad_ms)
+    latest_us
+        .saturating_sub(now_us)
+        .div_ceil(1000)
+        .saturating_add(pad_ms)
+}
+
+/// The absolute expiry (ms since the epoch, counted from `anchor_ms`) of a key whose
+/// latest lease ends at `latest_us`, checked before anything is written; a later lease
+/// gives a later expiry, so the expiry a call sets is in range once that of the latest
+/// lease it can leave is.
+pub fn expire_at(latest_us: u64, now_us: u64, pad_ms: u64, anchor_ms: u64) -> Result<u64, String> {
+    limits::expire_at(anchor_ms, expiry_ms(latest_us, now_us, pad_ms))
 }
 
 #[cfg(test)]
@@ -152,6 +164,11 @@ mod tests {
         assert!(e(parse_acquire(&w("k 1 y 5 1 redis"))).starts_with("ERR limit must be"));
         assert!(e(parse_renew(&w("k 1 0 1 redis"))).contains("ttl_us must be"));
         assert!(e(parse_renew(&w("k 1 5 z redis"))).starts_with("ERR pad_ms must be"));
+        assert!(
+            e(parse_renew(&w("k 1 5 18446744073709551615 redis")))
+                .starts_with("ERR pad_ms must be at most 315360000000")
+        );
+        assert!(e(parse_acquire(&w("k 1 3 5 315360000001 redis"))).contains("at most"));
         assert!(e(parse_release(&w("k 1 soon"))).starts_with("ERR now_us must be"));
         assert!(e(parse_release(&w("k 1 9007199254740992"))).contains("out of range"));
         assert!(e(parse_release(&w("k 1"))).starts_with("ERR Usage: FG.RELEASE"));

@@ -9,6 +9,7 @@ pub mod fg;
 #[cfg(not(test))]
 mod keys;
 pub mod leases;
+pub mod limits;
 pub mod log;
 pub mod script_values;
 pub mod settle;
