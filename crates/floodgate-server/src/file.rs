@@ -31,6 +31,9 @@ pub struct FileConfig {
     /// Caps on requests (descriptor counts, sizes).
     #[serde(default)]
     pub limits: LimitsFile,
+    /// Timeouts of client connections.
+    #[serde(default)]
+    pub connections: ConnectionsFile,
     /// Defaults for every rate limit.
     #[serde(default)]
     pub defaults: DefaultsFile,
@@ -76,6 +79,28 @@ pub struct LimitsFile {
     pub max_value_bytes: Option<u64>,
     /// Largest request body or gRPC message, in bytes (default 1 MiB).
     pub max_request_bytes: Option<u64>,
+}
+
+/// `connections:` how long a client connection may take over each phase (durations such
+/// as `"10s"`, `"5m"`; each above zero).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsFile {
+    /// gRPC: how long a new connection may take to send the HTTP/2 preface (default 10s).
+    #[serde(default, deserialize_with = "some_timeout")]
+    pub preface_timeout: Option<std::time::Duration>,
+    /// gRPC: how long a connection may stay open with no call open (default 5m).
+    #[serde(default, deserialize_with = "some_timeout")]
+    pub idle_timeout: Option<std::time::Duration>,
+    /// gRPC: how long a call's request may take to arrive whole (default 10s).
+    #[serde(default, deserialize_with = "some_timeout")]
+    pub request_timeout: Option<std::time::Duration>,
+}
+
+fn some_timeout<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::time::Duration>, D::Error> {
+    floodgate_core::de::timeout(d).map(Some)
 }
 
 /// `defaults:`.

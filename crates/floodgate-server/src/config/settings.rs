@@ -28,6 +28,29 @@ pub struct Settings {
     pub fleet: FleetSettings,
     /// How `/admin` shows keys.
     pub admin_keys: KeyDisplay,
+    /// Timeouts of client connections.
+    pub connections: ConnectionSettings,
+}
+
+/// How long a client connection may take over each phase (`connections:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    /// gRPC: the HTTP/2 preface of a new connection.
+    pub preface_timeout: Duration,
+    /// gRPC: a connection with no call open.
+    pub idle_timeout: Duration,
+    /// gRPC: a call's request, from its headers to its end.
+    pub request_timeout: Duration,
+}
+
+impl Default for ConnectionSettings {
+    fn default() -> ConnectionSettings {
+        ConnectionSettings {
+            preface_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// How several floodgate servers (behind one balancer) share each limit: the engine's
@@ -186,6 +209,13 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
         None => KeyDisplay::Plain,
         Some(s) => s.parse().map_err(|e: String| invalid("admin_keys", e))?,
     };
+    let c = &file.connections;
+    let d = ConnectionSettings::default();
+    let connections = ConnectionSettings {
+        preface_timeout: c.preface_timeout.unwrap_or(d.preface_timeout),
+        idle_timeout: c.idle_timeout.unwrap_or(d.idle_timeout),
+        request_timeout: c.request_timeout.unwrap_or(d.request_timeout),
+    };
     Ok(Settings {
         grpc,
         http,
@@ -193,5 +223,6 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
         store,
         fleet,
         admin_keys,
+        connections,
     })
 }

@@ -11,11 +11,15 @@
 //! * Bad requests get `INVALID_ARGUMENT`, unknown domains `NOT_FOUND` (or OK with no
 //!   limit under `unknown_domain: allow`), store errors `INTERNAL`.
 //!
-//! [`serve`] is the listener: [`h2`]'s HTTP/2, `ShouldRateLimit` answered directly, the
-//! rest by tonic.
+//! [`serve`] is the listener; [`conn`] serves one connection's HTTP/2 with the `h2`
+//! crate, answering `ShouldRateLimit` in the connection's task through [`door`] (the
+//! message read in place by [`wire`]) and handing every other stream to tonic
+//! ([`tonic_stream`]).
 
-pub mod h2;
+pub mod conn;
+pub mod door;
 pub mod serve;
+pub mod tonic_stream;
 pub mod wire;
 
 use std::sync::Arc;
