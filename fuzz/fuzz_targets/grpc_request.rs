@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use floodgate_engine::TokioWallClock;
-use floodgate_server::engine::{Engine, FaultPolicy, StoreHandle};
+use floodgate_server::descriptors::{Engine, FaultPolicy, StoreHandle};
 use floodgate_server::grpc::RlsService;
 use floodgate_server::metrics::Metrics;
 use libfuzzer_sys::fuzz_target;

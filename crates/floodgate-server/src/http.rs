@@ -35,7 +35,7 @@ use floodgate_engine::admin::AdminRequest;
 use floodgate_engine::metrics::RequestOutcome;
 use serde_json::{Value, json};
 
-use crate::engine::{CheckError, DescriptorIn, Engine, Entry, Generation, Matched, Outcome};
+use crate::descriptors::{CheckError, DescriptorIn, Engine, Entry, Generation, Matched, Outcome};
 use crate::http_leases;
 use crate::leases::{DoorError, LeaseDoor, ceil_ms};
 

@@ -14,7 +14,7 @@
 //! The rules ([`config`]) take Envoy ratelimit's file shape (domains, nested descriptors,
 //! `rate_limit: {unit, requests_per_unit}`, `shadow_mode`, `unlimited`, `replaces`) in
 //! YAML or TOML and extend it: an algorithm per limit (GCRA by default), any window, a
-//! burst, several limits on one descriptor. The [`engine`] matches descriptors as Envoy's
+//! burst, several limits on one descriptor. The [`descriptors`] module matches descriptors as Envoy's
 //! service does and decides every limit of a request all-or-nothing (in process) or in
 //! Redis with its fault policy. Config changes are picked up on SIGHUP and on file change
 //! ([`reload`]) without resetting the counters of unchanged rules.
@@ -38,7 +38,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
-pub mod engine;
+pub mod descriptors;
 pub mod file;
 pub mod grpc;
 pub mod headers;
@@ -51,5 +51,5 @@ pub mod resp;
 pub mod server;
 
 pub use config::{Config, ConfigFileError};
-pub use engine::{CheckError, Engine};
+pub use descriptors::{CheckError, Engine};
 pub use server::{Options, Running, StartError, start};

@@ -5,7 +5,7 @@
 //! `floodgate_config_last_reload_success 0`), and the running config keeps serving. A
 //! good file replaces the rules atomically: requests already in flight finish on the old
 //! rules, the next ones see the new rules, and limits whose identity did not change keep
-//! their counters (see [`crate::engine`]). Listen addresses and the store are read at
+//! their counters (see [`crate::descriptors`]). Listen addresses and the store are read at
 //! startup only: a reload that changes them is applied for its rules and the rest is
 //! reported as needing a restart.
 
@@ -17,7 +17,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{self, Settings};
-use crate::engine::Engine;
+use crate::descriptors::Engine;
 use crate::metrics::ResultLabels;
 
 /// Reloads the config file into an [`Engine`].

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::{Config, Settings, StoreSettings};
-use crate::engine::{Engine, FaultPolicy, StoreHandle};
+use crate::descriptors::{Engine, FaultPolicy, StoreHandle};
 use crate::grpc::RlsService;
 use crate::grpc::conn::Http2Limits;
 use crate::grpc::door::GrpcDoor;

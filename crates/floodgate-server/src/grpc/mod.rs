@@ -37,7 +37,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use floodgate_engine::metrics::RequestOutcome;
 use tonic::{Request, Response, Status as GrpcStatus};
 
-use crate::engine::{CheckError, DescriptorIn, Engine, Matched, Outcome, Status};
+use crate::descriptors::{CheckError, DescriptorIn, Engine, Matched, Outcome, Status};
 
 use wire::RequestRef;
 
@@ -200,7 +200,11 @@ impl RlsService {
                 cost: d.hits_addend.unwrap_or(default_cost),
             })
             .collect();
-        match self.engine.check(req.domain, &descriptors).await {
+        match self
+            .engine
+            .decide_descriptors(req.domain, &descriptors)
+            .await
+        {
             Ok(outcome) => {
                 let r = reply(&outcome);
                 metrics.request("grpc", outcome.request_outcome(), start.elapsed());

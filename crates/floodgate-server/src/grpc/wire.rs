@@ -16,7 +16,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
-use crate::engine::{Entry, Outcome};
+use crate::descriptors::{Entry, Outcome};
 
 use super::{StatusView, status_view};
 

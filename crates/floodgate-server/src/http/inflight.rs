@@ -4,7 +4,7 @@
 //! The order is the tower layer's, run by the same function
 //! ([`floodgate_engine::leases::leases_then_rates`]): the leases of every
 //! `max_in_flight` rule the descriptors reach are taken **first**, then the rates are
-//! decided ([`Engine::check`]); a request the rates deny gives its leases back at once.
+//! decided ([`Engine::decide_descriptors`]); a request the rates deny gives its leases back at once.
 //! So a request denied for concurrency is charged no rate, and a request denied by a
 //! rate holds no lease. The leases are kept on the server's lease store
 //! ([`LeaseDoor`], in process or on the rules' Redis), where `POST /v1/release` (with the
@@ -23,7 +23,7 @@ use floodgate_engine::PolicyInfo;
 use floodgate_engine::leases::{LeaseStep, LeasesAndRates, Ordered, leases_then_rates};
 use serde_json::{Value, json};
 
-use crate::engine::{DescriptorIn, Engine, InFlightRule, Outcome, Status};
+use crate::descriptors::{DescriptorIn, Engine, InFlightRule, Outcome, Status};
 use crate::headers;
 use crate::leases::{DoorError, LeaseDoor, ceil_ms};
 
@@ -114,7 +114,10 @@ pub async fn check(
 ) -> Result<Checked, (StatusCode, String)> {
     let (rules, matched) = engine.in_flight_rules(domain, descriptors);
     if rules.is_empty() {
-        let o = engine.check(domain, descriptors).await.map_err(to_http)?;
+        let o = engine
+            .decide_descriptors(domain, descriptors)
+            .await
+            .map_err(to_http)?;
         return Ok(Checked::plain(o));
     }
     let settings = engine.current().rules.headers.clone();
@@ -156,7 +159,7 @@ struct Request<'a, 'd> {
     domain: &'a str,
     descriptors: &'a [DescriptorIn<'d>],
     rules: &'a [InFlightRule],
-    matched: Option<Vec<crate::engine::Matched>>,
+    matched: Option<Vec<crate::descriptors::Matched>>,
     settings: &'a crate::config::HeaderSettings,
 }
 
@@ -211,7 +214,7 @@ impl LeasesAndRates for Request<'_, '_> {
 
     async fn decide(&mut self, _held: &[Held]) -> Result<Outcome, Self::Error> {
         self.engine
-            .check(self.domain, self.descriptors)
+            .decide_descriptors(self.domain, self.descriptors)
             .await
             .map_err(to_http)
     }
@@ -231,7 +234,7 @@ fn denied(
     released: &[Held],
     rule: &InFlightRule,
     denial: Decision,
-    matched: Vec<crate::engine::Matched>,
+    matched: Vec<crate::descriptors::Matched>,
 ) -> Outcome {
     let mut applied: Vec<(&PolicyInfo, Decision)> =
         released.iter().map(|h| (&*h.policy, h.decision)).collect();

@@ -1,4 +1,4 @@
-//! The HTTP API's reserve and settle calls (see [`crate::engine::settle`]):
+//! The HTTP API's reserve and settle calls (see [`crate::descriptors::settle`]):
 //!
 //! * `POST /v1/reserve`: `{"policy": "tokens", "key": "user:42", "estimate": 1}`
 //!   (`policy` may be left out when one is configured; `estimate` defaults to 1). Answers
@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 use super::{HttpState, error, ms, outcome_json, outcome_response, policy_or_default, to_http};
-use crate::engine::settle::SettleCallError;
+use crate::descriptors::settle::SettleCallError;
 
 /// A refusal: the status and the message of its `{"error": ...}` body.
 type Refusal = (StatusCode, String);

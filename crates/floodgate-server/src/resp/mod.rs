@@ -134,7 +134,7 @@ pub struct RespService {
     metrics: Arc<Metrics>,
     limits: RespLimits,
     /// The server's policies, for `FG.RESERVE` and `FG.SETTLE`.
-    engine: Option<Arc<crate::engine::Engine>>,
+    engine: Option<Arc<crate::descriptors::Engine>>,
     leases: Arc<LeaseDoor>,
 }
 
@@ -154,7 +154,7 @@ impl RespService {
     }
 
     /// Also answer `FG.RESERVE` and `FG.SETTLE` on `engine`'s policies.
-    pub fn with_engine(mut self, engine: Arc<crate::engine::Engine>) -> RespService {
+    pub fn with_engine(mut self, engine: Arc<crate::descriptors::Engine>) -> RespService {
         self.engine = Some(engine);
         self
     }

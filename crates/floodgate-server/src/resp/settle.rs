@@ -1,5 +1,5 @@
 //! `FG.RESERVE policy key estimate` and `FG.SETTLE reservation actual`: reserve and settle
-//! over RESP, on the policies of the server's config (see [`crate::engine::settle`]).
+//! over RESP, on the policies of the server's config (see [`crate::descriptors::settle`]).
 //!
 //! * `FG.RESERVE` answers five integers as `CL.THROTTLE` lays them out (limited 0/1,
 //!   limit, remaining, retry after s or -1, reset after s), then the reservation id (0
@@ -12,7 +12,7 @@ use floodgate_core::decision::trunc_secs;
 use floodgate_engine::settle::parse_cost;
 
 use super::{Reply, RespService};
-use crate::engine::settle::SettleCallError;
+use crate::descriptors::settle::SettleCallError;
 
 /// `FG.RESERVE`'s usage error.
 pub const RESERVE_USAGE: &str = "Usage: FG.RESERVE <policy> <key> <estimate>";

@@ -10,7 +10,7 @@ use floodgate_engine::TokioWallClock;
 use prost::Message;
 
 use super::*;
-use crate::engine::{DescriptorIn, Engine, FaultPolicy, StoreHandle};
+use crate::descriptors::{DescriptorIn, Engine, FaultPolicy, StoreHandle};
 use crate::metrics::Metrics;
 
 fn pb_desc(entries: &[(&str, &str)], hits: Option<u64>, negative: bool) -> RateLimitDescriptor {
@@ -186,7 +186,7 @@ async fn writes_what_prost_writes() {
     let mut over = false;
     for _ in 0..3 {
         for c in &calls {
-            let outcome = engine.check("edge", c).await.unwrap();
+            let outcome = engine.decide_descriptors("edge", c).await.unwrap();
             over |= outcome.over_limit;
             let prost = super::super::response(&outcome).encode_to_vec();
             let ours = write_reply(&outcome);

@@ -19,7 +19,7 @@ use prometheus_client::metrics::counter::Counter;
 use crate::config::ValueMatch;
 use crate::metrics::Metrics;
 
-use super::generation::LimitInst;
+use super::limit::LimitInst;
 
 /// One entry of a request descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

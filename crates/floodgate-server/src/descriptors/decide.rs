@@ -21,7 +21,7 @@ use floodgate_engine::{DecisionStore, LocalStore, StoreCheck, StoreError, StoreF
 use crate::metrics::Metrics;
 
 use super::error::CheckError;
-use super::generation::LimitInst;
+use super::limit::LimitInst;
 
 /// What a request gets when its store fails: the engine's [`StoreFailure`], and the
 /// retry a fail-closed denial advertises.

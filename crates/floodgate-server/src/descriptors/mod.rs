@@ -19,6 +19,7 @@
 pub mod decide;
 pub mod error;
 pub mod generation;
+pub mod limit;
 pub mod matching;
 pub mod settle;
 
@@ -39,7 +40,8 @@ use crate::metrics::Metrics;
 
 pub use decide::FaultPolicy;
 pub use error::CheckError;
-pub use generation::{Generation, LimitInst, StoreHandle};
+pub use generation::{Generation, StoreHandle};
+pub use limit::LimitInst;
 pub use matching::{DescriptorIn, Entry};
 
 use decide::{Decided, Item, decide};
@@ -268,9 +270,10 @@ impl Engine {
         (rules, matched)
     }
 
-    /// Check one request: `domain` and its descriptors, all-or-nothing (rates only: a
-    /// rule's `max_in_flight` is the HTTP door's, [`crate::http::inflight`]).
-    pub async fn check(
+    /// Decide one request: `domain` and its descriptors, matched to limits and decided
+    /// all-or-nothing through the generation's store (rates only: a rule's
+    /// `max_in_flight` is the HTTP door's, [`crate::http::inflight`]).
+    pub async fn decide_descriptors(
         &self,
         domain: &str,
         descriptors: &[DescriptorIn<'_>],
