@@ -5,6 +5,7 @@
 pub mod admin;
 #[cfg(feature = "config")]
 pub mod config;
+pub mod decide;
 pub mod deny;
 pub mod fault;
 pub mod fleet;

@@ -95,8 +95,8 @@ impl std::fmt::Debug for Generation {
 
 impl Generation {
     /// Where this generation's checks go.
-    pub(super) fn stores(&self) -> super::decide::Stores<'_> {
-        super::decide::Stores {
+    pub(super) fn stores(&self) -> floodgate_engine::decide::Stores<'_> {
+        floodgate_engine::decide::Stores {
             store: &*self.store,
             local: self.local.as_deref(),
         }

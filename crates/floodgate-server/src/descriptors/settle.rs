@@ -121,7 +121,7 @@ impl Engine {
             // the fault policy decides; nothing is reserved, so nothing can be settled
             Err(e) => {
                 let failure = super::decide::fault(e, &self.fault, &self.metrics)?;
-                (self.fault.decision(&limit), None, Some(failure))
+                (self.fault.decision(&limit.policy), None, Some(failure))
             }
         };
         let counters = &generation.policy_counters[policy];
