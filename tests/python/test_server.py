@@ -206,17 +206,20 @@ def curl(*args):
 def test_http_api_with_curl(server):
     url = "http://%s/v1/check" % server.http
     body = json.dumps({"domain": "edge", "descriptors": [[{"key": "remote_address", "value": "c"}]]})
+    json_ct = ("-H", "content-type: application/json")
     for remaining in (2, 1, 0):
-        out = curl("-X", "POST", url, "-d", body)
+        out = curl("-X", "POST", url, *json_ct, "-d", body)
         j = json.loads(out)
         assert (j["allowed"], j["remaining"], j["limit"]) == (True, remaining, 3)
-    out = curl("-i", "-X", "POST", url, "-d", body)
+    out = curl("-i", "-X", "POST", url, *json_ct, "-d", body)
     head, payload = out.split("\n\n", 1)  # text mode turned CRLF into LF
     assert head.startswith("HTTP/1.1 429")
     assert re.search(r"(?im)^retry-after: 20$", head)
     assert json.loads(payload)["headers"]["Retry-After"] == "20"
-    out = curl("-i", "-X", "POST", url, "-d", '{"domain": ')
+    out = curl("-i", "-X", "POST", url, *json_ct, "-d", '{"domain": ')
     assert out.startswith("HTTP/1.1 400") and "invalid JSON" in out
+    out = curl("-i", "-X", "POST", url, "-d", body)  # curl's -d sends a form type
+    assert out.startswith("HTTP/1.1 415") and "application/json" in out
     metrics = curl("http://%s/metrics" % server.http)
     assert 'floodgate_descriptor_decisions_total{domain="edge",descriptor="remote_address",outcome="rejected"} 1' in metrics
 

@@ -78,10 +78,50 @@ pub fn router(state: Arc<HttpState>) -> Router {
             "/v1/release",
             post(|s, b| lease(s, "release", b)).fallback(method_not_allowed),
         )
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            json_only,
+        ))
         .route("/metrics", get(metrics).fallback(method_not_allowed))
         .route("/healthz", get(healthz).fallback(method_not_allowed))
         .fallback(fallback)
         .with_state(state)
+}
+
+/// Whether `value` is a `Content-Type` of JSON: `application/json`, any case, with or
+/// without parameters (`; charset=utf-8`).
+fn is_json(value: &[u8]) -> bool {
+    let essence = value.split(|&b| b == b';').next().unwrap_or_default();
+    essence
+        .trim_ascii()
+        .eq_ignore_ascii_case(b"application/json")
+}
+
+/// The `/v1` calls take JSON only: a body of another type (a browser's cross-site form
+/// sends `text/plain` or a form type without asking first) gets `415` and is not read.
+async fn json_only(
+    State(s): State<Arc<HttpState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let ok = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| is_json(v.as_bytes()));
+    if ok {
+        return next.run(req).await;
+    }
+    s.engine
+        .metrics()
+        .request("http", RequestOutcome::Invalid, Duration::ZERO);
+    let got = req.headers().get(header::CONTENT_TYPE).map_or_else(
+        || "none".to_string(),
+        |v| format!("{:?}", String::from_utf8_lossy(v.as_bytes())),
+    );
+    error(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!("the body must be JSON: send Content-Type: application/json (got {got})"),
+    )
 }
 
 pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {

@@ -218,3 +218,105 @@ async fn metrics_and_health() {
     );
     srv.stop().await;
 }
+
+/// A POST with the exact bytes `head` (the request line and fields, without the final
+/// blank line) and `body`: the status and the body of the answer.
+async fn raw_post(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{head}\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").unwrap().1.to_string();
+    (status, body)
+}
+
+#[tokio::test]
+async fn the_v1_calls_take_json_only() {
+    let srv = start(CONFIG).await;
+    let addr = srv.running.http.unwrap();
+    let check = br#"{"policy": "api", "key": "ct", "cost": 0}"#;
+    let acquire = br#"{"key": "gpu", "max_in_flight": 1, "ttl_ms": 1000}"#;
+    // (path, Content-Type line or none, body, status, what the error names)
+    let rows: &[(&str, Option<&str>, &[u8], u16, &str)] = &[
+        (
+            "/v1/check",
+            Some("text/plain"),
+            check,
+            415,
+            r#"(got \"text/plain\")"#,
+        ),
+        (
+            "/v1/check",
+            Some("application/x-www-form-urlencoded"),
+            check,
+            415,
+            "x-www-form-urlencoded",
+        ),
+        (
+            "/v1/check",
+            Some("multipart/form-data; boundary=x"),
+            check,
+            415,
+            "multipart",
+        ),
+        ("/v1/check", None, check, 415, "(got none)"),
+        ("/v1/check", Some("application/jsonx"), check, 415, "jsonx"),
+        (
+            "/v1/acquire",
+            Some("text/plain"),
+            acquire,
+            415,
+            "Content-Type: application/json",
+        ),
+        (
+            "/v1/reserve",
+            Some("text/plain"),
+            check,
+            415,
+            "Content-Type: application/json",
+        ),
+        ("/v1/check", Some("application/json"), check, 200, ""),
+        (
+            "/v1/check",
+            Some("Application/JSON; charset=utf-8"),
+            check,
+            200,
+            "",
+        ),
+        (
+            "/v1/check",
+            Some(" application/json ;charset=UTF-8"),
+            check,
+            200,
+            "",
+        ),
+    ];
+    for (path, ct, body, status, names) in rows {
+        let head = match ct {
+            Some(ct) => format!("POST {path} HTTP/1.1\r\nContent-Type: {ct}"),
+            None => format!("POST {path} HTTP/1.1"),
+        };
+        let (got, text) = raw_post(addr, &head, body).await;
+        assert_eq!(got, *status, "{path} with {ct:?}: {text}");
+        assert!(text.contains(names), "{path} with {ct:?}: {text}");
+    }
+    // a refused acquire took no lease: the one place is still free
+    let (got, text) = raw_post(
+        addr,
+        "POST /v1/acquire HTTP/1.1\r\nContent-Type: application/json",
+        acquire,
+    )
+    .await;
+    assert_eq!(got, 200, "{text}");
+    // metrics and health stay plain GETs
+    assert_eq!(http(addr, "GET", "/healthz", b"").await.status, 200);
+    srv.stop().await;
+}
