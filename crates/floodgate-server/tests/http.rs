@@ -245,7 +245,8 @@ async fn the_v1_calls_take_json_only() {
     let check = br#"{"policy": "api", "key": "ct", "cost": 0}"#;
     let acquire = br#"{"key": "gpu", "max_in_flight": 1, "ttl_ms": 1000}"#;
     // (path, Content-Type line or none, body, status, what the error names)
-    let rows: &[(&str, Option<&str>, &[u8], u16, &str)] = &[
+    type Row<'a> = (&'a str, Option<&'a str>, &'a [u8], u16, &'a str);
+    let rows: &[Row<'_>] = &[
         (
             "/v1/check",
             Some("text/plain"),
