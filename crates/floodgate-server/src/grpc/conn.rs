@@ -161,6 +161,7 @@ pub async fn serve_connection<T>(
         Err(_) => return tracing::debug!("gRPC client sent no preface in time"),
     };
     let mut c = Conn {
+        accepted: Vec::new(),
         idle: Box::pin(tokio::time::sleep(limits.idle_timeout)),
         conn,
         door,
@@ -180,6 +181,8 @@ pub async fn serve_connection<T>(
 
 struct Conn<T> {
     conn: Connection<T>,
+    /// Streams taken in this turn, not yet started (kept for its allocation).
+    accepted: Vec<(http::Request<RecvStream>, SendResponse<Bytes>)>,
     door: Arc<GrpcDoor>,
     limits: Arc<Http2Limits>,
     calls: FuturesUnordered<Call>,
@@ -209,13 +212,13 @@ where
                 self.stopping = true;
                 self.conn.graceful_shutdown();
             }
-            // new streams (this also reads frames and writes what the calls queued)
+            // new streams (this also reads frames and writes what the calls queued): all
+            // of them taken before any is answered, so that their replies leave together
+            // at the next poll (each poll of the connection flushes what is queued)
+            let mut accepted = std::mem::take(&mut self.accepted);
             loop {
                 match self.conn.poll_accept(cx) {
-                    Poll::Ready(Some(Ok((req, respond)))) => {
-                        progress = true;
-                        self.start(req, respond, cx);
-                    }
+                    Poll::Ready(Some(Ok(stream))) => accepted.push(stream),
                     Poll::Ready(Some(Err(e))) => {
                         tracing::debug!(error = %e, "gRPC connection ended with an error");
                         return Poll::Ready(());
@@ -224,6 +227,11 @@ where
                     Poll::Pending => break,
                 }
             }
+            progress |= !accepted.is_empty();
+            for (req, respond) in accepted.drain(..) {
+                self.start(req, respond, cx);
+            }
+            self.accepted = accepted;
             while let Poll::Ready(Some(end)) = self.calls.poll_next_unpin(cx) {
                 progress = true;
                 self.ended(end);
