@@ -8,8 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Algorithm, Kind, Rate, Spec};
-use floodgate_http::insight::KeyDisplay;
-use floodgate_http::{Policy, RateLimiter, RateLimiterBuilder};
+use floodgate_http::{KeyDisplay, Policy, RateLimiter, RateLimiterBuilder};
 use floodgate_proxy::config::{Config, parse_admin, parse_upstream};
 use floodgate_proxy::proxy::{Proxy, ProxySettings, shutdown_signal};
 

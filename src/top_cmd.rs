@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::Args;
-use floodgate_http::admin::text::top_table;
+use floodgate_engine::admin::text::top_table;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use floodgate_core::{Clock, Kind, Rate, Spec, WallClock};
-use floodgate_http::{Policy, RateLimiter, RedisDecisionStore, StoreFailure};
+use floodgate_engine::RedisDecisionStore;
+use floodgate_http::{Policy, RateLimiter, StoreFailure};
 use floodgate_load::{LoadConfig, LoadError};
 use floodgate_proxy::proxy::{Proxy, ProxySettings};
 use serde::Serialize;

@@ -7,18 +7,18 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use floodgate_core::ConfigError;
+use floodgate_engine::fault::StoreFailure;
+use floodgate_engine::fleet::{Fleet, FleetError, Strategy};
+use floodgate_engine::headers::HeaderOptions;
+use floodgate_engine::insight::{Insight, KeyDisplay};
+use floodgate_engine::metrics::Metrics;
+use floodgate_engine::store::{DecisionStore, LocalStore};
 use http::StatusCode;
 use ipnet::IpNet;
 
-use crate::fault::StoreFailure;
-use crate::fleet::{Fleet, FleetError, Strategy};
-use crate::headers::HeaderOptions;
 use crate::key::{ClientIpConfig, MissingKey, PeerFn, peer_from_extension};
 use crate::limiter::{Inner, RateLimiter};
-use crate::metrics::Metrics;
 use crate::policy::{CompiledRoute, Policy, PolicyInfo, Route};
-use crate::store::{DecisionStore, LocalStore};
-use floodgate_engine::insight::{Insight, KeyDisplay};
 
 /// Why a limiter could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -204,9 +204,10 @@ impl RateLimiterBuilder {
     }
 
     /// This node is one of a fleet sharing the limits with `fleet`'s strategy (see
-    /// [`crate::fleet`]): `local` enforces [`local_share`](crate::fleet::local_share) of every policy,
-    /// `sticky` lets [`RateLimiter::owner_of`] say which node owns a request's key, and
-    /// `shared` / `hybrid` require a shared [`store`](Self::store) (checked by `build`).
+    /// [`floodgate_engine::fleet`]): `local` enforces
+    /// [`local_share`](floodgate_engine::fleet::local_share) of every policy, `sticky` lets
+    /// [`RateLimiter::owner_of`] say which node owns a request's key, and `shared` /
+    /// `hybrid` require a shared [`store`](Self::store) (checked by `build`).
     pub fn fleet(mut self, fleet: Fleet) -> Self {
         self.fleet = Some(fleet);
         self
@@ -237,7 +238,8 @@ impl RateLimiterBuilder {
                 .as_ref()
                 .filter(|f| f.strategy() == Strategy::Local)
             {
-                spec = crate::fleet::local_share(&spec, f.nodes().len()).map_err(policy_err)?;
+                spec = floodgate_engine::fleet::local_share(&spec, f.nodes().len())
+                    .map_err(policy_err)?;
                 algorithm = spec.build().map_err(policy_err)?;
             }
             infos.push(PolicyInfo::new(index, p.name.clone(), spec, algorithm));
@@ -403,14 +405,14 @@ mod build_tests {
         impl DecisionStore for NoLeases {
             fn check<'a>(
                 &'a self,
-                _: &'a [crate::store::StoreCheck<'a>],
-            ) -> crate::store::BoxFuture<
+                _: &'a [floodgate_engine::store::StoreCheck<'a>],
+            ) -> floodgate_engine::store::BoxFuture<
                 'a,
-                Result<floodgate_core::multi::MultiDecision, crate::store::StoreError>,
+                Result<floodgate_core::multi::MultiDecision, floodgate_engine::store::StoreError>,
             > {
-                Box::pin(std::future::ready(Err(crate::store::StoreError::refused(
-                    "custom", "unused",
-                ))))
+                Box::pin(std::future::ready(Err(
+                    floodgate_engine::store::StoreError::refused("custom", "unused"),
+                )))
             }
         }
         let spec = crate::policy::InFlightSpec::new(2, Duration::from_secs(1)).unwrap();
@@ -439,7 +441,7 @@ mod build_tests {
 
     #[test]
     fn the_builder_checks_the_store_against_the_strategy() {
-        use crate::fleet::{Fleet, Strategy};
+        use floodgate_engine::fleet::{Fleet, Strategy};
         let nodes = ["127.0.0.1:1", "127.0.0.1:2"];
         let builder = |s: Strategy| {
             RateLimiter::builder()

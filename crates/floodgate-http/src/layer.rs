@@ -6,7 +6,7 @@
 //! body (holding the request's in-flight leases, released when it ends or is dropped:
 //! [`LeaseBody`]), or
 //! floodgate's own short body for denials (for a gRPC call, a trailers-only gRPC status:
-//! [`ReplyFormat::Grpc`](crate::deny::ReplyFormat::Grpc)). Every clone of the layer and
+//! [`ReplyFormat::Grpc`](floodgate_engine::deny::ReplyFormat::Grpc)). Every clone of the layer and
 //! the service shares one [`RateLimiter`].
 //!
 //! With the in-process store the decision is taken when the service is called (the
@@ -18,12 +18,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use floodgate_engine::leases::LeaseBody;
 use http::{Request, Response};
 use http_body_util::{Either, Full};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::leases::LeaseBody;
 use crate::limiter::{Outcome, Prepared, RateLimiter};
 use crate::settle::{SettleHandle, SettleSpec};
 

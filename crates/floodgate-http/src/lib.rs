@@ -8,19 +8,19 @@ pub mod limiter;
 pub mod policy;
 pub mod settle;
 
+// The engine's types this crate's public items take, return or hold. The engine's
+// modules are not mirrored here: a user names them `floodgate_engine::...`.
 #[cfg(feature = "admin")]
-pub use floodgate_engine::admin;
-pub use floodgate_engine::{
-    deny, fault, fleet, headers, inflight, insight, leases, metrics, store,
-};
-#[cfg(feature = "redis")]
-pub use floodgate_engine::{hybrid_store, redis_store};
+pub use floodgate_engine::admin::{AdminReply, AdminRequest};
+pub use floodgate_engine::fault::StoreFailure;
+pub use floodgate_engine::fleet::{Fleet, FleetError};
+pub use floodgate_engine::headers::HeaderOptions;
+pub use floodgate_engine::insight::{Insight, KeyDisplay};
+pub use floodgate_engine::leases::LeaseGuard;
+pub use floodgate_engine::metrics::Metrics;
+pub use floodgate_engine::store::{DecisionStore, StoreError};
 
 pub use builder::{BuildError, RateLimiterBuilder};
-pub use fault::StoreFailure;
-pub use fleet::{Fleet, FleetError, Strategy};
-#[cfg(feature = "redis")]
-pub use hybrid_store::HybridStore;
 pub use key::{
     ClientIpConfig, ForwardedHeader, KeyError, KeyExtractor, KeyPart, KeySource, MissingKey,
     PeerAddr, RequestInfo,
@@ -28,9 +28,4 @@ pub use key::{
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{RateLimiter, Verdict};
 pub use policy::{InFlightSpec, Policy, PolicyInfo, Route};
-#[cfg(feature = "redis")]
-pub use redis_store::RedisDecisionStore;
 pub use settle::{SettleHandle, SettleOnTrailers, SettleSpec};
-pub use store::{
-    DecisionStore, LocalStore, PolicyStats, StoreCheck, StoreError, StoreErrorKind, TokioWallClock,
-};

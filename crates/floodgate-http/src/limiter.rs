@@ -11,23 +11,25 @@ use bytes::Bytes;
 use floodgate_core::multi::MultiDecision;
 use floodgate_core::ratelimit_fields::retry_after_secs;
 use floodgate_core::{Decision, Denial};
+use floodgate_engine::deny::{ReplyFormat, short_response};
+use floodgate_engine::fault::StoreFailure;
+use floodgate_engine::fleet::{Fleet, Strategy};
+use floodgate_engine::headers::{
+    self, HeaderOptions, RateHeaders, X_RATELIMIT_DELAY_MS, ceil_millis,
+};
+use floodgate_engine::insight::{Insight, PolicyInsight};
+use floodgate_engine::leases::{self, Admission, LeaseGuard, LeaseStep, LeasesAndRates, Ordered};
+use floodgate_engine::metrics::{DecisionOutcome, Metrics, RequestOutcome};
+use floodgate_engine::settle::{Reservation, SettleSpec, Settled};
+use floodgate_engine::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use ipnet::IpNet;
 
-use crate::deny::{ReplyFormat, short_response};
-use crate::fault::StoreFailure;
-use crate::fleet::{Fleet, Strategy};
-use crate::headers::{self, HeaderOptions, RateHeaders, X_RATELIMIT_DELAY_MS, ceil_millis};
 use crate::key::{
     ClientIpConfig, KeyError, MissingKey, PeerFn, RequestInfo, in_nets, resolve_client_ip,
 };
-use crate::leases::{self, Admission, LeaseGuard, LeaseStep, LeasesAndRates, Ordered};
-use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
 use crate::policy::{CompiledRoute, Policy, PolicyInfo};
-use crate::store::{DecisionStore, LocalStore, StoreCheck, StoreError};
-use floodgate_engine::insight::{Insight, PolicyInsight};
-use floodgate_engine::settle::{Reservation, SettleSpec, Settled};
 use smallvec::SmallVec;
 
 /// What a built limiter holds (every clone of it shares one); [`crate::builder`] makes it.
@@ -514,7 +516,7 @@ impl RateLimiter {
 
     /// Decide on `plan` with whatever store this limiter has: its leases first (a
     /// request denied for concurrency is charged nothing), then its rates (a request
-    /// they deny gives its leases back at once: see [`crate::inflight`]).
+    /// they deny gives its leases back at once: see [`floodgate_engine::inflight`]).
     pub(crate) async fn check(&self, plan: Plan, req_headers: &HeaderMap) -> Outcome {
         self.with_leases(plan, req_headers, false).await.0
     }

@@ -20,14 +20,13 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-pub use floodgate_engine::settle::{
-    CostError, Reservation, Reserved, SettleSpec, Settled, parse_cost,
-};
+use floodgate_engine::headers::RateHeaders;
+use floodgate_engine::settle::Reservation;
+pub use floodgate_engine::settle::{SettleSpec, Settled};
 use floodgate_engine::store::StoreError;
 use http::HeaderName;
 use http_body::{Body, Frame};
 
-use crate::headers::RateHeaders;
 use crate::limiter::RateLimiter;
 
 /// Why a settle did not happen.

@@ -5,7 +5,7 @@ use axum::Router;
 use axum::extract::Extension;
 use axum::routing::get;
 use floodgate_core::{Kind, Spec};
-use floodgate_http::headers::{HeaderOptions, ResetFormat};
+use floodgate_engine::headers::{HeaderOptions, ResetFormat};
 use floodgate_http::settle::SettleError;
 use floodgate_http::{KeySource, Policy, RateLimiter, Route, SettleHandle, SettleSpec};
 use http::{HeaderName, Request, StatusCode};

@@ -32,6 +32,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Buf, Bytes, BytesMut};
+use floodgate_http::key::PeerAddr;
 use http::header::{
     CONNECTION, CONTENT_LENGTH, DATE, EXPECT, HeaderName, TRANSFER_ENCODING, UPGRADE,
 };
@@ -47,7 +48,6 @@ use crate::body::RequestBody;
 use crate::client_io::{ClientIo, ConnSlot};
 use crate::head_timeout::LazyTimer;
 use crate::hyper_conn::{Served, serve_hyper, stopped};
-use crate::key::PeerAddr;
 use crate::upstream::direct::{encode_field, parsed_value};
 
 /// Most fields a head read here may have; more: hyper's (which allows 100).

@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use crate::metrics::Metrics;
+use floodgate_engine::metrics::Metrics;
 
 /// A client's socket whose writes time out when they make no progress.
 pub(crate) struct ClientIo {

@@ -8,6 +8,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use floodgate_engine::deny::{ReplyFormat, is_grpc, short_response};
+use floodgate_engine::metrics::Metrics;
+use floodgate_http::SettleHandle;
+use floodgate_http::key::PeerAddr;
 use http::header::{CONTENT_LENGTH, HOST, HeaderName};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
@@ -18,12 +22,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
 use crate::body::{BodyState, BodyWatch, ClientBody, RequestBody};
-use crate::deny::{ReplyFormat, is_grpc, short_response};
-use crate::key::PeerAddr;
-use crate::metrics::Metrics;
 use crate::settings::{ProxyError, ProxySettings};
 use crate::upstream::{Http1Pool, UpstreamBody, UpstreamError, direct};
-use floodgate_http::SettleHandle;
 
 /// The body of a proxied response: the upstream's, or a short error body.
 pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
@@ -176,7 +176,7 @@ fn upstream_fields(
         if !forwarded.is_empty() {
             forwarded.extend_from_slice(b", ");
         }
-        crate::key::push_ip_text(&mut forwarded, ip);
+        floodgate_http::key::push_ip_text(&mut forwarded, ip);
     }
     if !forwarded.is_empty() {
         emit(&X_FORWARDED_FOR, &forwarded);
@@ -265,7 +265,7 @@ impl Forward {
 impl Service<Request<RequestBody>> for Forward {
     type Response = Response<ForwardBody>;
     type Error = Infallible;
-    type Future = crate::store::BoxFuture<'static, Result<Self::Response, Infallible>>;
+    type Future = floodgate_engine::store::BoxFuture<'static, Result<Self::Response, Infallible>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))

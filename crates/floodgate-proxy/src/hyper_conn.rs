@@ -5,6 +5,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use floodgate_engine::metrics::Metrics;
+use floodgate_http::key::PeerAddr;
+use floodgate_http::limiter::RateLimiter;
 use http::header::CONNECTION;
 use http::{HeaderValue, Request, Version};
 use hyper::body::Incoming;
@@ -15,9 +18,6 @@ use tower_service::Service;
 
 use crate::body::RequestBody;
 use crate::head_timeout::{self, HeadWait, Watched};
-use crate::key::PeerAddr;
-use crate::limiter::RateLimiter;
-use crate::metrics::Metrics;
 use crate::settings::ProxySettings;
 use crate::sticky::FleetService;
 use crate::target::Admission;

@@ -15,11 +15,5 @@ pub mod target;
 pub mod upstream;
 pub mod wire;
 
-// the layer's modules, under the paths the proxy's modules name them by
-use floodgate_http::{
-    HybridStore, RateLimiter, RedisDecisionStore, builder, deny, fault, fleet, key, layer, leases,
-    limiter, metrics, policy, store,
-};
-
 pub use forward::Forward;
 pub use proxy::{Proxy, ProxyError, ProxySettings};

@@ -28,6 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use floodgate_engine::admin::AdminRequest;
+use floodgate_http::layer::RateLimitService;
+use floodgate_http::limiter::RateLimiter;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -42,11 +45,8 @@ use crate::client_conn;
 use crate::client_io::{ConnCaps, ConnSlot};
 pub use crate::forward::{Forward, ForwardBody};
 use crate::hyper_conn::{Served, server_builder};
-use crate::layer::RateLimitService;
-use crate::limiter::RateLimiter;
 pub use crate::settings::{DEFAULT_HEAD_TIMEOUT, ProxyError, ProxySettings};
 use crate::sticky::{FleetService, Sticky};
-use floodgate_http::admin::AdminRequest;
 
 /// A bound proxy, ready to [`run`](Proxy::run).
 pub struct Proxy {
@@ -351,7 +351,7 @@ async fn accept_opt(
 }
 
 /// The admin listener: `/metrics`, `/healthz`, and the admin API and page under `/admin`
-/// ([`floodgate_http::admin`]).
+/// ([`floodgate_engine::admin`]).
 async fn admin<B>(limiter: &RateLimiter, req: &Request<B>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     let asked = AdminRequest {

@@ -25,6 +25,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use floodgate_engine::deny::{ReplyFormat, short_response};
+use floodgate_engine::leases::LeaseBody;
+use floodgate_http::key::PeerAddr;
+use floodgate_http::layer::RateLimitService;
+use floodgate_http::limiter::RateLimiter;
 use http::header::HeaderName;
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
@@ -33,12 +38,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower_service::Service;
 
 use crate::body::{BodyState, ClientBody, RequestBody};
-use crate::deny::{ReplyFormat, short_response};
 use crate::forward::{Forward, ForwardBody, strip_hop_by_hop};
-use crate::key::PeerAddr;
-use crate::layer::RateLimitService;
-use crate::leases::LeaseBody;
-use crate::limiter::RateLimiter;
 use crate::settings::ProxyError;
 use crate::upstream::UpstreamBody;
 
@@ -162,7 +162,7 @@ impl Sticky {
     ) -> Result<Option<Sticky>, ProxyError> {
         let Some(fleet) = limiter
             .fleet()
-            .filter(|f| f.strategy() == crate::fleet::Strategy::Sticky)
+            .filter(|f| f.strategy() == floodgate_engine::fleet::Strategy::Sticky)
         else {
             return Ok(None);
         };
@@ -199,7 +199,7 @@ impl Sticky {
         }))
     }
 
-    fn metrics(&self) -> &crate::metrics::Metrics {
+    fn metrics(&self) -> &floodgate_engine::metrics::Metrics {
         self.limiter.metrics()
     }
 
@@ -315,7 +315,7 @@ impl FleetService {
 impl Service<Request<RequestBody>> for FleetService {
     type Response = Response<FleetBody>;
     type Error = Infallible;
-    type Future = crate::store::BoxFuture<'static, Result<Self::Response, Infallible>>;
+    type Future = floodgate_engine::store::BoxFuture<'static, Result<Self::Response, Infallible>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))

@@ -31,19 +31,19 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use floodgate_engine::deny::{ReplyFormat, short_response};
+use floodgate_engine::metrics::Metrics;
+use floodgate_http::limiter::RateLimiter;
 use http::header::{ALLOW, CONNECTION, HOST, HeaderName};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::Either;
 
-use crate::deny::{ReplyFormat, short_response};
 use crate::forward::is_hop_by_hop;
-use crate::limiter::RateLimiter;
-use crate::metrics::Metrics;
 use crate::sticky::FleetBody;
 
 /// Why a request was refused: its status, the `reason` label it is counted under (one
-/// of [`crate::metrics::INVALID_REASONS`]) and the text the client is told.
+/// of [`floodgate_engine::metrics::INVALID_REASONS`]) and the text the client is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refusal {
     /// 400, or 405 for a method the proxy does not forward.

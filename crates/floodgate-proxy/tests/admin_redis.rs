@@ -121,8 +121,9 @@ async fn key_lookup_on_the_hybrid_store_reads_the_shared_counter() {
     use std::time::Duration;
 
     use floodgate_core::{Kind, Spec};
-    use floodgate_http::admin::AdminRequest;
-    use floodgate_http::{DecisionStore, HybridStore, KeySource, Policy, RateLimiter, Route};
+    use floodgate_engine::HybridStore;
+    use floodgate_engine::admin::AdminRequest;
+    use floodgate_http::{DecisionStore, KeySource, Policy, RateLimiter, Route};
     use tower::{Layer, Service, ServiceExt};
 
     let prefix = redis_prefix("admin-peek-hybrid");

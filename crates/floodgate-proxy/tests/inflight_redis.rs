@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate_core::{Kind, Spec};
+use floodgate_engine::{HybridStore, RedisDecisionStore};
 use floodgate_http::{
-    DecisionStore, HybridStore, InFlightSpec, KeySource, PeerAddr, Policy, RateLimiter,
-    RedisDecisionStore, Route,
+    DecisionStore, InFlightSpec, KeySource, PeerAddr, Policy, RateLimiter, Route,
 };
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use floodgate_http::metrics::RequestOutcome;
+use floodgate_engine::metrics::RequestOutcome;
 use floodgate_http::{KeyError, KeySource, PeerAddr, Policy, RateLimiter, RequestInfo};
 use floodgate_proxy::config::Config;
 use http::{Request, Response, StatusCode};

@@ -41,7 +41,7 @@ pub(super) fn de_opt_upstream<'de, D: Deserializer<'de>>(d: D) -> Result<Option<
 
 pub(super) fn de_key_display<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<floodgate_http::insight::KeyDisplay, D::Error> {
+) -> Result<floodgate_engine::insight::KeyDisplay, D::Error> {
     String::deserialize(d)?
         .parse()
         .map_err(|e: String| serde::de::Error::custom(format!("admin_keys: {e}")))
@@ -138,7 +138,7 @@ pub fn parse_upstream(s: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
-pub(super) use floodgate_http::insight::redact::redact_url as redact;
+pub(super) use floodgate_engine::insight::redact::redact_url as redact;
 
 /// A policy key in config form.
 #[derive(Debug, Clone)]

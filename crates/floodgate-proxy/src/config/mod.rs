@@ -29,13 +29,13 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
-use crate::builder::{BuildError, RateLimiterBuilder};
-use crate::fault::StoreFailure;
-use crate::fleet::{Fleet, Strategy};
-use crate::key::MissingKey;
-use crate::key::{ClientIpConfig, ForwardedHeader, KeyPart, KeySource};
-use crate::policy::{Policy, Route};
-use floodgate_http::insight::KeyDisplay;
+use floodgate_engine::fault::StoreFailure;
+use floodgate_engine::fleet::{Fleet, Strategy};
+use floodgate_engine::insight::KeyDisplay;
+use floodgate_http::builder::{BuildError, RateLimiterBuilder};
+use floodgate_http::key::MissingKey;
+use floodgate_http::key::{ClientIpConfig, ForwardedHeader, KeyPart, KeySource};
+use floodgate_http::policy::{Policy, Route};
 
 /// A config error located in its file: `FILE:LINE:COLUMN: FIELD: MESSAGE`, as floodgate
 /// server's.
@@ -372,8 +372,8 @@ impl Config {
     }
 
     /// Build the limiter with its store: in-process, or connect to Redis (with the
-    /// `hybrid` fleet strategy, a [`crate::HybridStore`] on it).
-    pub async fn build(&self) -> Result<crate::RateLimiter, BuildConfigError> {
+    /// `hybrid` fleet strategy, a [`floodgate_engine::HybridStore`] on it).
+    pub async fn build(&self) -> Result<floodgate_http::RateLimiter, BuildConfigError> {
         let builder = self.limiter_builder();
         if self.store.kind != StoreKind::Redis {
             return Ok(builder.build()?);
@@ -394,12 +394,13 @@ impl Config {
         let fleet = self.fleet();
         let builder = match &fleet {
             Some(f) if f.strategy() == Strategy::Hybrid => {
-                let hybrid = crate::HybridStore::new(store, &infos, f, self.store.max_keys())
-                    .map_err(|e| fail(e.kind.to_string()))?;
+                let hybrid =
+                    floodgate_engine::HybridStore::new(store, &infos, f, self.store.max_keys())
+                        .map_err(|e| fail(e.kind.to_string()))?;
                 builder.store(std::sync::Arc::new(hybrid), "hybrid")
             }
             _ => {
-                let shared = crate::RedisDecisionStore::new(store, &infos)
+                let shared = floodgate_engine::RedisDecisionStore::new(store, &infos)
                     .map_err(|e| fail(e.kind.to_string()))?;
                 builder.store(std::sync::Arc::new(shared), "redis")
             }
@@ -429,7 +430,7 @@ impl Config {
                 }
             }
         }
-        let mut b = crate::RateLimiter::builder()
+        let mut b = floodgate_http::RateLimiter::builder()
             .admin_keys("proxy", self.admin_keys)
             .client_ip(ClientIpConfig {
                 trusted_proxies,

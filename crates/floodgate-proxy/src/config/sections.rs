@@ -2,8 +2,9 @@
 //! `[allowlist]`, `[[policy]]`, `[[route]]` (`[store]`, `[fleet]` and `[headers]` are the
 //! sections shared with floodgate server: `floodgate_engine::config`).
 
+use floodgate_http::policy::InFlightSpec;
+
 use super::*;
-use crate::policy::InFlightSpec;
 
 /// `[client_ip]`.
 #[derive(Debug, Deserialize, Default)]

@@ -237,7 +237,7 @@ fn fleet_local_enforces_the_share_and_sticky_names_owners() {
     for i in 0..60 {
         let req = http::Request::builder()
             .header("x-api-key", format!("key-{i}"))
-            .extension(crate::key::PeerAddr(([127, 0, 0, 1], 5000).into()))
+            .extension(floodgate_http::key::PeerAddr(([127, 0, 0, 1], 5000).into()))
             .body(())
             .unwrap();
         let owner = l.owner_of(&req).unwrap().to_string();
@@ -249,7 +249,7 @@ fn fleet_local_enforces_the_share_and_sticky_names_owners() {
     assert_eq!(owners.len(), 3, "{owners:?}");
     // no key: decided where it arrives
     let req = http::Request::builder()
-        .extension(crate::key::PeerAddr(([127, 0, 0, 1], 5000).into()))
+        .extension(floodgate_http::key::PeerAddr(([127, 0, 0, 1], 5000).into()))
         .body(())
         .unwrap();
     assert!(l.owner_of(&req).is_none());
