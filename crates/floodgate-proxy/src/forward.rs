@@ -21,12 +21,20 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
+use floodgate_engine::leases::LeaseBody;
+
 use crate::body::{BodyState, BodyWatch, ClientBody, RequestBody};
+use crate::h1::upstream::{Http1Pool, UpstreamBody, UpstreamError, direct};
+use crate::h1::{encode_field, encode_request_line};
+use crate::hop_by_hop::{is_hop_by_hop, strip_hop_by_hop};
 use crate::settings::{ProxyError, ProxySettings};
-use crate::upstream::{Http1Pool, UpstreamBody, UpstreamError, direct};
 
 /// The body of a proxied response: the upstream's, or a short error body.
 pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
+
+/// The proxy's response body: the layer's (the upstream's, holding the request's
+/// in-flight leases, or the limiter's own), or the fleet's.
+pub type FleetBody = Either<LeaseBody<ForwardBody>, Full<Bytes>>;
 
 /// How requests reach the upstream.
 #[derive(Clone)]
@@ -60,50 +68,6 @@ impl std::fmt::Debug for Forward {
         f.debug_struct("Forward")
             .field("authority", &self.inner.authority)
             .finish_non_exhaustive()
-    }
-}
-
-static HOP_BY_HOP: [HeaderName; 8] = [
-    HeaderName::from_static("connection"),
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    HeaderName::from_static("proxy-authenticate"),
-    HeaderName::from_static("te"),
-    HeaderName::from_static("trailer"),
-    HeaderName::from_static("transfer-encoding"),
-    HeaderName::from_static("upgrade"),
-];
-
-/// Whether `name` (lowercase, as `HeaderName` holds it) is one of [`HOP_BY_HOP`].
-pub(crate) fn is_hop_by_hop(name: &str) -> bool {
-    matches!(
-        name,
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
-}
-
-pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
-    // one pass over the names first: most messages carry none, and eight removals
-    // (each hashing its name) cost more than the scan
-    if !h.keys().any(|k| is_hop_by_hop(k.as_str())) {
-        return;
-    }
-    // headers named in Connection are hop-by-hop too
-    let named: Vec<HeaderName> = h
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
-        .collect();
-    for n in HOP_BY_HOP.iter().chain(&named) {
-        h.remove(n);
     }
 }
 
@@ -415,7 +379,7 @@ impl Forward {
             // no body: the head is encoded straight from the client's
             Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) && !trailer => {
                 let mut head = Vec::with_capacity(256);
-                direct::encode_request_line(&mut head, &parts.method, target);
+                encode_request_line(&mut head, &parts.method, target);
                 // the body is known to be empty: a Content-Length the client sent
                 // goes out as 0, once, so the upstream can never wait for bytes that
                 // would be the next request on this connection
@@ -423,11 +387,11 @@ impl Forward {
                 upstream_fields(&parts.headers, host, peer, |name, value| {
                     if name == CONTENT_LENGTH {
                         if !length_sent {
-                            direct::encode_field(&mut head, b"content-length", b"0");
+                            encode_field(&mut head, b"content-length", b"0");
                             length_sent = true;
                         }
                     } else {
-                        direct::encode_field(&mut head, name.as_str().as_bytes(), value)
+                        encode_field(&mut head, name.as_str().as_bytes(), value)
                     }
                 });
                 head.extend_from_slice(b"\r\n");
@@ -470,40 +434,5 @@ impl Forward {
             }
         };
         Some((route, body_watch))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hop_by_hop_headers_and_those_named_in_connection_are_stripped() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            "connection",
-            HeaderValue::from_static("x-secret, Keep-Alive"),
-        );
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert("te", HeaderValue::from_static("trailers"));
-        h.insert("x-kept", HeaderValue::from_static("yes"));
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 1, "{h:?}");
-        assert_eq!(h["x-kept"], "yes");
-        // without any hop-by-hop header, nothing is touched (not even a header that a
-        // Connection header would have named)
-        let mut h = HeaderMap::new();
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert("x-kept", HeaderValue::from_static("yes"));
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 2);
-        // the fast name test and the list agree
-        for n in &HOP_BY_HOP {
-            assert!(is_hop_by_hop(n.as_str()), "{n}");
-        }
-        for n in ["x-kept", "host", "content-length", "tes", "connections"] {
-            assert!(!is_hop_by_hop(n), "{n}");
-        }
     }
 }

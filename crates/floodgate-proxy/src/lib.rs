@@ -2,17 +2,17 @@
 #![warn(missing_docs)]
 
 mod body;
-mod client_conn;
 mod client_io;
 pub mod config;
+mod connection;
 pub mod forward;
+mod h1;
 mod head_timeout;
-mod hyper_conn;
+mod hop_by_hop;
 pub mod proxy;
 mod settings;
 pub mod sticky;
 pub mod target;
-pub mod upstream;
 pub mod wire;
 
 pub use forward::Forward;

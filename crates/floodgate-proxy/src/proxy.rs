@@ -2,7 +2,7 @@
 //! prior knowledge) whose service is [`RateLimitService`] around [`Forward`], a pooled
 //! client to one upstream. Bodies stream both ways; nothing is buffered.
 //!
-//! Client connections start on the proxy's own HTTP/1 path (`client_conn`), which
+//! Client connections start on the proxy's own HTTP/1 path (`connection`, `h1::client`), which
 //! answers requests without a body; the first request it does not take (a body,
 //! HTTP/2's preface, a malformed head...) hands the connection to hyper's server.
 //!
@@ -41,10 +41,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 pub use crate::body::{ClientBody, RequestBody};
-use crate::client_conn;
 use crate::client_io::{ConnCaps, ConnSlot};
+use crate::connection::{self, Served, server_builder};
 pub use crate::forward::{Forward, ForwardBody};
-use crate::hyper_conn::{Served, server_builder};
+pub use crate::h1::upstream::{UpstreamBody, UpstreamBodyError};
 pub use crate::settings::{DEFAULT_HEAD_TIMEOUT, ProxyError, ProxySettings};
 use crate::sticky::{FleetService, Sticky};
 
@@ -256,7 +256,7 @@ impl Draining {
         }
     }
 
-    /// Serve one client connection on the current runtime ([`client_conn`]).
+    /// Serve one client connection on the current runtime ([`connection::serve`]).
     fn serve(
         &self,
         served: &Arc<Served>,
@@ -264,7 +264,7 @@ impl Draining {
         peer: SocketAddr,
         slot: ConnSlot,
     ) {
-        tokio::spawn(client_conn::serve(
+        tokio::spawn(connection::serve(
             stream,
             peer,
             served.clone(),

@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use floodgate_engine::deny::{ReplyFormat, short_response};
 use floodgate_engine::leases::LeaseBody;
 use floodgate_http::key::PeerAddr;
@@ -32,15 +31,16 @@ use floodgate_http::layer::RateLimitService;
 use floodgate_http::limiter::RateLimiter;
 use http::header::HeaderName;
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version};
-use http_body_util::{Either, Full};
+use http_body_util::Either;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower_service::Service;
 
 use crate::body::{BodyState, ClientBody, RequestBody};
-use crate::forward::{Forward, ForwardBody, strip_hop_by_hop};
+use crate::forward::{FleetBody, Forward};
+use crate::h1::upstream::UpstreamBody;
+use crate::hop_by_hop::strip_hop_by_hop;
 use crate::settings::ProxyError;
-use crate::upstream::UpstreamBody;
 
 /// The header marking a request forwarded by a fleet node.
 pub static FORWARDED_BY: HeaderName = HeaderName::from_static("floodgate-forwarded-by");
@@ -49,10 +49,6 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// How long an unreachable owner is skipped (its keys decided locally) before retrying.
 pub const DOWN_FOR: Duration = Duration::from_secs(1);
-
-/// The proxy's response body: the layer's (the upstream's, holding the request's
-/// in-flight leases, or the limiter's own), or the fleet's.
-pub type FleetBody = Either<LeaseBody<ForwardBody>, Full<Bytes>>;
 
 struct Peer {
     addr: String,

@@ -34,13 +34,13 @@ use std::sync::Arc;
 use floodgate_engine::deny::{ReplyFormat, short_response};
 use floodgate_engine::metrics::Metrics;
 use floodgate_http::limiter::RateLimiter;
-use http::header::{ALLOW, CONNECTION, HOST, HeaderName};
+use http::header::{ALLOW, HOST, HeaderName};
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::Either;
 
-use crate::forward::is_hop_by_hop;
-use crate::sticky::FleetBody;
+use crate::forward::FleetBody;
+use crate::hop_by_hop::strip_hop_by_hop_except;
 
 /// Why a request was refused: its status, the `reason` label it is counted under (one
 /// of [`floodgate_engine::metrics::INVALID_REASONS`]) and the text the client is told.
@@ -82,9 +82,6 @@ impl Refusal {
     }
 }
 
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
-
 /// The proxy's admission check, shared by a runtime's connections.
 #[derive(Debug)]
 pub(crate) struct Admission {
@@ -125,7 +122,7 @@ pub fn admit<B>(req: &mut Request<B>, key_headers: &[HeaderName]) -> Result<(), 
             ));
         }
     }
-    strip_hop_by_hop(headers, key_headers);
+    strip_hop_by_hop_except(headers, key_headers);
     Ok(())
 }
 
@@ -241,33 +238,6 @@ fn plain_host(v: &[u8]) -> bool {
             .iter()
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
         && port.iter().all(u8::is_ascii_digit)
-}
-
-/// Remove the hop-by-hop fields and those `Connection` names, except `Host`, the
-/// forwarding headers and `keep`.
-fn strip_hop_by_hop(h: &mut HeaderMap, keep: &[HeaderName]) {
-    // one pass over the names first: most requests carry none
-    if !h.keys().any(|k| is_hop_by_hop(k.as_str())) {
-        return;
-    }
-    let named: Vec<HeaderName> = h
-        .get_all(CONNECTION)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
-        .filter(|n| *n != HOST && *n != X_FORWARDED_FOR && *n != FORWARDED && !keep.contains(n))
-        .collect();
-    for n in &named {
-        h.remove(n);
-    }
-    let hop: Vec<HeaderName> = h
-        .keys()
-        .filter(|k| is_hop_by_hop(k.as_str()))
-        .cloned()
-        .collect();
-    for n in &hop {
-        h.remove(n);
-    }
 }
 
 const BAD_PATH: Refusal = bad(

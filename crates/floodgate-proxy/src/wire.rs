@@ -8,19 +8,19 @@ use std::time::Duration;
 
 use http::{Method, Response};
 
-pub use crate::client_conn::RequestHead;
-pub use crate::upstream::direct::{BodyFraming, ResponseHead, ResponseParse};
+pub use crate::h1::request_head::RequestHead;
+pub use crate::h1::response_head::{BodyFraming, ResponseHead, ResponseParse};
 use tokio::io::AsyncWriteExt;
 
 /// What the proxy's own path does with the bytes at the front of `buf`.
 pub fn parse_request_head(buf: &[u8]) -> RequestHead {
-    crate::client_conn::own_path_head(buf)
+    crate::h1::request_head::own_path_head(buf)
 }
 
 /// Parse the upstream response head at the front of `buf`, answering a request with
 /// `method`; `Err` says why the response is refused (a 502).
 pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<ResponseParse, String> {
-    crate::upstream::direct::response_head(buf, method)
+    crate::h1::response_head::response_head(buf, method)
 }
 
 /// The request head hyper's HTTP/1 server (as the proxy configures its HTTP/1 side:

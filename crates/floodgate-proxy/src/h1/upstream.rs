@@ -19,7 +19,6 @@
 //! failed, or a pooled connection closed before any byte of the response and the
 //! method is idempotent (RFC 9110 §9.2.2). A fresh connection is never retried.
 
-mod chunked;
 pub(crate) mod direct;
 
 use direct::DirectBody;
@@ -39,6 +38,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
 use crate::body::ClientBody;
+use crate::h1::response_head::HeadError;
 
 /// Why a request got no response from the upstream.
 #[derive(Debug, thiserror::Error)]
@@ -201,7 +201,7 @@ impl Http1Pool {
     }
 
     /// Send `head`, the encoded head of a request without a body (see
-    /// [`direct::encode_request_line`]), the direct way: on an idle connection, or a
+    /// [`encode_request_line`](crate::h1::encode_request_line)), the direct way: on an idle connection, or a
     /// new one.
     ///
     /// `timeout` bounds each attempt from the request's first byte written to the
@@ -229,7 +229,7 @@ impl Http1Pool {
                 Ok(resp) => return Ok(resp.map(UpstreamBody::direct)),
                 // the pooled connection had closed: nothing was acted on
                 Err(direct::ExchangeError::Write(_)) if pooled => continue,
-                Err(direct::ExchangeError::Head(direct::HeadError::ClosedEarly))
+                Err(direct::ExchangeError::Head(HeadError::ClosedEarly))
                     if pooled && direct::idempotent(method) =>
                 {
                     continue;

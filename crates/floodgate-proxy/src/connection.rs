@@ -1,10 +1,15 @@
-//! A client connection served by hyper's server (HTTP/1.1 and h2c), and what a runtime's
-//! client connections share ([`Served`]), whichever path serves them.
+//! One client connection of the proxy, whichever path serves it: the proxy's own
+//! HTTP/1 path ([`serve`], on [`crate::h1::client`]) until a request it does not take
+//! hands the connection, with the bytes already read, to hyper's server
+//! ([`serve_hyper`], HTTP/1.1 and h2c); and what a runtime's client connections share
+//! ([`Served`]), with hyper's server settings among it.
 
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use floodgate_engine::metrics::Metrics;
 use floodgate_http::key::PeerAddr;
 use floodgate_http::limiter::RateLimiter;
@@ -13,11 +18,16 @@ use http::{HeaderValue, Request, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower_service::Service;
 
 use crate::body::RequestBody;
-use crate::head_timeout::{self, HeadWait, Watched};
+use crate::client_io::{ClientIo, ConnSlot};
+use crate::h1::client::{Conn, READ_BUF, Rewind, Wait, Waiting};
+use crate::h1::request_head::{Head, MAX_HEAD, Parsed, parse};
+use crate::head_timeout::{self, HeadWait, LazyTimer, Watched};
 use crate::settings::ProxySettings;
 use crate::sticky::FleetService;
 use crate::target::Admission;
@@ -45,7 +55,7 @@ pub(crate) struct Served {
     pub(crate) head_timeout: Duration,
     /// [`ProxySettings::send_timeout`].
     pub(crate) send_timeout: Duration,
-    builder: auto::Builder<TokioExecutor>,
+    pub(crate) builder: auto::Builder<TokioExecutor>,
 }
 
 impl Served {
@@ -72,6 +82,96 @@ pub(crate) async fn stopped(mut shutdown: watch::Receiver<bool>) {
             return;
         }
     }
+}
+
+/// Serve `stream` until the client closes it, it times out waiting for a head, shutdown
+/// finds it idle, or it is handed to hyper (then until hyper is done with it).
+pub(crate) async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    served: Arc<Served>,
+    shutdown: watch::Receiver<bool>,
+    slot: ConnSlot,
+) {
+    // the connection's place under the caps, given back when it ends
+    let _slot = slot;
+    let mut conn = Conn {
+        stream: ClientIo::new(stream, served.send_timeout, served.metrics.clone()),
+        buf: BytesMut::with_capacity(READ_BUF),
+        out: Vec::with_capacity(READ_BUF),
+        shutdown: shutdown.clone(),
+    };
+    let mut svc = served.svc.clone();
+    let timeout = served.head_timeout;
+    // resolves when shutdown starts (or the proxy is gone); polled only to register
+    let stop = pin!(stopped(shutdown));
+    let sleep = pin!(tokio::time::sleep(timeout));
+    let mut waiting = Waiting {
+        timer: LazyTimer::new(sleep),
+        stop,
+        stop_armed: false,
+        idle_since: tokio::time::Instant::now(),
+        timeout,
+    };
+    let mut head = Head::default();
+    loop {
+        match parse(&conn.buf, &mut head) {
+            Parsed::Complete => {}
+            Parsed::Partial if conn.buf.len() <= MAX_HEAD => match waiting.read(&mut conn).await {
+                Wait::Read => continue,
+                Wait::Closed => return,
+                Wait::TimedOut => {
+                    tracing::debug!(%peer, ?timeout, "no request head within the head timeout: connection closed");
+                    return;
+                }
+                Wait::Stop => return,
+            },
+            Parsed::Partial | Parsed::NotHere => {
+                return hand_over(conn, peer, &served).await;
+            }
+        };
+        let Some((mut req, mut meta)) = head.take_request(&mut conn.buf, peer) else {
+            return hand_over(conn, peer, &served).await;
+        };
+        let start = std::time::Instant::now();
+        let resp = match served.admission.admit(&mut req) {
+            Err(refused) => {
+                // the connection ends with a refusal
+                meta.keep_alive = false;
+                refused.response()
+            }
+            Ok(()) => match svc.call(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            },
+        };
+        // one clock reading for the metric, the Date field and the idle clock
+        let answered = std::time::Instant::now();
+        served
+            .metrics
+            .proxy_seconds
+            .observe(answered.saturating_duration_since(start));
+        match conn.respond(resp, &meta, answered).await {
+            Ok(true) => waiting.idle_since = tokio::time::Instant::from_std(answered),
+            Ok(false) => {
+                let _ = conn.stream.shutdown().await;
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, %peer, "client connection failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Hand the connection, with what has been read of it, to hyper.
+async fn hand_over(conn: Conn, peer: SocketAddr, served: &Served) {
+    let io = Rewind {
+        prefix: conn.buf.freeze(),
+        io: conn.stream,
+    };
+    serve_hyper(served, io, peer, conn.shutdown).await;
 }
 
 /// Serve a client connection with hyper (HTTP/1.1 and h2c), until it ends, it has
