@@ -93,6 +93,8 @@ fn check(p: &Proc, body: &str) -> String {
         "-X",
         "POST",
         &format!("http://{}/v1/check", p.http),
+        "-H",
+        "content-type: application/json",
         "-d",
         body,
     ])

@@ -45,8 +45,15 @@ impl MultiDecision {
         self.decisions
             .iter()
             .filter(|d| !d.allowed)
-            .max_by_key(|d| d.retry_after.map_or((1, 0), |r| (0, r.as_nanos())))
+            .max_by_key(|d| binding_rank(d))
     }
+}
+
+/// The order in which denials bind: a denial with a higher rank binds over one with a
+/// lower; the longest `retry_after` ranks highest, and `None` ("never") above any finite
+/// one.
+pub fn binding_rank(d: &Decision) -> (u8, u128) {
+    d.retry_after.map_or((1, 0), |r| (0, r.as_nanos()))
 }
 
 /// The all-or-nothing rule of [`check_all`] on states the caller holds and stores itself

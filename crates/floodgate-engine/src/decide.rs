@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use floodgate_core::multi::MultiDecision;
+use floodgate_core::multi::{MultiDecision, binding_rank};
 use floodgate_core::{Algorithm, Decision};
 use smallvec::SmallVec;
 
@@ -133,7 +133,7 @@ impl Decided {
             .zip(&self.decisions)
             .enumerate()
             .filter(|(_, (c, d))| matches!(c.role, Role::Enforced | Role::Blocking) && !d.allowed)
-            .max_by_key(|(_, (_, d))| d.retry_after.map_or((1, 0), |r| (0, r.as_nanos())))
+            .max_by_key(|(_, (_, d))| binding_rank(d))
             .map(|(i, _)| i)
     }
 }

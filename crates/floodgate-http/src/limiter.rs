@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use floodgate_core::multi::MultiDecision;
+use floodgate_core::multi::binding_rank;
 use floodgate_core::ratelimit_fields::retry_after_secs;
 use floodgate_core::{Decision, Denial};
+use floodgate_engine::decide::{self, Check, Decided, FaultPolicy, Role, Stores};
 use floodgate_engine::deny::{ReplyFormat, short_response};
 use floodgate_engine::fault::StoreFailure;
 use floodgate_engine::fleet::{Fleet, Strategy};
@@ -109,9 +110,6 @@ pub type Leases = Vec<LeaseGuard>;
 /// A lease taken for a request (or a dry run's denial, kept for the headers): the
 /// policy's index, the decision and the guard.
 type Taken = (usize, Decision, Option<LeaseGuard>);
-
-/// A store's answer to one list of checks (`None` for an empty list).
-type Answer = Result<Option<MultiDecision>, StoreError>;
 
 /// A [`Verdict`] whose rate-limit headers are not yet in a map: the layer inserts them
 /// straight into the response.
@@ -454,19 +452,51 @@ impl RateLimiter {
             .collect()
     }
 
-    async fn run_checks(&self, checks: &[(usize, Vec<u8>, u64)]) -> Answer {
-        if checks.is_empty() {
-            return Ok(None);
-        }
-        let list = self.store_checks(checks);
-        self.inner.store.check(&list).await.map(Some)
+    /// `plan`'s rate checks for the engine's procedure ([`decide`]): the enforced ones,
+    /// then the dry runs (each charged on its own, never denying).
+    fn rate_checks<'a>(&'a self, plan: &'a Plan) -> SmallVec<[Check<'a>; 2]> {
+        let infos = &self.inner.infos;
+        let enforced = plan.enforced.iter().map(|c| (c, Role::Enforced));
+        let shadow = plan.shadow.iter().map(|c| (c, Role::Shadow));
+        enforced
+            .chain(shadow)
+            .map(|((idx, key, cost), role)| Check {
+                policy: &infos[*idx],
+                key,
+                cost: *cost,
+                role,
+            })
+            .collect()
     }
 
-    fn run_local(&self, local: &LocalStore, checks: &[(usize, Vec<u8>, u64)]) -> Answer {
-        if checks.is_empty() {
-            return Ok(None);
+    /// The fault policy of the procedure: the limiter's [`StoreFailure`] (a fail-closed
+    /// answer is the layer's own 503).
+    fn fault_policy(&self) -> FaultPolicy {
+        FaultPolicy {
+            failure: self.inner.store_failure,
+            retry: Duration::ZERO,
         }
-        local.check_now(&self.store_checks(checks)).map(Some)
+    }
+
+    /// Count and log a store fault.
+    fn report(&self, e: &StoreError) {
+        let inner = &*self.inner;
+        inner.metrics.store_error(e);
+        tracing::warn!(error = %e, kind = e.label(), store = inner.store_name, "decision store failed");
+    }
+
+    /// Decide `plan`'s rates through the engine's procedure, on the in-process store at
+    /// once when it is one.
+    async fn decide_rates_of(&self, plan: &Plan) -> Result<Decided, StoreError> {
+        let checks = self.rate_checks(plan);
+        let stores = Stores {
+            store: &*self.inner.store,
+            local: self.inner.local.as_deref(),
+        };
+        decide::decide(stores, &self.fault_policy(), &checks, &mut |e| {
+            self.report(e)
+        })
+        .await
     }
 
     /// The store when it is the built-in in-process one, which
@@ -483,9 +513,12 @@ impl RateLimiter {
         plan: Plan,
         req_headers: &HeaderMap,
     ) -> Outcome {
-        let enforced = self.run_local(local, &plan.enforced);
-        let shadow = self.run_local(local, &plan.shadow);
-        self.finish(plan, enforced, shadow, &[], req_headers)
+        let checks = self.rate_checks(&plan);
+        let decided = decide::decide_now(local, &self.fault_policy(), &checks, &mut |e| {
+            self.report(e)
+        });
+        drop(checks);
+        self.finish(plan, decided, &[], req_headers)
     }
 
     /// The decision store.
@@ -631,43 +664,77 @@ impl RateLimiter {
         reserve: bool,
     ) -> (Outcome, Option<Reservation>) {
         if reserve {
-            let (enforced, reservation) = if plan.enforced.is_empty() {
-                (Ok(None), None)
-            } else {
-                let list = self.store_checks(&plan.enforced);
-                match self.inner.store.reserve(&list).await {
-                    Ok((d, r)) => (Ok(Some(d)), r),
-                    Err(e) => (Err(e), None),
-                }
-            };
-            let shadow = self.run_checks(&plan.shadow).await;
-            let outcome = self.finish(plan, enforced, shadow, leased, req_headers);
+            let (decided, reservation) = self.reserve_rates(&plan).await;
+            let outcome = self.finish(plan, decided, leased, req_headers);
             return (outcome, reservation);
         }
-        let outcome = if let Some(local) = self.local_store() {
-            let enforced = self.run_local(local, &plan.enforced);
-            let shadow = self.run_local(local, &plan.shadow);
-            self.finish(plan, enforced, shadow, leased, req_headers)
+        let decided = self.decide_rates_of(&plan).await;
+        (self.finish(plan, decided, leased, req_headers), None)
+    }
+
+    /// `plan`'s enforced rates reserved at the estimate (one all-or-nothing reservation;
+    /// a fault is the fault policy's, as in the procedure), its dry runs decided by the
+    /// procedure: the decisions in the order of [`rate_checks`](Self::rate_checks).
+    async fn reserve_rates(
+        &self,
+        plan: &Plan,
+    ) -> (Result<Decided, StoreError>, Option<Reservation>) {
+        let (mut decided, reservation) = if plan.enforced.is_empty() {
+            let none = Decided {
+                decisions: SmallVec::new(),
+                admitted: true,
+                fault: None,
+            };
+            (none, None)
         } else {
-            let enforced = self.run_checks(&plan.enforced).await;
-            let shadow = self.run_checks(&plan.shadow).await;
-            self.finish(plan, enforced, shadow, leased, req_headers)
+            let list = self.store_checks(&plan.enforced);
+            match self.inner.store.reserve(&list).await {
+                Ok((m, r)) => {
+                    let d = Decided {
+                        decisions: m.decisions.into_iter().collect(),
+                        admitted: m.allowed,
+                        fault: None,
+                    };
+                    (d, r)
+                }
+                Err(e) => {
+                    self.report(&e);
+                    return (Err(e), None);
+                }
+            }
         };
-        (outcome, None)
+        if !plan.shadow.is_empty() {
+            let dry = Plan {
+                enforced: Checks::new(),
+                shadow: plan.shadow.clone(),
+                leases: Vec::new(),
+                start: plan.start,
+                settle: None,
+            };
+            match self.decide_rates_of(&dry).await {
+                Ok(d) => decided.decisions.extend(d.decisions),
+                Err(e) => return (Err(e), None),
+            }
+        }
+        (Ok(decided), reservation)
     }
 
     /// Count and log a store fault; the answer when the limiter fails closed, `None`
     /// when it lets the request through (counted as `store_error_allowed` by the caller
     /// that ends the request).
     fn store_failed(&self, e: &StoreError, req_headers: &HeaderMap) -> Option<Outcome> {
+        self.report(e);
+        self.fault_answer(req_headers)
+    }
+
+    /// The answer when the limiter fails closed (counted), `None` when it lets the
+    /// request through.
+    fn fault_answer(&self, req_headers: &HeaderMap) -> Option<Outcome> {
         let inner = &*self.inner;
-        let m = &inner.metrics;
-        m.store_error(e);
-        tracing::warn!(error = %e, kind = e.label(), store = inner.store_name, "decision store failed");
         match inner.store_failure {
             StoreFailure::Allow => None,
             StoreFailure::Deny => {
-                m.request(RequestOutcome::StoreErrorDenied);
+                inner.metrics.request(RequestOutcome::StoreErrorDenied);
                 Some(Outcome::Respond(short_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "rate limiter unavailable",
@@ -679,22 +746,23 @@ impl RateLimiter {
         }
     }
 
-    /// The outcome of `plan` from the store's answers.
+    /// The outcome of `plan` from the procedure's decisions (in the order of
+    /// [`rate_checks`](Self::rate_checks)); a store fault (already reported) is the fault
+    /// policy's.
     fn finish(
         &self,
         plan: Plan,
-        enforced: Answer,
-        shadow: Answer,
+        decided: Result<Decided, StoreError>,
         leased: &[(usize, Decision)],
         req_headers: &HeaderMap,
     ) -> Outcome {
         let inner = &*self.inner;
         let m = &inner.metrics;
         m.decision_seconds.observe(plan.start.elapsed());
-        let (enforced, shadow) = match (enforced, shadow) {
-            (Ok(e), Ok(s)) => (e, s),
-            (Err(e), _) | (_, Err(e)) => {
-                return self.store_failed(&e, req_headers).unwrap_or_else(|| {
+        let decided = match decided {
+            Ok(d) if d.fault.is_none() => d,
+            Ok(_) | Err(_) => {
+                return self.fault_answer(req_headers).unwrap_or_else(|| {
                     m.request(RequestOutcome::StoreErrorAllowed);
                     Outcome::Pass {
                         headers: RateHeaders::default(),
@@ -704,80 +772,80 @@ impl RateLimiter {
                 });
             }
         };
+        let (enforced, shadow) = decided.decisions.split_at(plan.enforced.len());
         // every policy's decision, enforced first, for the headers
         let mut items: SmallVec<[(&PolicyInfo, Decision); 2]> = SmallVec::new();
-        if let Some(e) = &enforced {
-            for ((idx, key, cost), d) in plan.enforced.iter().zip(&e.decisions) {
-                let outcome = if !d.allowed {
-                    tracing::debug!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "rejected");
-                    DecisionOutcome::Rejected
-                } else if !d.delay.is_zero() {
-                    DecisionOutcome::Delayed
-                } else {
-                    DecisionOutcome::Passed
-                };
-                // a denied multi-check's other decisions are cost-0 views: count only the binding ones
-                if e.allowed || !d.allowed {
-                    self.record(*idx, key, outcome, *cost);
-                }
-                items.push((&inner.infos[*idx], *d));
+        for ((idx, key, cost), d) in plan.enforced.iter().zip(enforced) {
+            let outcome = if !d.allowed {
+                tracing::debug!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "rejected");
+                DecisionOutcome::Rejected
+            } else if !d.delay.is_zero() {
+                DecisionOutcome::Delayed
+            } else {
+                DecisionOutcome::Passed
+            };
+            // a denied request's other decisions are cost-0 views: count only the binding ones
+            if decided.admitted || !d.allowed {
+                self.record(*idx, key, outcome, *cost);
             }
+            items.push((&inner.infos[*idx], *d));
         }
         for (idx, d) in leased {
             items.push((&inner.infos[*idx], *d));
         }
-        if let Some(s) = &shadow {
-            for ((idx, key, cost), d) in plan.shadow.iter().zip(&s.decisions) {
-                let outcome = if !d.allowed {
-                    tracing::info!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "dry run: would reject");
-                    DecisionOutcome::RejectedDryRun
-                } else if !d.delay.is_zero() {
-                    DecisionOutcome::DelayedDryRun
-                } else {
-                    DecisionOutcome::Passed
-                };
-                if s.allowed || !d.allowed {
-                    self.record(*idx, key, outcome, *cost);
-                }
-                items.push((&inner.infos[*idx], *d));
-            }
+        for ((idx, key, cost), d) in plan.shadow.iter().zip(shadow) {
+            let outcome = if !d.allowed {
+                tracing::info!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "dry run: would reject");
+                DecisionOutcome::RejectedDryRun
+            } else if !d.delay.is_zero() {
+                DecisionOutcome::DelayedDryRun
+            } else {
+                DecisionOutcome::Passed
+            };
+            self.record(*idx, key, outcome, *cost);
+            items.push((&inner.infos[*idx], *d));
         }
         let mut headers = headers::render(&items, &inner.headers);
-        match enforced {
-            Some(e) if !e.allowed => {
-                m.request(RequestOutcome::Rejected);
-                let binding = e.binding().copied();
-                let (idx, _) = plan
-                    .enforced
-                    .iter()
-                    .zip(&e.decisions)
-                    .find(|(_, d)| !d.allowed)
-                    .map(|((i, _, _), d)| (*i, d))
-                    .unwrap_or((plan.enforced[0].0, &e.decisions[0]));
-                let name = &inner.infos[idx].name;
-                Outcome::Respond(self.denial(binding, name, headers, ReplyFormat::of(req_headers)))
-            }
-            Some(e) => {
-                let delay = e.delay();
-                if delay.is_zero() {
-                    m.request(RequestOutcome::Passed);
-                } else if inner.headers.delay {
-                    headers.push(&X_RATELIMIT_DELAY_MS, ceil_millis(delay).into());
-                }
-                Outcome::Pass {
-                    headers,
-                    delay,
-                    leases: Leases::new(),
-                }
-            }
-            None => {
-                m.request(RequestOutcome::Passed);
-                Outcome::Pass {
-                    headers,
-                    delay: Duration::ZERO,
-                    leases: Leases::new(),
-                }
-            }
+        if enforced.is_empty() {
+            m.request(RequestOutcome::Passed);
+            return Outcome::Pass {
+                headers,
+                delay: Duration::ZERO,
+                leases: Leases::new(),
+            };
+        }
+        if !decided.admitted {
+            m.request(RequestOutcome::Rejected);
+            // the longest retry binds; the first denied policy names the denial
+            let binding = enforced
+                .iter()
+                .filter(|d| !d.allowed)
+                .max_by_key(|d| binding_rank(d))
+                .copied();
+            let idx = plan
+                .enforced
+                .iter()
+                .zip(enforced)
+                .find(|(_, d)| !d.allowed)
+                .map_or(plan.enforced[0].0, |((i, _, _), _)| *i);
+            let name = &inner.infos[idx].name;
+            return Outcome::Respond(self.denial(
+                binding,
+                name,
+                headers,
+                ReplyFormat::of(req_headers),
+            ));
+        }
+        let delay = enforced.iter().map(|d| d.delay).max().unwrap_or_default();
+        if delay.is_zero() {
+            m.request(RequestOutcome::Passed);
+        } else if inner.headers.delay {
+            headers.push(&X_RATELIMIT_DELAY_MS, ceil_millis(delay).into());
+        }
+        Outcome::Pass {
+            headers,
+            delay,
+            leases: Leases::new(),
         }
     }
 
