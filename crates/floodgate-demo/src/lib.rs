@@ -7,11 +7,10 @@ pub mod svg;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use floodgate_core::{Clock, Kind, Rate, Spec, WallClock};
-use floodgate_engine::RedisDecisionStore;
+use floodgate_engine::SharedStore;
 use floodgate_http::{Policy, RateLimiter, StoreFailure};
 use floodgate_load::{LoadConfig, LoadError};
 use floodgate_proxy::proxy::{Proxy, ProxySettings};
@@ -291,7 +290,7 @@ struct Running {
 async fn start_proxies(
     cfg: &DemoConfig,
     upstream: SocketAddr,
-    redis: Option<&Arc<floodgate_redis::RedisStore>>,
+    redis: Option<&SharedStore>,
     stop: &watch::Receiver<bool>,
 ) -> Result<Vec<Running>, DemoError> {
     let upstream: http::Uri = format!("http://{upstream}")
@@ -309,11 +308,12 @@ async fn start_proxies(
         let mut b = RateLimiter::builder().policy(Policy::new(kind.name(), cfg.spec(kind)));
         if let Some(store) = redis {
             let infos = b.policy_infos().map_err(|e| fail(e.to_string()))?;
-            let shared = RedisDecisionStore::new(store.clone(), &infos)
+            let shared = store
+                .decision_store(&infos)
                 .map_err(|e| fail(e.kind.to_string()))?;
             // fail closed: a Redis fault shows up as a 503, never as an admission
             b = b
-                .store(Arc::new(shared), "redis")
+                .store(shared, store.name())
                 .store_failure(StoreFailure::Deny);
         }
         let limiter = b.build().map_err(|e| fail(e.to_string()))?;
@@ -335,7 +335,7 @@ async fn start_proxies(
     Ok(out)
 }
 
-async fn connect_redis(url: &str) -> Result<Arc<floodgate_redis::RedisStore>, DemoError> {
+async fn connect_redis(url: &str) -> Result<SharedStore, DemoError> {
     let cfg = floodgate_redis::StoreConfig {
         prefix: format!(
             "floodgate-demo:{}-{}:",
@@ -346,9 +346,8 @@ async fn connect_redis(url: &str) -> Result<Arc<floodgate_redis::RedisStore>, De
         timeout: Duration::from_millis(500),
         ..Default::default()
     };
-    floodgate_redis::RedisStore::connect(url, cfg)
+    SharedStore::connect(url, cfg, None)
         .await
-        .map(Arc::new)
         .map_err(|e| DemoError::Redis(e.to_string()))
 }
 

@@ -21,6 +21,8 @@ pub mod redis_leases;
 #[cfg(feature = "redis")]
 pub mod redis_store;
 pub mod settle;
+#[cfg(feature = "redis")]
+pub mod shared_store;
 pub mod store;
 
 pub use fault::{StoreError, StoreErrorKind, StoreFailure};
@@ -30,4 +32,6 @@ pub use hybrid_store::HybridStore;
 #[cfg(feature = "redis")]
 pub use redis_store::RedisDecisionStore;
 pub use settle::{Reservation, Reserved, Settled};
+#[cfg(feature = "redis")]
+pub use shared_store::{HybridLeases, SharedStore};
 pub use store::{DecisionStore, LocalStore, PolicyInfo, PolicyStats, StoreCheck, TokioWallClock};

@@ -8,9 +8,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use floodgate_engine::TokioWallClock;
 use floodgate_engine::fleet::Strategy;
-use floodgate_redis::RedisStore;
+use floodgate_engine::{HybridLeases, SharedStore, TokioWallClock};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -152,18 +151,16 @@ pub async fn start(
             config,
             on_fault,
         } => {
-            let s = Arc::new(RedisStore::connect(url, config.clone()).await?);
             let fleet = &settings.fleet;
-            let store = match fleet.strategy {
-                Some(Strategy::Hybrid) => StoreHandle::Hybrid {
-                    redis: s.clone(),
-                    nodes: fleet.nodes,
-                    lease: fleet.lease,
-                    lease_ttl: fleet.lease_ttl,
-                    max_keys: HYBRID_MAX_LEASES,
-                },
-                _ => StoreHandle::Redis(s.clone()),
-            };
+            let hybrid = (fleet.strategy == Some(Strategy::Hybrid)).then_some(HybridLeases {
+                nodes: fleet.nodes,
+                lease: fleet.lease,
+                lease_ttl: fleet.lease_ttl,
+                max_leases: HYBRID_MAX_LEASES,
+            });
+            let shared = SharedStore::connect(url, config.clone(), hybrid).await?;
+            let s = shared.redis().clone();
+            let store = StoreHandle::Shared(shared);
             let fault = FaultPolicy {
                 failure: *on_fault,
                 retry: config.breaker_open_for,

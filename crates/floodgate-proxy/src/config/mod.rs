@@ -24,6 +24,7 @@ use floodgate_engine::config::fault_policy_legacy;
 pub use floodgate_engine::config::{
     FleetNodes, FleetSection, HeadersSection, RedisSection, Renamed, StoreKind, StoreSection,
 };
+use floodgate_engine::{HybridLeases, SharedStore};
 use http::{HeaderName, Method, StatusCode, Uri};
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
@@ -372,7 +373,8 @@ impl Config {
     }
 
     /// Build the limiter with its store: in-process, or connect to Redis (with the
-    /// `hybrid` fleet strategy, a [`floodgate_engine::HybridStore`] on it).
+    /// `hybrid` fleet strategy, a [`floodgate_engine::HybridStore`] on it), through
+    /// [`SharedStore`].
     pub async fn build(&self) -> Result<floodgate_http::RateLimiter, BuildConfigError> {
         let builder = self.limiter_builder();
         if self.store.kind != StoreKind::Redis {
@@ -385,26 +387,18 @@ impl Config {
             url: redacted.clone(),
             message,
         };
-        let rc = redis.store_config();
         let infos = builder.policy_infos()?;
-        let store = floodgate_redis::RedisStore::connect(url, rc)
+        let fleet = self.fleet();
+        let hybrid = fleet
+            .as_ref()
+            .and_then(|f| HybridLeases::of(f, self.store.max_keys()));
+        let shared = SharedStore::connect(url, redis.store_config(), hybrid)
             .await
             .map_err(|e| fail(e.to_string()))?;
-        let store = std::sync::Arc::new(store);
-        let fleet = self.fleet();
-        let builder = match &fleet {
-            Some(f) if f.strategy() == Strategy::Hybrid => {
-                let hybrid =
-                    floodgate_engine::HybridStore::new(store, &infos, f, self.store.max_keys())
-                        .map_err(|e| fail(e.kind.to_string()))?;
-                builder.store(std::sync::Arc::new(hybrid), "hybrid")
-            }
-            _ => {
-                let shared = floodgate_engine::RedisDecisionStore::new(store, &infos)
-                    .map_err(|e| fail(e.kind.to_string()))?;
-                builder.store(std::sync::Arc::new(shared), "redis")
-            }
-        };
+        let store = shared
+            .decision_store(&infos)
+            .map_err(|e| fail(e.kind.to_string()))?;
+        let builder = builder.store(store, shared.name());
         let builder = match fleet {
             Some(f) if f.strategy().needs_shared_store() => builder.fleet(f),
             _ => builder,

@@ -14,10 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_core::{AnyAlgorithm, KeyedLimiter, Kind, Rate, Spec};
-use floodgate_engine::{
-    DecisionStore, HybridStore, LocalStore, PolicyInfo, RedisDecisionStore, TokioWallClock,
-};
-use floodgate_redis::RedisStore;
+use floodgate_engine::{DecisionStore, LocalStore, PolicyInfo, SharedStore, TokioWallClock};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::config::{DescriptorDef, LimitDef, Rules, ValueMatch};
@@ -38,23 +35,9 @@ pub enum StoreHandle {
         /// The clock every generation's store reads.
         clock: TokioWallClock,
     },
-    /// Every decision on Redis ([`RedisDecisionStore`]).
-    Redis(Arc<RedisStore>),
-    /// Fleet `hybrid` strategy ([`HybridStore`]): leases of at most `lease` units from the
-    /// Redis counter, spent here; every decision shared once fewer than `nodes x lease`
-    /// units remain; at most `max_keys` leases held.
-    Hybrid {
-        /// The shared counter.
-        redis: Arc<RedisStore>,
-        /// Servers in the fleet.
-        nodes: usize,
-        /// Most units per lease.
-        lease: u64,
-        /// A lease's lifetime.
-        lease_ttl: Duration,
-        /// Most leases held.
-        max_keys: usize,
-    },
+    /// On Redis: every decision shared ([`RedisDecisionStore`](floodgate_engine::RedisDecisionStore)), or the fleet `hybrid`
+    /// strategy's leases spent here ([`HybridStore`](floodgate_engine::HybridStore)).
+    Shared(SharedStore),
 }
 
 impl StoreHandle {
@@ -178,28 +161,8 @@ pub(super) fn build(
             let l = Arc::new(LocalStore::from_limiters(limiters, Arc::new(*clock)));
             (l.clone(), Some(l))
         }
-        StoreHandle::Redis(redis) => (
-            Arc::new(RedisDecisionStore::new(redis.clone(), &infos).map_err(|e| e.to_string())?),
-            None,
-        ),
-        StoreHandle::Hybrid {
-            redis,
-            nodes,
-            lease,
-            lease_ttl,
-            max_keys,
-        } => (
-            Arc::new(
-                HybridStore::with_lease(
-                    redis.clone(),
-                    &infos,
-                    *nodes,
-                    *lease,
-                    *lease_ttl,
-                    *max_keys,
-                )
-                .map_err(|e| e.to_string())?,
-            ),
+        StoreHandle::Shared(shared) => (
+            shared.decision_store(&infos).map_err(|e| e.to_string())?,
             None,
         ),
     };
