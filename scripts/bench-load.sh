@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark (issue 6): the most requests per second `floodgate load` sustains against a
+# Benchmark: the most requests per second `floodgate load` sustains against a
 # trivial local server, in the same run as oha and hey on the same target, same
 # concurrency and duration, closed loop at max rate (no -q), keep-alive HTTP/1.1.
 # Tools alternate and rounds repeat so that machine noise is visible. Loopback only.

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # How the project was written: who wrote it, in which round, for which ticket or aim; a
 # figure names the machine ("the project's 2-core VM"), not "this machine".
-pattern='\b(sessions?|helpers?|subagents?|this round|next round|earlier today|goals?|this (machine|vm|host)|issue [0-9]+|the issue|aims? of)\b'
+pattern='\b(sessions?|helpers?|subagents?|this round|next round|earlier today|goals?|this ([0-9]+-core )?(machine|vm|host)|issue [0-9]+|the issue|aims? of)\b'
 # Changes tried and not kept: recorded in design/, out of the guide.
 kept='\b(measured and not kept|not kept|not landed)\b'
 guide=$(git ls-files 'README.md' 'docs/*.md' 'docs/**/*.md' 'crates/*/README.md')
@@ -22,5 +22,13 @@ if grep -n -i -E "$kept" $guide; then
     echo "check-words: the lines above describe a change that was not kept; move it to a record in design/ and leave what ships" >&2
     status=1
 fi
+# Code, tests and scripts: their comments and messages too (narrower: "helper" and
+# "session" name things in code).
+code_pattern='\b(goals?|this ([0-9]+-core )?(machine|vm)|issue [0-9]+|the issue|aims? of)\b'
+code=$(git ls-files '*.rs' '*.py' '*.sh' '.ci/*' | grep -v '^scripts/check-words.sh$')
+if grep -n -i -E "$code_pattern" $code; then
+    echo "check-words: the lines above (code, tests, scripts) speak of how the project was written" >&2
+    status=1
+fi
 [ "$status" = 0 ] || exit 1
-echo "check-words: $(echo $guide $design | wc -w) files clean"
+echo "check-words: $(echo $guide $design $code | wc -w) files clean"

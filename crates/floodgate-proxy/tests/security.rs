@@ -1,5 +1,5 @@
 //! The proxy against hostile request targets, paths, keys and heads, over raw sockets,
-//! with a backend that records the exact bytes it receives (issue 21).
+//! with a backend that records the exact bytes it receives.
 //!
 //! [`table`]: each row is the client's bytes, the statuses the client gets (in order),
 //! the exact requests the backend receives (or none), and what the metrics count.

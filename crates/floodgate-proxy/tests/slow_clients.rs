@@ -1,4 +1,4 @@
-//! Slow and greedy clients (issue 21 findings 4 and 7), with short configured timeouts:
+//! Slow and greedy clients, with short configured timeouts:
 //! a client that never reads its response and a request body that stalls free the
 //! upstream connection within the configured times; the connection caps refuse the
 //! excess, counted; an upstream `Content-Length` over 2^63-1 is a 502.

@@ -1,4 +1,4 @@
-"""The two snippets of issue 10, verbatim, with their commented results asserted."""
+"""The two snippets of the Python module's guide, verbatim, with their commented results asserted."""
 
 
 def test_fixed_window_boundary_snippet(capsys):

@@ -546,7 +546,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (get("native"), get("GCRA script"), get("seed script"))
     {
         println!(
-            "  GCRA script / native: {:.2}x requests/s (goal: at least 0.80x), {:.2}x server µs/call; seed script / native: {:.2}x requests/s",
+            "  GCRA script / native: {:.2}x requests/s (target: at least 0.80x), {:.2}x server µs/call; seed script / native: {:.2}x requests/s",
             g / n,
             gus / nus,
             s / n
@@ -556,7 +556,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for base in [NATIVE, "native CL.THROTTLE flood"] {
             if let Some(n) = rate(base, 16) {
                 println!(
-                    "gcra flood with the deny cache / {base} (16 callers): {:.2}x decisions/s (goal: at least 2x)",
+                    "gcra flood with the deny cache / {base} (16 callers): {:.2}x decisions/s (target: at least 2x)",
                     c / n
                 );
             }

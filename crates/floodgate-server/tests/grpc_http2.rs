@@ -1160,7 +1160,7 @@ async fn a_message_above_the_size_cap_gets_tonics_out_of_range() {
 async fn curl_over_nghttp2_gets_a_reply() {
     let version = std::process::Command::new("curl").arg("-V").output();
     let Ok(version) = version else {
-        println!("skipped: no curl on this machine");
+        println!("skipped: no curl installed");
         return;
     };
     let version = String::from_utf8_lossy(&version.stdout).into_owned();
