@@ -352,9 +352,8 @@ async fn the_server_serves_the_same_api_and_page() {
     }
 }
 
-/// Debian's `chromium`, or `None` (the browser test then skips with a message, unless
-/// `FLOODGATE_REQUIRE_CHROMIUM=1`, as `.ci/run` sets, makes it fail).
-fn chromium() -> Option<&'static str> {
+/// Debian's `chromium` (scripts/setup.sh installs it); the test fails without it.
+fn chromium() -> &'static str {
     let found = Command::new("chromium")
         .arg("--version")
         .stdout(Stdio::null())
@@ -362,14 +361,9 @@ fn chromium() -> Option<&'static str> {
         .status()
         .is_ok_and(|s| s.success());
     if found {
-        return Some("chromium");
+        return "chromium";
     }
-    assert!(
-        std::env::var("FLOODGATE_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
-        "FLOODGATE_REQUIRE_CHROMIUM=1 but no chromium on PATH (apt-get install chromium)"
-    );
-    eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
-    None
+    panic!("no chromium on PATH (Debian package chromium; scripts/setup.sh installs it)");
 }
 
 /// Run headless chromium on `url` for `virtual_ms` of page time and return the DOM it
@@ -418,7 +412,7 @@ fn element<'a>(dom: &'a str, id: &str, close: &str) -> &'a str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_page_shows_the_flooding_key_in_a_browser() {
-    let Some(browser) = chromium() else { return };
+    let browser = chromium();
     let dir = tempfile::tempdir().unwrap();
     let (_p, listen, admin) = proxy(dir.path()).await;
     // under load: a bounded flood and two keys under the limit

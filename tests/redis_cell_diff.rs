@@ -58,9 +58,8 @@ const TIME_BUDGET: Duration = Duration::from_secs(40);
 const MIN_CALLS: usize = 5_000;
 
 /// The redis-cell module, built (or found in the cache) by scripts/lib/redis-cell.sh.
-/// `None` (and the reason on stderr) when it cannot be built here; with
-/// `FLOODGATE_REQUIRE_REDIS_CELL=1` (set by `.ci/run`) that is a failure instead.
-fn redis_cell_module() -> Option<PathBuf> {
+/// The test fails, naming why, when it cannot be built.
+fn redis_cell_module() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("bash")
         .arg(root.join("scripts/lib/redis-cell.sh"))
@@ -71,7 +70,7 @@ fn redis_cell_module() -> Option<PathBuf> {
         Ok(o) if o.status.success() => {
             let path = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
             if path.is_file() {
-                return Some(path);
+                return path;
             }
             format!("the script printed {path:?}, which is not a file")
         }
@@ -82,13 +81,7 @@ fn redis_cell_module() -> Option<PathBuf> {
         ),
         Err(e) => format!("cannot run bash: {e}"),
     };
-    if std::env::var("FLOODGATE_REQUIRE_REDIS_CELL").as_deref() == Ok("1") {
-        panic!("redis-cell 0.2.2 is required (FLOODGATE_REQUIRE_REDIS_CELL=1): {why}");
-    }
-    eprintln!(
-        "SKIPPED: redis-cell 0.2.2 could not be built here, so there is nothing to compare against: {why}"
-    );
-    None
+    panic!("redis-cell 0.2.2, the reference the test compares against, could not be built: {why}");
 }
 
 /// `floodgate server` with `config` (YAML); returns the process and its RESP port.
@@ -464,9 +457,7 @@ impl Rig {
 
 #[test]
 fn cl_throttle_matches_redis_cell_call_by_call() {
-    let Some(module) = redis_cell_module() else {
-        return;
-    };
+    let module = redis_cell_module();
     let dir = tempfile::tempdir().unwrap();
     let (_redis, port) = start_redis(Some(&module), dir.path(), &[]);
     let (_fg_redis, fg_port) = start_redis(Some(&module_support::module_path()), dir.path(), &[]);
