@@ -290,3 +290,80 @@ async fn two_proxy_processes_sharing_redis_admit_the_limit_once() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `GET http://addr/path`: status and body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let c = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let r = c
+        .get(format!("http://{addr}{path}").parse().unwrap())
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// With its Redis down, `floodgate proxy` starts (fail open: requests pass, the health
+/// endpoint says degraded, `floodgate_store_up` is 0); once a Redis listens there, the
+/// limit is kept on it and the health endpoint says ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_starts_while_redis_is_down_and_uses_it_once_it_answers() {
+    let (upstream, _hits) = backend().await;
+    let redis_port = free_port().port();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("late.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "upstream = \"http://{upstream}\"\n\
+             [store]\ntype = \"redis\"\n\
+             [store.redis]\nurl = \"redis://127.0.0.1:{redis_port}/\"\nconnect_timeout = \"200ms\"\nbreaker_open_for = \"100ms\"\nfault_policy = \"fail-open\"\n\
+             [[policy]]\nname = \"late\"\nalgorithm = \"gcra\"\nrate = \"2/m\"\nkey = \"global\"\n"
+        ),
+    )
+    .unwrap();
+    let (listen, admin) = (free_port(), free_port());
+    let mut p = Proc(
+        Command::new(BIN)
+            .args(["proxy", "--config"])
+            .arg(&cfg)
+            .args([
+                "--listen",
+                &listen.to_string(),
+                "--admin",
+                &admin.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::wait_child_listening(&mut p, &[listen, admin])
+        .await
+        .expect("the proxy starts with its Redis down");
+    let (status, health) = get(admin, "/healthz").await;
+    assert_eq!(status, 200);
+    assert!(health.starts_with("degraded"), "{health}");
+    for _ in 0..5 {
+        assert_eq!(get(listen, "/").await.0, 200, "fail open");
+    }
+    let (_, metrics) = get(admin, "/metrics").await;
+    assert!(metrics.contains("floodgate_store_up 0"), "{metrics}");
+
+    let _redis = common::start_redis(redis_port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(admin, "/healthz").await.1 != "ok\n" {
+        assert!(Instant::now() < deadline, "the proxy never reached Redis");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let statuses: Vec<u16> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            v.push(get(listen, "/").await.0);
+        }
+        v
+    };
+    assert_eq!(statuses, [200, 200, 429, 429], "2/m kept on Redis");
+    let (_, metrics) = get(admin, "/metrics").await;
+    assert!(metrics.contains("floodgate_store_up 1"), "{metrics}");
+}

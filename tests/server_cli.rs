@@ -325,3 +325,46 @@ fn check_flag_and_startup_errors_name_the_problem() {
     assert_eq!(code, 2);
     assert!(err.contains("6379 is Redis's own port"), "{err}");
 }
+
+/// With its Redis down, `floodgate server` starts (fail open: calls are answered OK, the
+/// health endpoint says `"store":"degraded"`, `floodgate_store_up` is 0); once a Redis
+/// listens there, the limit is kept on it and the health endpoint says `"store":"ok"`.
+#[test]
+fn the_server_starts_while_redis_is_down_and_uses_it_once_it_answers() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "store:\n  type: redis\n  redis: {{url: \"redis://127.0.0.1:{port}\", connect_timeout: 200ms, breaker_open_for: 100ms, fault_policy: fail-open}}\n{CONFIG}"
+    );
+    let p = spawn(&config, &["--no-watch"]);
+    let health = generation(&p);
+    assert!(health.contains("\"store\":\"degraded\""), "{health}");
+    let body = r#"{"domain":"edge","descriptors":[[{"key":"user","value":"late"}]]}"#;
+    for _ in 0..4 {
+        let r = check(&p, body);
+        assert!(r.starts_with("HTTP/1.1 200"), "fail open: {r}");
+    }
+    let metrics = curl(&[&format!("http://{}/metrics", p.http)]);
+    assert!(metrics.contains("floodgate_store_up 0"), "{metrics}");
+
+    let mut redis = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !generation(&p).contains("\"store\":\"ok\"") {
+        assert!(Instant::now() < deadline, "the server never reached Redis");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let answers: Vec<bool> = (0..3)
+        .map(|_| check(&p, body).starts_with("HTTP/1.1 200"))
+        .collect();
+    let _ = redis.kill();
+    let _ = redis.wait();
+    assert_eq!(answers, [true, true, false], "2/minute kept on Redis");
+}

@@ -158,3 +158,31 @@ pub fn delete_redis_keys(prefix: &str) {
             .output();
     }
 }
+
+/// A redis-server of the test's own on `port` (nothing on disk), killed on drop; ready
+/// when returned.
+pub fn start_redis(port: u16) -> Proc {
+    let child = std::process::Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server (Debian package redis-server)");
+    let p = Proc(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "ping"])
+            .output()
+            .expect("redis-cli");
+        if String::from_utf8_lossy(&out.stdout).trim() == "PONG" {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server on {port} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -262,6 +262,10 @@ impl DecisionStore for HybridStore {
         true
     }
 
+    fn reachable(&self) -> bool {
+        self.limiters.iter().all(|l| l.store().reachable())
+    }
+
     /// The shared counter, read as the Redis store reads it: units this node (or another)
     /// holds in a lease and has not spent yet count as taken.
     fn peek<'a>(

@@ -53,6 +53,9 @@ pub mod names {
     pub const STORE_KEYS: &str = "floodgate_store_keys";
     /// Counter `{policy}`: live keys evicted to respect the key cap.
     pub const STORE_EVICTED: &str = "floodgate_store_evicted";
+    /// Gauge: 1 while the decision store answers, 0 while every decision is the fault
+    /// policy's ([`DecisionStore::reachable`](crate::DecisionStore::reachable)).
+    pub const STORE_UP: &str = "floodgate_store_up";
     /// Gauge `{policy}`: in-flight leases held through this node.
     pub const INFLIGHT_LEASES: &str = "floodgate_inflight_leases";
 }
@@ -227,6 +230,7 @@ pub struct Metrics {
     store_errors: [Counter; 4],
     keys: Family<PolicyLabels, Gauge>,
     evicted: Family<PolicyLabels, Counter>,
+    store_up: Gauge,
     policy_names: Vec<String>,
     /// Proxy: request latency, seconds.
     pub proxy_seconds: StripedHistogram,
@@ -312,6 +316,13 @@ impl Metrics {
         );
         let keys = Family::<PolicyLabels, Gauge>::default();
         registry.register(names::STORE_KEYS, "Keys held per policy", keys.clone());
+        let store_up = Gauge::default();
+        store_up.set(1);
+        registry.register(
+            names::STORE_UP,
+            "1 while the decision store answers, 0 while decisions are the fault policy's",
+            store_up.clone(),
+        );
         let evicted = Family::<PolicyLabels, Counter>::default();
         registry.register(
             names::STORE_EVICTED,
@@ -391,6 +402,7 @@ impl Metrics {
             store_errors,
             keys,
             evicted,
+            store_up,
             policy_names: policy_names.to_vec(),
             proxy_seconds,
             upstream_errors,
@@ -510,6 +522,11 @@ impl Metrics {
                 c.inc_by(total - seen);
             }
         }
+    }
+
+    /// Set the store's reachability gauge ([`names::STORE_UP`]).
+    pub fn update_store_up(&self, reachable: bool) {
+        self.store_up.set(i64::from(reachable));
     }
 
     /// Refresh the store gauges from `stats` (indexed like the policies).

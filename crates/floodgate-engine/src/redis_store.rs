@@ -120,6 +120,10 @@ impl DecisionStore for RedisDecisionStore {
         true
     }
 
+    fn reachable(&self) -> bool {
+        self.store.reachable()
+    }
+
     /// One script call at cost 0: the algorithms' scripts write only when they charge,
     /// so this reads the key's state and leaves its value and expiry as they were.
     fn peek<'a>(

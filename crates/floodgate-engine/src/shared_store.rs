@@ -65,6 +65,24 @@ impl SharedStore {
         Ok(SharedStore::on(Arc::new(redis), hybrid))
     }
 
+    /// As [`connect`](Self::connect), but a Redis that cannot be reached is not an error
+    /// ([`RedisStore::connect_or_retry`]): the store is returned at once with the
+    /// connection error beside it (for the caller to log), decides under the fault
+    /// policy until Redis answers, and connects in the background.
+    pub async fn connect_or_retry(
+        url: &str,
+        config: StoreConfig,
+        hybrid: Option<HybridLeases>,
+    ) -> Result<(SharedStore, Option<floodgate_redis::Error>), floodgate_redis::Error> {
+        let (redis, err) = RedisStore::connect_or_retry(url, config).await?;
+        Ok((SharedStore::on(redis, hybrid), err))
+    }
+
+    /// Whether Redis answers ([`RedisStore::reachable`]).
+    pub fn reachable(&self) -> bool {
+        self.redis.reachable()
+    }
+
     /// The shared store on an open connection.
     pub fn on(redis: Arc<RedisStore>, hybrid: Option<HybridLeases>) -> SharedStore {
         SharedStore { redis, hybrid }

@@ -175,6 +175,14 @@ pub trait DecisionStore: Send + Sync + 'static {
         false
     }
 
+    /// Whether the store's backend answers: false while every decision is the fault
+    /// policy's (Redis not reached since the store was made, or its circuit breaker
+    /// open). Exported as `floodgate_store_up` and shown on the health endpoints. In
+    /// process: always true (the default).
+    fn reachable(&self) -> bool {
+        true
+    }
+
     /// Monotonic event counters of the store, `(event, count)`, exported as
     /// `floodgate_store_events_total{event}` (the hybrid store: `lease_admit`,
     /// `round_trip`); empty by default.
@@ -259,6 +267,9 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
     }
     fn shared(&self) -> bool {
         (**self).shared()
+    }
+    fn reachable(&self) -> bool {
+        (**self).reachable()
     }
     fn events(&self) -> Vec<(&'static str, u64)> {
         (**self).events()

@@ -181,8 +181,17 @@ impl RateLimiter {
         self.inner.metrics.update_store(&self.inner.store.stats());
         self.inner
             .metrics
+            .update_store_up(self.inner.store.reachable());
+        self.inner
+            .metrics
             .update_store_events(&self.inner.store.events());
         self.inner.metrics.encode()
+    }
+
+    /// Whether the decision store answers ([`DecisionStore::reachable`]): false while
+    /// every decision is the fault policy's.
+    pub fn store_reachable(&self) -> bool {
+        self.inner.store.reachable()
     }
 
     /// Who is being limited: top keys and per-second decisions of every policy.

@@ -372,10 +372,17 @@ async fn admin<B>(limiter: &RateLimiter, req: &Request<B>) -> Response<Full<Byte
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             limiter.render_metrics(),
         ),
-        "/healthz" => (
+        // serving either way: while the store does not answer, the fault policy decides
+        "/healthz" if limiter.store_reachable() => (
             StatusCode::OK,
             "text/plain; charset=utf-8",
             "ok\n".to_string(),
+        ),
+        "/healthz" => (
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            "degraded: the decision store does not answer; decisions follow the fault policy\n"
+                .to_string(),
         ),
         _ => (
             StatusCode::NOT_FOUND,

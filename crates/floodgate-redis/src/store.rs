@@ -1,6 +1,7 @@
 //! The connection to Redis (single node or cluster), its configuration, the per-call
 //! timeout, the circuit breaker and the counters.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -160,6 +161,8 @@ pub struct RedisStore {
     target: String,
     /// The module's commands are sent instead of the scripts.
     module: std::sync::atomic::AtomicBool,
+    /// Redis has answered (see [`RedisStore::reachable`]).
+    reached: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -183,6 +186,17 @@ fn redact(url: &str) -> String {
         }
         _ => url.to_string(),
     }
+}
+
+/// The connection manager's settings: `connect_timeout` per try, one retry after a
+/// lost connection, 10 to 100 ms apart; no response timeout (the store times each call).
+fn manager_config(config: &StoreConfig) -> redis::aio::ConnectionManagerConfig {
+    redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(None)
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(100))
 }
 
 fn classify(target: &str, e: redis::RedisError) -> Error {
@@ -209,15 +223,9 @@ impl RedisStore {
             url: target.clone(),
             source,
         })?;
-        let cm_config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(None)
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100));
         let conn = match tokio::time::timeout(
             config.connect_timeout,
-            ConnectionManager::new_with_config(client, cm_config),
+            ConnectionManager::new_with_config(client, manager_config(&config)),
         )
         .await
         {
@@ -234,6 +242,71 @@ impl RedisStore {
         store.check_ping().await?;
         store.module = store.choose_module().await?.into();
         Ok(store)
+    }
+
+    /// As [`connect`](Self::connect), except that a Redis that cannot be reached (the
+    /// connection refused or not made within `connect_timeout`: [`Error::Connect`], or
+    /// no handshake in time) is not an error: the store is returned at once with that
+    /// error beside it. Until Redis answers every call is a fault (a [`Error::Connect`]
+    /// or a [`Error::Timeout`], to which the caller's fault policy applies, the circuit
+    /// breaker spacing the tries); each call the breaker lets through tries to connect.
+    /// A background task (on the current tokio runtime) pings Redis every
+    /// `breaker_open_for` (at least 100 ms) until it answers, then closes the circuit
+    /// breaker, chooses between the module and the scripts as [`connect`](Self::connect)
+    /// does, and marks the store [reachable](Self::reachable). Errors that retrying cannot mend (a bad URL or
+    /// prefix, a peer that is not Redis, a missing module under [`ModuleUse::Always`])
+    /// are still errors.
+    pub async fn connect_or_retry(
+        url: &str,
+        config: StoreConfig,
+    ) -> Result<(Arc<RedisStore>, Option<Error>), Error> {
+        let e = match RedisStore::connect(url, config.clone()).await {
+            Ok(s) => return Ok((Arc::new(s), None)),
+            Err(e @ Error::Connect { .. }) => e,
+            Err(e @ Error::NotRedis { .. }) if e.to_string().contains("within") => e,
+            Err(e) => return Err(e),
+        };
+        let target = redact(url);
+        let keys = KeySpace::new(&config.prefix, config.max_key_len)?;
+        let client = redis::Client::open(url).map_err(|source| Error::Url {
+            url: target.clone(),
+            source,
+        })?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config(&config))
+            .map_err(|e| classify(&target, e))?;
+        let mut store = RedisStore::with_conn(Conn::Single(conn), config, keys, target);
+        store.reached = false.into();
+        store.module = (store.config.module == ModuleUse::Always).into();
+        let store = Arc::new(store);
+        let weak = Arc::downgrade(&store);
+        let every = store
+            .config
+            .breaker_open_for
+            .max(Duration::from_millis(100));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(store) = weak.upgrade() else { return };
+                if store.check_ping().await.is_err() {
+                    continue;
+                }
+                // Redis answers: calls go to it from now on
+                store.breaker.success();
+                if let Ok(found) = store.choose_module().await {
+                    store.module.store(found, Ordering::Relaxed);
+                }
+                store.reached.store(true, Ordering::Relaxed);
+                return;
+            }
+        });
+        Ok((store, Some(e)))
+    }
+
+    /// Whether Redis has answered since the store was made ([`connect`](Self::connect)
+    /// or, with [`connect_or_retry`](Self::connect_or_retry), once it answered) and the
+    /// circuit breaker is closed: false while decisions are the fault policy's.
+    pub fn reachable(&self) -> bool {
+        self.reached.load(Ordering::Relaxed) && self.breaker.is_closed()
     }
 
     /// Connect to a Redis Cluster through any of its nodes (`redis://host:port` each).
@@ -338,6 +411,7 @@ impl RedisStore {
             counters: Counters::default(),
             target,
             module: false.into(),
+            reached: true.into(),
         }
     }
 

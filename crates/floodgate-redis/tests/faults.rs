@@ -218,3 +218,57 @@ async fn pause_kill_restart_under_load() {
         }
     }
 }
+
+/// A store made while its Redis is down (`connect_or_retry`): returned at once with the
+/// connection error, every decision the fault policy's, not reachable; once a Redis
+/// listens on the address, decisions come from it and the store reports reachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_made_while_redis_is_down_decides_on_redis_once_it_answers() {
+    let mut server = common::Server::start();
+    let url = server.url();
+    server.kill();
+    let config = StoreConfig {
+        prefix: common::unique_prefix("late"),
+        timeout: TIMEOUT,
+        connect_timeout: Duration::from_millis(200),
+        breaker_open_for: OPEN_FOR,
+        policy: FaultPolicy::FailOpen,
+        deny_cache_keys: 0,
+        ..StoreConfig::default()
+    };
+    let t0 = Instant::now();
+    let (store, err) = floodgate_redis::RedisStore::connect_or_retry(&url, config)
+        .await
+        .expect("an unreachable Redis is not an error");
+    let err = err.expect("the connection error beside the store");
+    assert!(err.to_string().contains("cannot connect"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(!store.reachable());
+    // the background probe finds nothing either
+    tokio::time::sleep(OPEN_FOR * 4).await;
+    assert!(!store.reachable());
+    let gcra = Gcra::new(Rate::per_second(1000).unwrap(), 10).unwrap();
+    let l = RedisLimiter::new(store.clone(), AnyAlgorithm::Gcra(gcra)).unwrap();
+    let o = l.check(b"k", 1).await.expect("a fault, not an input error");
+    assert!(o.degraded(), "{o:?}");
+    assert!(o.decision.allowed, "fail open");
+
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !store.reachable() {
+        assert!(Instant::now() < deadline, "the store never reached Redis");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut last = None;
+    for _ in 0..50 {
+        let o = l.check(b"k", 1).await.unwrap();
+        if !o.degraded() {
+            last = Some(o);
+            break;
+        }
+        tokio::time::sleep(OPEN_FOR).await;
+    }
+    let o = last.expect("decisions from Redis once it answers");
+    assert_eq!(o.source, Source::Redis, "{o:?}");
+    assert_eq!(o.decision.remaining, 9, "the first charge on Redis: {o:?}");
+}

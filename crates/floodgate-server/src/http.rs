@@ -14,7 +14,9 @@
 //! * `POST /v1/acquire`, `/v1/renew`, `/v1/release`: in-flight leases
 //!   ([`crate::http_leases`]).
 //! * `GET /metrics`: Prometheus (OpenMetrics text).
-//! * `GET /healthz`: `200 {"status":"serving"}`, `503` while shutting down.
+//! * `GET /healthz`: `200 {"status":"serving","config_generation":N,"store":"ok"}`
+//!   (`"store":"degraded"` while the decision store does not answer and the fault
+//!   policy decides), `503` while shutting down.
 //! * `GET /admin`, `/admin/api/...`: who is being limited (floodgate-engine's admin page
 //!   and API, [`floodgate_engine::admin`]).
 //!
@@ -166,8 +168,15 @@ async fn healthz(State(s): State<Arc<HttpState>>) -> Response {
     if s.shutting_down.load(Ordering::Relaxed) {
         return error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
     }
-    let generation = s.engine.current().id;
-    axum::Json(json!({ "status": "serving", "config_generation": generation })).into_response()
+    let g = s.engine.current();
+    // serving either way: while the store does not answer, the fault policy decides
+    let store = if g.store_reachable() {
+        "ok"
+    } else {
+        "degraded"
+    };
+    axum::Json(json!({ "status": "serving", "config_generation": g.id, "store": store }))
+        .into_response()
 }
 
 async fn metrics(State(s): State<Arc<HttpState>>) -> Response {

@@ -326,7 +326,8 @@ impl std::fmt::Debug for StoreEvents {
     }
 }
 
-/// Encodes the store's own metrics at scrape time: `floodgate_store_events_total{event}`,
+/// Encodes the store's own metrics at scrape time: `floodgate_store_up`,
+/// `floodgate_store_events_total{event}`,
 /// and for the in-process store `floodgate_store_keys{policy}` and
 /// `floodgate_store_evicted_total{policy}` (summed over the limits of one name).
 #[derive(Debug)]
@@ -334,8 +335,9 @@ struct StoreEventsCollector(Arc<Mutex<StoreEvents>>);
 
 impl Collector for StoreEventsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let (totals, per_policy) = {
+        let (totals, per_policy, up) = {
             let ev = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let up = ev.current.as_ref().is_none_or(|s| s.reachable());
             let mut per_policy: Vec<(String, u64, u64)> = Vec::new();
             let stats = ev.current.as_ref().map(|s| s.stats()).unwrap_or_default();
             for (name, st) in ev.policies.iter().zip(stats) {
@@ -354,8 +356,14 @@ impl Collector for StoreEventsCollector {
                     None => totals.push((event, n)),
                 }
             }
-            (totals, per_policy)
+            (totals, per_policy, up)
         };
+        ConstGauge::new(i64::from(up)).encode(encoder.encode_descriptor(
+            names::STORE_UP,
+            "1 while the decision store answers, 0 while decisions are the fault policy's",
+            None,
+            MetricType::Gauge,
+        )?)?;
         if !per_policy.is_empty() {
             let mut keys = encoder.encode_descriptor(
                 names::STORE_KEYS,

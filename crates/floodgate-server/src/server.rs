@@ -158,7 +158,15 @@ pub async fn start(
                 lease_ttl: fleet.lease_ttl,
                 max_leases: HYBRID_MAX_LEASES,
             });
-            let shared = SharedStore::connect(url, config.clone(), hybrid).await?;
+            let (shared, unreachable) =
+                SharedStore::connect_or_retry(url, config.clone(), hybrid).await?;
+            if let Some(e) = unreachable {
+                tracing::warn!(
+                    error = %e,
+                    fault_policy = ?on_fault,
+                    "Redis does not answer: starting anyway; decisions follow the fault policy until it does, and the server connects in the background"
+                );
+            }
             let s = shared.redis().clone();
             let store = StoreHandle::Shared(shared);
             let fault = FaultPolicy {

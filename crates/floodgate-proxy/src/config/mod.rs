@@ -372,9 +372,11 @@ impl Config {
         self.fleet.fleet().ok().flatten()
     }
 
-    /// Build the limiter with its store: in-process, or connect to Redis (with the
-    /// `hybrid` fleet strategy, a [`floodgate_engine::HybridStore`] on it), through
-    /// [`SharedStore`].
+    /// Build the limiter with its store: in-process, or on Redis through [`SharedStore`]
+    /// (with the `hybrid` fleet strategy, a [`floodgate_engine::HybridStore`] on it). A
+    /// Redis that does not answer yet is not an error: the limiter starts, decides under
+    /// the fault policy and connects in the background
+    /// ([`floodgate_http::RateLimiter::store_reachable`] says when it has).
     pub async fn build(&self) -> Result<floodgate_http::RateLimiter, BuildConfigError> {
         let builder = self.limiter_builder();
         if self.store.kind != StoreKind::Redis {
@@ -392,9 +394,17 @@ impl Config {
         let hybrid = fleet
             .as_ref()
             .and_then(|f| HybridLeases::of(f, self.store.max_keys()));
-        let shared = SharedStore::connect(url, redis.store_config(), hybrid)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
+        let (shared, unreachable) =
+            SharedStore::connect_or_retry(url, redis.store_config(), hybrid)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+        if let Some(e) = unreachable {
+            tracing::warn!(
+                error = %e,
+                fault_policy = ?redis.fault_policy,
+                "Redis does not answer: starting anyway; decisions follow the fault policy until it does, and the proxy connects in the background"
+            );
+        }
         let store = shared
             .decision_store(&infos)
             .map_err(|e| fail(e.kind.to_string()))?;

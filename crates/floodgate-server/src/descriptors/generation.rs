@@ -77,6 +77,11 @@ impl std::fmt::Debug for Generation {
 }
 
 impl Generation {
+    /// Whether the decision store answers ([`DecisionStore::reachable`]).
+    pub fn store_reachable(&self) -> bool {
+        self.store.reachable()
+    }
+
     /// Where this generation's checks go.
     pub(super) fn stores(&self) -> floodgate_engine::decide::Stores<'_> {
         floodgate_engine::decide::Stores {
