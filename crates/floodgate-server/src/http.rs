@@ -506,7 +506,8 @@ async fn lease(State(s): State<Arc<HttpState>>, op: &'static str, body: Body) ->
             format!("the body is larger than {} bytes", http_leases::MAX_BODY),
         );
     };
-    match http_leases::run(&s.leases, op, &bytes).await {
+    let max_key = s.engine.current().rules.caps.max_value_bytes;
+    match http_leases::run(&s.leases, op, &bytes, max_key).await {
         Ok((status, v)) => {
             let outcome = if status == StatusCode::OK {
                 RequestOutcome::Passed

@@ -49,6 +49,7 @@ pub mod metrics;
 pub mod reload;
 pub mod resp;
 pub mod server;
+pub mod tls;
 
 pub use config::{Config, ConfigFileError};
 pub use descriptors::{CheckError, Engine};
