@@ -235,7 +235,7 @@ fn the_server_reference_shows_every_field_the_types_accept() {
         }
     };
     let mut missing = Vec::new();
-    let sections: [(&str, &str); 10] = [
+    let sections: [(&str, &str); 11] = [
         ("", "zz_unknown: 1\n"),
         ("listen", "listen:\n  zz_unknown: 1\n"),
         ("store", "store:\n  zz_unknown: 1\n"),
@@ -246,6 +246,7 @@ fn the_server_reference_shows_every_field_the_types_accept() {
         ("defaults", "defaults:\n  zz_unknown: 1\n"),
         ("resp", "resp:\n  zz_unknown: 1\n"),
         ("tls", "tls:\n  zz_unknown: 1\n"),
+        ("http", "http:\n  zz_unknown: 1\n"),
     ];
     for (section, probe) in sections {
         let fields = expected_fields(&refuse(probe));

@@ -56,6 +56,9 @@ pub struct FileConfig {
     /// The RESP door's password and command set.
     #[serde(default)]
     pub resp: RespFile,
+    /// The HTTP door's bearer token for the `/v1` calls.
+    #[serde(default)]
+    pub http: HttpFile,
     /// TLS on the doors: certificate, key, and the CA of client certificates (mTLS).
     pub tls: Option<TlsFile>,
 }
@@ -215,6 +218,18 @@ pub struct RespFile {
     /// `FG.ACQUIRE`): callers take the config's policies (`FG.THROTTLE`, `FG.RESERVE`).
     #[serde(default)]
     pub policies_only: bool,
+}
+
+/// `http:` the token the HTTP door's `/v1` calls must carry (`Authorization: Bearer`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpFile {
+    /// The token, in the file (prefer `token_file` or `token_env`).
+    pub token: Option<String>,
+    /// A file whose content (less one trailing newline) is the token.
+    pub token_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the token.
+    pub token_env: Option<String>,
 }
 
 /// `tls:` TLS on the doors (rustls).

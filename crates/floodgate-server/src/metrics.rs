@@ -15,7 +15,7 @@
 //! | `floodgate_near_limit_total` | domain, descriptor | server: admitted with at least 80% of the limit used (Envoy's near-limit ratio) |
 //! | `floodgate_request_duration_seconds` | front | server: latency inside the server (decode to reply), by door |
 //! | `floodgate_redis_*` | | the Redis store's counters (calls, timeouts, deny-cache hits, ...) |
-//! | `floodgate_auth_failures_total` | front, reason | server: clients refused: `wrong_password`, `no_auth` (a command before `AUTH`), `tls_handshake` |
+//! | `floodgate_auth_failures_total` | front, reason | server: clients refused: `wrong_password`, `no_auth` (a RESP command before `AUTH`, an HTTP `/v1` call without a token), `tls_handshake` |
 //! | `floodgate_config_reloads_total` | result | `ok` or `error` |
 //! | `floodgate_config_last_reload_success` | | 1 when the last reload attempt succeeded |
 //! | `floodgate_config_generation` | | generation of the config being served (1 at startup) |
@@ -74,9 +74,10 @@ pub struct FrontLabels {
 /// Why a client was refused before any command or call was answered.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum AuthFailure {
-    /// `AUTH` (or `HELLO ... AUTH`) with a wrong user name or password.
+    /// `AUTH` (or `HELLO ... AUTH`) with a wrong user name or password; another bearer
+    /// token.
     WrongPassword,
-    /// A command sent before authenticating.
+    /// A command or call sent before authenticating (no `AUTH`, no bearer token).
     NoAuth,
     /// The TLS handshake failed: not TLS, no or an untrusted client certificate, timeout.
     TlsHandshake,

@@ -243,6 +243,7 @@ pub async fn start(
         engine: engine.clone(),
         shutting_down: false.into(),
         leases: resp_svc.leases().clone(),
+        token: settings.http_door.token.clone(),
     });
     if let Some(listener) = http_l {
         let app = router(http_state.clone());

@@ -500,6 +500,14 @@ fn bad_password_settings_name_the_field() {
         "limits.yaml: resp: set one of password, password_file and password_env"
     );
     assert_eq!(
+        err("http: {token: \"\"}\n"),
+        "limits.yaml: http.token: the token is empty"
+    );
+    assert_eq!(
+        err("http: {token: a, token_file: /x}\n"),
+        "limits.yaml: http: set one of token, token_file and token_env"
+    );
+    assert_eq!(
         err("resp: {username: app}\n"),
         "limits.yaml: resp.username: user \"app\" has no password: set password_file, password_env or password"
     );
@@ -510,4 +518,151 @@ fn bad_password_settings_name_the_field() {
     )
     .unwrap();
     assert!(!format!("{:?}", c.settings).contains("hunter2"));
+}
+
+/// One HTTP/1.1 exchange of exact bytes: the status, the `WWW-Authenticate` field and
+/// the body.
+async fn http_exchange(addr: std::net::SocketAddr, send: &[u8]) -> (u16, Option<String>, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(send).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut raw))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let www = head
+        .lines()
+        .find_map(|l| l.strip_prefix("www-authenticate: "))
+        .map(str::to_string);
+    (status, www, body.to_string())
+}
+
+/// Bytes sent, status, `WWW-Authenticate`, the exact body ("": any), then the
+/// `no_auth` and `wrong_password` counts of `front="http"`.
+type HttpRow<'a> = (Vec<u8>, u16, Option<String>, &'a str, u64, u64);
+
+fn post(path: &str, auth: Option<&str>, body: &str) -> Vec<u8> {
+    let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn a_bearer_token_guards_the_http_v1_calls() {
+    let srv = start("http: {token: t0ken}\npolicies: {api: {rate: 2/m}}\n").await;
+    let addr = srv.running.http.unwrap();
+    let metrics = srv.running.engine.metrics().clone();
+    let check = r#"{"policy": "api", "key": "u1"}"#;
+    let www = Some("Bearer realm=\"floodgate\"".to_string());
+    let needs = r#"{"error":"this call needs Authorization: Bearer <token> (http.token)"}"#;
+    let wrong = r#"{"error":"the bearer token is not this server's"}"#;
+    let rows: Vec<HttpRow<'_>> = vec![
+        (
+            post("/v1/check", None, check),
+            401,
+            www.clone(),
+            needs,
+            1,
+            0,
+        ),
+        (
+            post("/v1/check", Some("Bearer nope"), check),
+            401,
+            www.clone(),
+            wrong,
+            0,
+            1,
+        ),
+        (
+            post("/v1/check", Some("Bearer t0ken2"), check),
+            401,
+            www.clone(),
+            wrong,
+            0,
+            1,
+        ),
+        (
+            post("/v1/check", Some("Basic t0ken"), check),
+            401,
+            www.clone(),
+            needs,
+            1,
+            0,
+        ),
+        (
+            post(
+                "/v1/acquire",
+                None,
+                r#"{"key": "gpu", "max_in_flight": 1, "ttl_ms": 86400000}"#,
+            ),
+            401,
+            www.clone(),
+            needs,
+            1,
+            0,
+        ),
+        (
+            post("/v1/reserve", None, check),
+            401,
+            www.clone(),
+            needs,
+            1,
+            0,
+        ),
+        (
+            post("/v1/check", Some("Bearer t0ken"), check),
+            200,
+            None,
+            "",
+            0,
+            0,
+        ),
+        (
+            post("/v1/check", Some("bearer t0ken"), check),
+            200,
+            None,
+            "",
+            0,
+            0,
+        ),
+        // the read-only endpoints take no token
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
+            200,
+            None,
+            "",
+            0,
+            0,
+        ),
+    ];
+    for (i, (send, status, www, body, no_auth, wrong)) in rows.into_iter().enumerate() {
+        let count = |reason| {
+            metrics
+                .auth_failures
+                .get_or_create(&AuthLabels {
+                    front: "http",
+                    reason,
+                })
+                .get()
+        };
+        let before = (count("no_auth"), count("wrong_password"));
+        let (s, w, b) = http_exchange(addr, &send).await;
+        assert_eq!((s, &w), (status, &www), "row {i}: {b}");
+        if !body.is_empty() {
+            assert_eq!(b, body, "row {i}");
+        }
+        let after = (count("no_auth"), count("wrong_password"));
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (no_auth, wrong),
+            "row {i}"
+        );
+    }
+    srv.stop().await;
 }

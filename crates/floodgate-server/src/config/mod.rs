@@ -24,7 +24,8 @@ pub use rules::{
     Caps, DescriptorDef, HeaderSettings, LimitDef, Rules, Unit, UnknownDomain, ValueMatch,
 };
 pub use security::{
-    DEFAULT_USER, Password, RespAuth, RespSettings, constant_time_eq, exposure_warnings,
+    DEFAULT_USER, HttpSettings, Password, RespAuth, RespSettings, constant_time_eq,
+    exposure_warnings,
 };
 pub use settings::{ConnectionSettings, FleetSettings, Settings, StoreSettings};
 

@@ -2,7 +2,7 @@
 //! (`tls:`, [`crate::tls`]). Read once at startup, as the other [`Settings`](super::Settings).
 
 use super::{Invalid, invalid};
-use crate::file::RespFile;
+use crate::file::{HttpFile, RespFile};
 
 /// A password: never shown (`Debug` prints `***`), compared in constant time.
 #[derive(Clone)]
@@ -80,56 +80,84 @@ pub struct RespSettings {
     pub policies_only: bool,
 }
 
-/// The password of `resp:` from exactly one of `password`, `password_file` (its content
-/// less one trailing newline), `password_env`; an empty one is an error.
-fn password(r: &RespFile) -> Result<Option<Password>, Invalid> {
-    let given = [
-        r.password.is_some(),
-        r.password_file.is_some(),
-        r.password_env.is_some(),
-    ];
+/// The HTTP door's settings (`http:`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HttpSettings {
+    /// `None`: the `/v1` calls take any caller. `Some`: they need
+    /// `Authorization: Bearer <token>`.
+    pub token: Option<Password>,
+}
+
+/// Where a secret of section `section` may come from: its value, a file, a variable.
+struct SecretSource<'a> {
+    section: &'static str,
+    /// `password` or `token`: the fields are `{name}`, `{name}_file`, `{name}_env`.
+    name: &'static str,
+    value: Option<&'a str>,
+    file: Option<&'a std::path::Path>,
+    env: Option<&'a str>,
+}
+
+/// The secret of `s` from exactly one of its value, its file (the content less one
+/// trailing newline) and its environment variable; an empty one is an error.
+fn secret(s: SecretSource<'_>) -> Result<Option<Password>, Invalid> {
+    let (section, name) = (s.section, s.name);
+    let given = [s.value.is_some(), s.file.is_some(), s.env.is_some()];
     if given.iter().filter(|g| **g).count() > 1 {
         return Err(invalid(
-            "resp",
-            "set one of password, password_file and password_env",
+            section,
+            format!("set one of {name}, {name}_file and {name}_env"),
         ));
     }
-    let (field, bytes) = if let Some(p) = &r.password {
-        ("resp.password", p.as_bytes().to_vec())
-    } else if let Some(path) = &r.password_file {
-        let mut bytes = std::fs::read(path).map_err(|e| {
-            invalid(
-                "resp.password_file",
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
+    let (field, bytes) = if let Some(p) = s.value {
+        (format!("{section}.{name}"), p.as_bytes().to_vec())
+    } else if let Some(path) = s.file {
+        let field = format!("{section}.{name}_file");
+        let mut bytes = std::fs::read(path)
+            .map_err(|e| invalid(&field, format!("cannot read {}: {e}", path.display())))?;
         if bytes.ends_with(b"\n") {
             bytes.pop();
             if bytes.ends_with(b"\r") {
                 bytes.pop();
             }
         }
-        ("resp.password_file", bytes)
-    } else if let Some(var) = &r.password_env {
-        let value = std::env::var_os(var).ok_or_else(|| {
-            invalid(
-                "resp.password_env",
-                format!("the environment variable {var} is not set"),
-            )
-        })?;
-        ("resp.password_env", value.into_encoded_bytes())
+        (field, bytes)
+    } else if let Some(var) = s.env {
+        let field = format!("{section}.{name}_env");
+        let value = std::env::var_os(var)
+            .ok_or_else(|| invalid(&field, format!("the environment variable {var} is not set")))?;
+        (field, value.into_encoded_bytes())
     } else {
         return Ok(None);
     };
     if bytes.is_empty() {
-        return Err(invalid(field, "the password is empty"));
+        return Err(invalid(field, format!("the {name} is empty")));
     }
     Ok(Some(Password(bytes)))
 }
 
+/// Check `http:`.
+pub(super) fn http(h: &HttpFile) -> Result<HttpSettings, Invalid> {
+    Ok(HttpSettings {
+        token: secret(SecretSource {
+            section: "http",
+            name: "token",
+            value: h.token.as_deref(),
+            file: h.token_file.as_deref(),
+            env: h.token_env.as_deref(),
+        })?,
+    })
+}
+
 /// Check `resp:`.
 pub(super) fn resp(r: &RespFile) -> Result<RespSettings, Invalid> {
-    let password = password(r)?;
+    let password = secret(SecretSource {
+        section: "resp",
+        name: "password",
+        value: r.password.as_deref(),
+        file: r.password_file.as_deref(),
+        env: r.password_env.as_deref(),
+    })?;
     let username = match &r.username {
         Some(u) if password.is_none() => {
             return Err(invalid(
@@ -181,9 +209,11 @@ pub fn exposure_warnings(settings: &super::Settings) -> Vec<String> {
             }
         ));
     }
+    let token = settings.http_door.token.is_some();
     for (door, addr) in [(Door::Grpc, settings.grpc), (Door::Http, settings.http)] {
         if let Some(a) = open(addr)
             && !(tls(door) && mtls)
+            && !(door == Door::Http && token)
         {
             out.push(format!(
                 "the {} door listens on {a} without client certificates (tls.client_ca_file): anyone who reaches it can spend any limit",

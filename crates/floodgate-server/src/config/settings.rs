@@ -32,6 +32,8 @@ pub struct Settings {
     pub connections: ConnectionSettings,
     /// The RESP door's password and command set.
     pub resp_door: super::security::RespSettings,
+    /// The HTTP door's bearer token.
+    pub http_door: super::security::HttpSettings,
     /// TLS on the doors (`None`: every door speaks cleartext).
     pub tls: Option<crate::tls::TlsSettings>,
 }
@@ -229,6 +231,7 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
         admin_keys,
         connections,
         resp_door: super::security::resp(&file.resp)?,
+        http_door: super::security::http(&file.http)?,
         tls: match &file.tls {
             None => None,
             Some(t) => Some(crate::tls::load(t).map_err(|e| invalid("tls", e.to_string()))?),
