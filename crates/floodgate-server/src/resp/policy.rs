@@ -115,3 +115,15 @@ impl RespService {
         reply
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_refusal_is_the_one_sent() {
+        assert_eq!(policies_only_error("CL.THROTTLE"), POLICIES_ONLY);
+        assert_eq!(key_position("FG.THROTTLE"), Some(2));
+        assert_eq!(key_position("PING"), None);
+    }
+}
