@@ -18,7 +18,7 @@ gracefully.
 
 Examples:
   floodgate server --config limits.yaml
-  floodgate server --config limits.toml --grpc 0.0.0.0:8081 --resp off
+  floodgate server --config limits.toml --grpc 10.0.0.5:8081 --resp off   # beyond loopback: set tls (docs/security.md)
   floodgate server --config limits.yaml --check      # validate the file and exit";
 
 /// Arguments of `floodgate server`.

@@ -1,7 +1,9 @@
 //! Every configuration example of the book parses, as the command that reads it would
 //! parse it. A `toml` or `yaml` block names what it configures in its info string:
 //! `proxy-config` (`floodgate proxy --config`), `server-config` (`floodgate server
-//! --config`), `bad-example` (a file a transcript shows being refused; it must fail) or
+//! --config`), `server-files` (a `floodgate server` file naming files of the machine it
+//! runs on, certificates or secrets: its fields are checked, the files are not read),
+//! `bad-example` (a file a transcript shows being refused; it must fail) or
 //! `peer-config` (another product's file, shown beside floodgate's for comparison).
 
 use std::path::Path;
@@ -40,6 +42,13 @@ fn every_config_example_names_what_it_configures_and_parses() {
             parse_proxy(b).unwrap_or_else(|e| panic!("{}: {e}", b.place()));
         } else if b.has("server-config") {
             parse_server(b).unwrap_or_else(|e| panic!("{}: {e}", b.place()));
+        } else if b.has("server-files") {
+            let path = format!("{}.{}", b.place(), b.lang());
+            floodgate_engine::config::from_yaml::<floodgate_server::file::FileConfig>(
+                Path::new(&path),
+                &b.body,
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", b.place()));
         } else if b.has("peer-config") {
             // a peer's file shown for comparison (Limitador's limits): not floodgate's
         } else if b.has("bad-example") {
@@ -47,7 +56,7 @@ fn every_config_example_names_what_it_configures_and_parses() {
             assert!(proxy.is_err(), "{}: a bad example parses", b.place());
         } else {
             panic!(
-                "{}: a {} block must say what it configures (proxy-config, server-config, bad-example or peer-config)",
+                "{}: a {} block must say what it configures (proxy-config, server-config, server-files, bad-example or peer-config)",
                 b.place(),
                 b.lang()
             );
@@ -226,7 +235,7 @@ fn the_server_reference_shows_every_field_the_types_accept() {
         }
     };
     let mut missing = Vec::new();
-    let sections: [(&str, &str); 8] = [
+    let sections: [(&str, &str); 11] = [
         ("", "zz_unknown: 1\n"),
         ("listen", "listen:\n  zz_unknown: 1\n"),
         ("store", "store:\n  zz_unknown: 1\n"),
@@ -235,6 +244,9 @@ fn the_server_reference_shows_every_field_the_types_accept() {
         ("headers", "headers:\n  zz_unknown: 1\n"),
         ("limits", "limits:\n  zz_unknown: 1\n"),
         ("defaults", "defaults:\n  zz_unknown: 1\n"),
+        ("resp", "resp:\n  zz_unknown: 1\n"),
+        ("tls", "tls:\n  zz_unknown: 1\n"),
+        ("http", "http:\n  zz_unknown: 1\n"),
     ];
     for (section, probe) in sections {
         let fields = expected_fields(&refuse(probe));

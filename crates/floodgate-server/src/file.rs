@@ -53,6 +53,14 @@ pub struct FileConfig {
     /// Envoy's one-domain file form.
     #[serde(default)]
     pub descriptors: Vec<DescriptorFile>,
+    /// The RESP door's password and command set.
+    #[serde(default)]
+    pub resp: RespFile,
+    /// The HTTP door's bearer token for the `/v1` calls.
+    #[serde(default)]
+    pub http: HttpFile,
+    /// TLS on the doors: certificate, key, and the CA of client certificates (mTLS).
+    pub tls: Option<TlsFile>,
 }
 
 /// `listen:` addresses (`host:port`, or `off` to disable a front door).
@@ -192,4 +200,49 @@ pub struct RateLimitFile {
 pub struct ReplaceFile {
     /// The name of the replaced limit.
     pub name: String,
+}
+
+/// `resp:` the RESP door's password (`AUTH`) and which commands it takes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RespFile {
+    /// The password, in the file (prefer `password_file` or `password_env`).
+    pub password: Option<String>,
+    /// A file whose content (less one trailing newline) is the password.
+    pub password_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the password.
+    pub password_env: Option<String>,
+    /// The user name of Redis 6's `AUTH <username> <password>` (default `default`).
+    pub username: Option<String>,
+    /// Refuse the commands whose rate or limit the caller chooses (`CL.THROTTLE`,
+    /// `FG.ACQUIRE`): callers take the config's policies (`FG.THROTTLE`, `FG.RESERVE`).
+    #[serde(default)]
+    pub policies_only: bool,
+}
+
+/// `http:` the token the HTTP door's `/v1` calls must carry (`Authorization: Bearer`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpFile {
+    /// The token, in the file (prefer `token_file` or `token_env`).
+    pub token: Option<String>,
+    /// A file whose content (less one trailing newline) is the token.
+    pub token_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the token.
+    pub token_env: Option<String>,
+}
+
+/// `tls:` TLS on the doors (rustls).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFile {
+    /// The server's certificate chain, PEM, leaf first.
+    pub cert_file: std::path::PathBuf,
+    /// The server's private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: std::path::PathBuf,
+    /// CA certificates, PEM: when set, every client must present a certificate signed by
+    /// one of them (mutual TLS).
+    pub client_ca_file: Option<std::path::PathBuf>,
+    /// The doors that speak TLS: any of `grpc`, `http`, `resp` (default all three).
+    pub doors: Option<Vec<String>>,
 }

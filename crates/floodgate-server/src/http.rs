@@ -40,6 +40,7 @@ use serde_json::{Value, json};
 use crate::descriptors::{CheckError, DescriptorIn, Engine, Entry, Generation, Matched, Outcome};
 use crate::http_leases;
 use crate::leases::{DoorError, LeaseDoor, ceil_ms};
+use crate::metrics::AuthFailure;
 
 pub mod inflight;
 pub mod settle;
@@ -54,6 +55,9 @@ pub struct HttpState {
     /// In-flight leases (`/v1/acquire`, `/v1/renew`, `/v1/release`), shared with the
     /// RESP door.
     pub leases: Arc<LeaseDoor>,
+    /// The token the `/v1` calls must carry as `Authorization: Bearer <token>` (`None`:
+    /// none asked).
+    pub token: Option<crate::config::Password>,
 }
 
 /// The router.
@@ -84,6 +88,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
             state.clone(),
             json_only,
         ))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), bearer))
         .route("/metrics", get(metrics).fallback(method_not_allowed))
         .route("/healthz", get(healthz).fallback(method_not_allowed))
         .fallback(fallback)
@@ -124,6 +129,46 @@ async fn json_only(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         format!("the body must be JSON: send Content-Type: application/json (got {got})"),
     )
+}
+
+/// With `http.token` configured, the `/v1` calls need `Authorization: Bearer <token>`
+/// (compared in constant time): without it `401` with `WWW-Authenticate: Bearer`, with
+/// another token `401` too; both counted in `floodgate_auth_failures_total{front="http"}`
+/// and read no body. Checked before the content type.
+async fn bearer(
+    State(s): State<Arc<HttpState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(token) = &s.token else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_at_checked(7)?;
+            scheme.eq_ignore_ascii_case(b"bearer ").then_some(rest)
+        });
+    let (failure, message) = match given {
+        Some(t) if token.matches(t) => return next.run(req).await,
+        Some(_) => (
+            AuthFailure::WrongPassword,
+            "the bearer token is not this server's",
+        ),
+        None => (
+            AuthFailure::NoAuth,
+            "this call needs Authorization: Bearer <token> (http.token)",
+        ),
+    };
+    s.engine.metrics().auth_failure("http", failure);
+    let mut resp = error(StatusCode::UNAUTHORIZED, message);
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"floodgate\""),
+    );
+    resp
 }
 
 pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -515,7 +560,8 @@ async fn lease(State(s): State<Arc<HttpState>>, op: &'static str, body: Body) ->
             format!("the body is larger than {} bytes", http_leases::MAX_BODY),
         );
     };
-    match http_leases::run(&s.leases, op, &bytes).await {
+    let max_key = s.engine.current().rules.caps.max_value_bytes;
+    match http_leases::run(&s.leases, op, &bytes, max_key).await {
         Ok((status, v)) => {
             let outcome = if status == StatusCode::OK {
                 RequestOutcome::Passed

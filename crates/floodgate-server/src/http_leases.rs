@@ -16,7 +16,9 @@
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
 
-use crate::leases::{DoorError, LeaseDoor, ceil_ms, parse_lease_id, parse_limit, ttl_of_ms};
+use crate::leases::{
+    DoorError, LeaseDoor, ceil_ms, check_key, parse_lease_id, parse_limit, ttl_of_ms,
+};
 
 /// The largest body accepted by the lease endpoints.
 pub const MAX_BODY: usize = 4096;
@@ -49,17 +51,26 @@ fn integer(o: &Map<String, Value>, field: &str) -> Result<u64, DoorError> {
         .ok_or_else(|| DoorError::Invalid(format!("{field} must be a non-negative integer")))
 }
 
-/// Run one lease call (`op`: `acquire`, `renew` or `release`) on the body: the status
-/// and JSON to answer (an acquire's `retry_after_ms` gives the `Retry-After`).
+/// The `key` of `o`: a string of at most `max` bytes.
+fn key(o: &Map<String, Value>, max: usize) -> Result<&str, DoorError> {
+    let key = string(o, "key")?;
+    check_key(key.as_bytes(), max)?;
+    Ok(key)
+}
+
+/// Run one lease call (`op`: `acquire`, `renew` or `release`) on the body, its key at
+/// most `max_key` bytes: the status and JSON to answer (an acquire's `retry_after_ms`
+/// gives the `Retry-After`).
 pub async fn run(
     door: &LeaseDoor,
     op: &str,
     body: &[u8],
+    max_key: usize,
 ) -> Result<(StatusCode, Value), DoorError> {
     match op {
         "acquire" => {
             let o = object(body, &["key", "max_in_flight", "ttl_ms"])?;
-            let key = string(&o, "key")?;
+            let key = key(&o, max_key)?;
             let limit = parse_limit(&integer(&o, "max_in_flight")?.to_string())?;
             let ttl = ttl_of_ms(integer(&o, "ttl_ms")?)?;
             let (d, lease) = match door.acquire(key.as_bytes(), limit, ttl).await? {
@@ -87,13 +98,13 @@ pub async fn run(
             let o = object(body, &["key", "lease", "ttl_ms"])?;
             let id = parse_lease_id(string(&o, "lease")?)?;
             let ttl = ttl_of_ms(integer(&o, "ttl_ms")?)?;
-            let ok = door.renew(string(&o, "key")?.as_bytes(), id, ttl).await?;
+            let ok = door.renew(key(&o, max_key)?.as_bytes(), id, ttl).await?;
             Ok((StatusCode::OK, json!({ "renewed": ok })))
         }
         _ => {
             let o = object(body, &["key", "lease"])?;
             let id = parse_lease_id(string(&o, "lease")?)?;
-            let ok = door.release(string(&o, "key")?.as_bytes(), id).await?;
+            let ok = door.release(key(&o, max_key)?.as_bytes(), id).await?;
             Ok((StatusCode::OK, json!({ "released": ok })))
         }
     }

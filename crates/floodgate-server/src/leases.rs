@@ -69,6 +69,17 @@ pub fn ttl_of_ms(ms: u64) -> Result<LeaseTtl, DoorError> {
     LeaseTtl::new(Duration::from_millis(ms)).map_err(|e| DoorError::Invalid(format!("ttl_ms: {e}")))
 }
 
+/// A key of at most `max` bytes (the config's `limits.max_value_bytes`).
+pub fn check_key(key: &[u8], max: usize) -> Result<(), DoorError> {
+    if key.len() > max {
+        return Err(DoorError::Invalid(format!(
+            "the key is {} bytes, more than the maximum of {max} (limits.max_value_bytes)",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A parsed lease id (a decimal integer below 2^63, as the doors hand them out).
 pub fn parse_lease_id(s: &str) -> Result<LeaseId, DoorError> {
     s.trim()

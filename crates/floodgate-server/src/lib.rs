@@ -11,6 +11,11 @@
 //!   and in-flight leases (`FG.ACQUIRE`, `FG.RENEW`, `FG.RELEASE`: [`leases`]).
 //! * [`http`]: `POST /v1/check` with JSON, plus `/metrics` and `/healthz`.
 //!
+//! Each door can be guarded ([`tls`]: TLS with client certificates on any door; `AUTH` on
+//! RESP with `resp.password_file`; a bearer token on HTTP's `/v1` calls with
+//! `http.token_file`); `resp.policies_only` refuses the RESP commands whose rate the
+//! caller chooses.
+//!
 //! The rules ([`config`]) take Envoy ratelimit's file shape (domains, nested descriptors,
 //! `rate_limit: {unit, requests_per_unit}`, `shadow_mode`, `unlimited`, `replaces`) in
 //! YAML or TOML and extend it: an algorithm per limit (GCRA by default), any window, a
@@ -49,6 +54,7 @@ pub mod metrics;
 pub mod reload;
 pub mod resp;
 pub mod server;
+pub mod tls;
 
 pub use config::{Config, ConfigFileError};
 pub use descriptors::{CheckError, Engine};

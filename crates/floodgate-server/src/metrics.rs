@@ -15,6 +15,7 @@
 //! | `floodgate_near_limit_total` | domain, descriptor | server: admitted with at least 80% of the limit used (Envoy's near-limit ratio) |
 //! | `floodgate_request_duration_seconds` | front | server: latency inside the server (decode to reply), by door |
 //! | `floodgate_redis_*` | | the Redis store's counters (calls, timeouts, deny-cache hits, ...) |
+//! | `floodgate_auth_failures_total` | front, reason | server: clients refused: `wrong_password`, `no_auth` (a RESP command before `AUTH`, an HTTP `/v1` call without a token), `tls_handshake` |
 //! | `floodgate_config_reloads_total` | result | `ok` or `error` |
 //! | `floodgate_config_last_reload_success` | | 1 when the last reload attempt succeeded |
 //! | `floodgate_config_generation` | | generation of the config being served (1 at startup) |
@@ -70,6 +71,38 @@ pub struct FrontLabels {
     pub front: &'static str,
 }
 
+/// Why a client was refused before any command or call was answered.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// `AUTH` (or `HELLO ... AUTH`) with a wrong user name or password; another bearer
+    /// token.
+    WrongPassword,
+    /// A command or call sent before authenticating (no `AUTH`, no bearer token).
+    NoAuth,
+    /// The TLS handshake failed: not TLS, no or an untrusted client certificate, timeout.
+    TlsHandshake,
+}
+
+impl AuthFailure {
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            AuthFailure::WrongPassword => "wrong_password",
+            AuthFailure::NoAuth => "no_auth",
+            AuthFailure::TlsHandshake => "tls_handshake",
+        }
+    }
+}
+
+/// Labels of `floodgate_auth_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    /// `grpc`, `http` or `resp`.
+    pub front: &'static str,
+    /// [`AuthFailure::label`].
+    pub reason: &'static str,
+}
+
 /// Labels of the reload counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -103,6 +136,8 @@ pub struct Metrics {
     pub store_errors: Family<KindLabels, Counter>,
     /// Reloads by result.
     pub reloads: Family<ResultLabels, Counter>,
+    /// Clients refused by authentication or TLS, by door and reason.
+    pub auth_failures: Family<AuthLabels, Counter>,
     store_events: Arc<Mutex<StoreEvents>>,
     /// 1 when the last reload attempt succeeded.
     pub last_reload_success: Gauge,
@@ -188,6 +223,12 @@ impl Metrics {
             "Config reload attempts by result",
             reloads.clone(),
         );
+        let auth_failures = Family::<AuthLabels, Counter>::default();
+        server.register(
+            "auth_failures",
+            "Clients refused by authentication or TLS, by door and reason",
+            auth_failures.clone(),
+        );
         let last_reload_success = Gauge::default();
         last_reload_success.set(1);
         server.register(
@@ -213,6 +254,7 @@ impl Metrics {
             latency,
             store_errors,
             reloads,
+            auth_failures,
             store_events,
             last_reload_success,
             generation,
@@ -242,6 +284,16 @@ impl Metrics {
                 .get_or_create(&FrontLabels { front })
                 .observe(secs),
         }
+    }
+
+    /// Count one client refused at door `front` for `reason`.
+    pub fn auth_failure(&self, front: &'static str, reason: AuthFailure) {
+        self.auth_failures
+            .get_or_create(&AuthLabels {
+                front,
+                reason: reason.label(),
+            })
+            .inc();
     }
 
     /// The counter of one policy decision outcome (resolve once, increment on the hot

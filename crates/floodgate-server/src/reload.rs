@@ -79,7 +79,7 @@ impl Reloader {
             Err(e) => return fail(e.to_string()),
         };
         if cfg.settings != self.startup {
-            tracing::warn!(file = %self.path.display(), "listen addresses and store settings changed: they take effect after a restart; the new rules are applied now");
+            tracing::warn!(file = %self.path.display(), "settings read at startup changed (listen, store, fleet, admin_keys, connections, resp, tls): they take effect after a restart; the new rules are applied now");
         }
         match self.engine.reload(cfg.rules) {
             Ok(id) => {

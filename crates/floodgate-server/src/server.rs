@@ -24,6 +24,7 @@ use crate::http::{HttpState, router};
 use crate::metrics::Metrics;
 use crate::reload::{self, Reloader};
 use crate::resp::{RespLimits, RespService, ThrottleStore};
+use crate::tls::{Door, TlsListener};
 
 /// Most leases the `hybrid` strategy holds (one per limiter key in use).
 const HYBRID_MAX_LEASES: usize = 1_000_000;
@@ -118,6 +119,23 @@ async fn bind(
     }
 }
 
+/// Serve the HTTP door's `app` on `listener` (TCP, or TLS over TCP) until `stop` turns
+/// true.
+async fn serve_http<L>(listener: L, app: axum::Router, mut stop: watch::Receiver<bool>)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let r = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::error!(error = %e, "HTTP server failed");
+    }
+}
+
 /// Start everything `config` asks for. `settings` are the effective settings (the
 /// file's, with command-line overrides); `config.settings` are the file's, against which
 /// reloads are compared.
@@ -198,6 +216,10 @@ pub async fn start(
     let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
     let (grpc, http, resp) = (addr(&grpc_l), addr(&http_l), addr(&resp_l));
 
+    for warning in crate::config::exposure_warnings(&settings) {
+        tracing::warn!("{warning}");
+    }
+    let tls_for = |door| settings.tls.as_ref().and_then(|t| t.acceptor(door));
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -209,7 +231,9 @@ pub async fn start(
         let rls = RlsService::new(engine.clone());
         let routes = tonic::service::Routes::new(health_service)
             .add_service(rls.clone().into_server(max_bytes));
-        let door = Arc::new(GrpcDoor::new(rls, routes, max_bytes));
+        let door = Arc::new(
+            GrpcDoor::new(rls, routes, max_bytes).with_tls(tls_for(Door::Grpc), metrics.clone()),
+        );
         tasks.spawn(crate::grpc::serve::serve(
             listener,
             door,
@@ -219,26 +243,26 @@ pub async fn start(
     }
     let resp_svc = Arc::new(
         RespService::new(throttle, metrics.clone(), RespLimits::default())
-            .with_engine(engine.clone()),
+            .with_engine(engine.clone())
+            .with_settings(&settings.resp_door)
+            .with_tls(tls_for(Door::Resp)),
     );
     let http_state = Arc::new(HttpState {
         engine: engine.clone(),
         shutting_down: false.into(),
         leases: resp_svc.leases().clone(),
+        token: settings.http_door.token.clone(),
     });
     if let Some(listener) = http_l {
         let app = router(http_state.clone());
-        let mut rx = shutdown_rx.clone();
-        tasks.spawn(async move {
-            let r = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|stop| *stop).await;
-                })
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "HTTP server failed");
+        let rx = shutdown_rx.clone();
+        match tls_for(Door::Http) {
+            None => tasks.spawn(serve_http(listener, app, rx)),
+            Some(acceptor) => {
+                let listener = TlsListener::new(listener, acceptor, metrics.clone());
+                tasks.spawn(serve_http(listener, app, rx))
             }
-        });
+        };
     }
     if let Some(listener) = resp_l {
         tasks.spawn(crate::resp::serve(listener, resp_svc, shutdown_rx.clone()));

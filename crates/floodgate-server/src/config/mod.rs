@@ -11,6 +11,7 @@
 //! `FILE:LINE:COLUMN: FIELD: MESSAGE` as the proxy's do.
 
 mod rules;
+mod security;
 mod settings;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +22,10 @@ use crate::file::FileConfig;
 
 pub use rules::{
     Caps, DescriptorDef, HeaderSettings, LimitDef, Rules, Unit, UnknownDomain, ValueMatch,
+};
+pub use security::{
+    DEFAULT_USER, HttpSettings, Password, RespAuth, RespSettings, constant_time_eq,
+    exposure_warnings,
 };
 pub use settings::{ConnectionSettings, FleetSettings, Settings, StoreSettings};
 

@@ -30,6 +30,12 @@ pub struct Settings {
     pub admin_keys: KeyDisplay,
     /// Timeouts of client connections.
     pub connections: ConnectionSettings,
+    /// The RESP door's password and command set.
+    pub resp_door: super::security::RespSettings,
+    /// The HTTP door's bearer token.
+    pub http_door: super::security::HttpSettings,
+    /// TLS on the doors (`None`: every door speaks cleartext).
+    pub tls: Option<crate::tls::TlsSettings>,
 }
 
 /// How long a client connection may take over each phase (`connections:`).
@@ -224,5 +230,11 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
         fleet,
         admin_keys,
         connections,
+        resp_door: super::security::resp(&file.resp)?,
+        http_door: super::security::http(&file.http)?,
+        tls: match &file.tls {
+            None => None,
+            Some(t) => Some(crate::tls::load(t).map_err(|e| invalid("tls", e.to_string()))?),
+        },
     })
 }

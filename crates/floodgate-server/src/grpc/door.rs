@@ -16,6 +16,7 @@
 //! Tested against tonic: `tests/grpc_direct.rs` sends the same calls through this path
 //! and through tonic's service and compares status, headers, trailers and message.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -42,6 +43,8 @@ pub struct GrpcDoor {
     service: RlsService,
     routes: Routes,
     max_bytes: usize,
+    /// TLS around every connection, and where its failures are counted.
+    tls: Option<(crate::tls::Acceptor, Arc<crate::metrics::Metrics>)>,
 }
 
 impl std::fmt::Debug for GrpcDoor {
@@ -60,7 +63,23 @@ impl GrpcDoor {
             service,
             routes: routes.prepare(),
             max_bytes,
+            tls: None,
         }
+    }
+
+    /// Wrap every connection in TLS with `acceptor` (failures counted in `metrics`).
+    pub fn with_tls(
+        mut self,
+        acceptor: Option<crate::tls::Acceptor>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> GrpcDoor {
+        self.tls = acceptor.map(|a| (a, metrics));
+        self
+    }
+
+    /// The TLS acceptor and the metrics its failures go to (`None`: cleartext).
+    pub fn tls(&self) -> Option<(crate::tls::Acceptor, Arc<crate::metrics::Metrics>)> {
+        self.tls.clone()
     }
 
     /// Answer a request through tonic's routes: every request the connection does not

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -28,7 +28,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    conns.spawn(serve_connection(
+                    conns.spawn(serve_accepted(
                         stream,
                         door.clone(),
                         limits.clone(),
@@ -44,6 +44,24 @@ pub async fn serve(
     }
     drop(listener);
     while conns.join_next().await.is_some() {}
+}
+
+/// Serve one accepted connection: in TLS after its handshake when the door has TLS (a
+/// failed handshake closes it), else as it is.
+async fn serve_accepted(
+    stream: TcpStream,
+    door: Arc<GrpcDoor>,
+    limits: Arc<Http2Limits>,
+    stop: watch::Receiver<bool>,
+) {
+    match door.tls() {
+        None => serve_connection(stream, door, limits, stop).await,
+        Some((acceptor, metrics)) => {
+            if let Some(tls) = crate::tls::handshake(&acceptor, stream, &metrics).await {
+                serve_connection(tls, door, limits, stop).await;
+            }
+        }
+    }
 }
 
 /// Resolves when `rx` turns true or its sender is gone.

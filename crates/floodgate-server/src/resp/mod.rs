@@ -1,9 +1,15 @@
 //! Front door 2: a small Redis-protocol (RESP2) listener answering redis-cell's
 //! `CL.THROTTLE key max_burst count period [quantity]`, so any Redis client can use
 //! floodgate as a throttle service; `FG.RESERVE` and `FG.SETTLE` reserve at an estimate
-//! and settle the actual cost on the config's policies (`settle`). Also `PING`, `ECHO`, `QUIT`, `COMMAND` (an empty
+//! and settle the actual cost on the config's policies (`settle`); `FG.THROTTLE` decides
+//! on a configured policy (`policy`). Also `PING`, `ECHO`, `QUIT`, `COMMAND` (an empty
 //! list, enough for `redis-cli`), `CLIENT ...` and `SELECT` (accepted and ignored, as
 //! client libraries send them on connect); anything else is an unknown-command error.
+//!
+//! With a password configured, `AUTH` (or `HELLO ... AUTH`) comes first (`auth`); with
+//! `resp.policies_only`, the commands taking the caller's rate are refused; keys are at
+//! most `limits.max_value_bytes` (`policy`). With TLS on the door, each connection is
+//! wrapped before its first command ([`crate::tls`]).
 //!
 //! The parser takes RESP arrays of bulk strings (what clients send) and inline commands
 //! (what a human types in `telnet`), pipelined. It refuses, with an error reply and a
@@ -11,6 +17,8 @@
 //! bulk strings above [`RespLimits::max_bulk`], lines above [`RespLimits::max_line`],
 //! and anything that is not RESP. It never panics on any input (property-tested).
 
+mod auth;
+mod policy;
 mod protocol;
 mod settle;
 
@@ -22,13 +30,15 @@ use floodgate_core::{Clock, KeyedLimiter, WallClock};
 use floodgate_engine::metrics::{DecisionOutcome, RequestOutcome};
 use floodgate_engine::{StoreError, StoreErrorKind};
 use floodgate_redis::{RedisStore, ThrottleArgs};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::leases::{DoorError, LeaseDoor, ceil_ms, parse_lease_id, parse_limit, parse_ttl_ms};
 use crate::metrics::Metrics;
 
+pub use auth::{HELLO_NOAUTH, NO_PASSWORD, NOAUTH, WRONGPASS};
+pub use policy::{FG_THROTTLE_USAGE, POLICIES_ONLY, policies_only_error};
 pub use protocol::{Parsed, ProtocolError, Reply, RespLimits, parse_command};
 
 /// Where `CL.THROTTLE` keeps its state.
@@ -125,6 +135,8 @@ fn ms_limit(v: u64) -> i64 {
 pub struct Conn {
     /// The client switched to RESP3 with `HELLO 3`.
     pub resp3: bool,
+    /// The client sent the right password (meaningless without one configured).
+    pub authenticated: bool,
 }
 
 /// The RESP front door's state: the throttle store and the metrics.
@@ -136,6 +148,12 @@ pub struct RespService {
     /// The server's policies, for `FG.RESERVE` and `FG.SETTLE`.
     engine: Option<Arc<crate::descriptors::Engine>>,
     leases: Arc<LeaseDoor>,
+    /// The password every connection must give first (`None`: none).
+    auth: Option<crate::config::RespAuth>,
+    /// Refuse the commands taking the caller's rate.
+    policies_only: bool,
+    /// TLS around every connection (`None`: cleartext).
+    tls: Option<crate::tls::Acceptor>,
 }
 
 impl RespService {
@@ -150,7 +168,24 @@ impl RespService {
             metrics,
             limits,
             engine: None,
+            auth: None,
+            policies_only: false,
+            tls: None,
         }
+    }
+
+    /// Require `AUTH` (`settings.auth`) and refuse the caller's rates
+    /// (`settings.policies_only`) as configured.
+    pub fn with_settings(mut self, settings: &crate::config::RespSettings) -> RespService {
+        self.auth = settings.auth.clone();
+        self.policies_only = settings.policies_only;
+        self
+    }
+
+    /// Wrap every connection in TLS with `acceptor`.
+    pub fn with_tls(mut self, acceptor: Option<crate::tls::Acceptor>) -> RespService {
+        self.tls = acceptor;
+        self
     }
 
     /// Also answer `FG.RESERVE` and `FG.SETTLE` on `engine`'s policies.
@@ -179,8 +214,16 @@ impl RespService {
                 ))
             }
         };
+        if let Some(reply) = self.gate(conn, &name) {
+            return (reply, false);
+        }
+        if let Some(reply) = self.refusal(&name, args) {
+            return (reply, false);
+        }
         match name.as_str() {
+            "AUTH" => (self.auth_command(conn, args), false),
             "CL.THROTTLE" => (self.throttle(args).await, false),
+            "FG.THROTTLE" => (self.policy_throttle(args).await, false),
             "FG.RESERVE" => (self.reserve(args).await, false),
             "FG.SETTLE" => (self.settle(args).await, false),
             "FG.ACQUIRE" | "FG.RENEW" | "FG.RELEASE" => {
@@ -213,29 +256,7 @@ impl RespService {
             // RESP3 clients (redis-py 8 by default) open with HELLO 3; the replies this
             // server sends (simple strings, errors, bulks, arrays of integers) are the
             // same in RESP2 and RESP3, only HELLO's own reply differs.
-            "HELLO" => match args.get(1).map(|v| String::from_utf8_lossy(v).into_owned()) {
-                None => (
-                    Reply::Hello {
-                        resp3: conn.resp3,
-                        proto: if conn.resp3 { 3 } else { 2 },
-                    },
-                    false,
-                ),
-                Some(v) if v == "2" || v == "3" => {
-                    conn.resp3 = v == "3";
-                    (
-                        Reply::Hello {
-                            resp3: conn.resp3,
-                            proto: if conn.resp3 { 3 } else { 2 },
-                        },
-                        false,
-                    )
-                }
-                Some(_) => (
-                    Reply::Error("NOPROTO unsupported protocol version".into()),
-                    false,
-                ),
-            },
+            "HELLO" => (self.hello(conn, args), false),
             _ => (
                 Reply::Error(format!(
                     "ERR unknown command '{}', with args beginning with: {}",
@@ -301,13 +322,29 @@ impl RespService {
         }
     }
 
-    /// Serve one connection until the client quits, sends garbage, or `shutdown` fires.
+    /// Serve one connection until the client quits, sends garbage, or `shutdown` fires;
+    /// with TLS configured, after its handshake (a failed one closes it).
     pub async fn serve_connection(
         self: Arc<Self>,
-        mut stream: TcpStream,
-        mut shutdown: watch::Receiver<bool>,
+        stream: TcpStream,
+        shutdown: watch::Receiver<bool>,
     ) {
         let _ = stream.set_nodelay(true);
+        match &self.tls {
+            None => self.serve_stream(stream, shutdown).await,
+            Some(acceptor) => {
+                if let Some(tls) = crate::tls::handshake(acceptor, stream, &self.metrics).await {
+                    self.serve_stream(tls, shutdown).await;
+                }
+            }
+        }
+    }
+
+    async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
+        self: Arc<Self>,
+        mut stream: S,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         let mut buf: Vec<u8> = Vec::with_capacity(4096);
         let mut out: Vec<u8> = Vec::with_capacity(4096);
         let mut conn = Conn::default();
@@ -370,7 +407,7 @@ impl RespService {
 /// Close the way HTTP servers do: send FIN, then read and discard what the client is
 /// still sending for a moment, so the kernel does not answer it with a reset that could
 /// destroy the error reply before the client reads it.
-async fn lingering_close(mut stream: TcpStream) {
+async fn lingering_close<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
     let _ = stream.shutdown().await;
     let mut sink = [0u8; 16 * 1024];
     let mut left: usize = 4 << 20;
