@@ -188,6 +188,17 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// The redacted URL, the key space and the client of `url` (nothing connected yet).
+fn open(url: &str, config: &StoreConfig) -> Result<(String, KeySpace, redis::Client), Error> {
+    let target = redact(url);
+    let keys = KeySpace::new(&config.prefix, config.max_key_len)?;
+    let client = redis::Client::open(url).map_err(|source| Error::Url {
+        url: target.clone(),
+        source,
+    })?;
+    Ok((target, keys, client))
+}
+
 /// The connection manager's settings: `connect_timeout` per try, one retry after a
 /// lost connection, 10 to 100 ms apart; no response timeout (the store times each call).
 fn manager_config(config: &StoreConfig) -> redis::aio::ConnectionManagerConfig {
@@ -217,12 +228,7 @@ impl RedisStore {
     /// Connect to one Redis: `redis://[user:password@]host:port[/db]`, or `rediss://` for
     /// TLS, or `redis+unix:///path`. Checks that the peer answers `PING` as Redis does.
     pub async fn connect(url: &str, config: StoreConfig) -> Result<RedisStore, Error> {
-        let target = redact(url);
-        let keys = KeySpace::new(&config.prefix, config.max_key_len)?;
-        let client = redis::Client::open(url).map_err(|source| Error::Url {
-            url: target.clone(),
-            source,
-        })?;
+        let (target, keys, client) = open(url, &config)?;
         let conn = match tokio::time::timeout(
             config.connect_timeout,
             ConnectionManager::new_with_config(client, manager_config(&config)),
@@ -266,12 +272,7 @@ impl RedisStore {
             Err(e @ Error::NotRedis { .. }) if e.to_string().contains("within") => e,
             Err(e) => return Err(e),
         };
-        let target = redact(url);
-        let keys = KeySpace::new(&config.prefix, config.max_key_len)?;
-        let client = redis::Client::open(url).map_err(|source| Error::Url {
-            url: target.clone(),
-            source,
-        })?;
+        let (target, keys, client) = open(url, &config)?;
         let conn = ConnectionManager::new_lazy_with_config(client, manager_config(&config))
             .map_err(|e| classify(&target, e))?;
         let mut store = RedisStore::with_conn(Conn::Single(conn), config, keys, target);
