@@ -39,6 +39,7 @@ use crate::descriptors::{CheckError, DescriptorIn, Engine, Entry, Generation, Ma
 use crate::http_leases;
 use crate::leases::{DoorError, LeaseDoor, ceil_ms};
 
+pub mod conn;
 pub mod inflight;
 pub mod settle;
 

@@ -17,13 +17,15 @@ use tokio::task::JoinSet;
 
 use crate::config::{Config, Settings, StoreSettings};
 use crate::descriptors::{Engine, FaultPolicy, StoreHandle};
+use crate::gate::Gate;
 use crate::grpc::RlsService;
 use crate::grpc::conn::Http2Limits;
 use crate::grpc::door::GrpcDoor;
+use crate::http::conn::HttpTimeouts;
 use crate::http::{HttpState, router};
 use crate::metrics::Metrics;
 use crate::reload::{self, Reloader};
-use crate::resp::{RespLimits, RespService, ThrottleStore};
+use crate::resp::{RespLimits, RespService, RespTimeouts, ThrottleStore};
 
 /// Most leases the `hybrid` strategy holds (one per limiter key in use).
 const HYBRID_MAX_LEASES: usize = 1_000_000;
@@ -190,6 +192,8 @@ pub async fn start(
     let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
     let (grpc, http, resp) = (addr(&grpc_l), addr(&http_l), addr(&resp_l));
 
+    let gate = door_caps(&settings, &metrics);
+
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -206,12 +210,22 @@ pub async fn start(
             listener,
             door,
             Http2Limits::with(max_bytes, &settings.connections),
+            gate("grpc"),
             shutdown_rx.clone(),
         ));
     }
+    let c = &settings.connections;
+    let resp_limits = RespLimits {
+        max_command: c.max_command_bytes,
+        ..RespLimits::default()
+    };
     let resp_svc = Arc::new(
-        RespService::new(throttle, metrics.clone(), RespLimits::default())
-            .with_engine(engine.clone()),
+        RespService::new(throttle, metrics.clone(), resp_limits)
+            .with_engine(engine.clone())
+            .with_timeouts(RespTimeouts {
+                idle: c.idle_timeout,
+                request: c.request_timeout,
+            }),
     );
     let http_state = Arc::new(HttpState {
         engine: engine.clone(),
@@ -219,21 +233,26 @@ pub async fn start(
         leases: resp_svc.leases().clone(),
     });
     if let Some(listener) = http_l {
-        let app = router(http_state.clone());
-        let mut rx = shutdown_rx.clone();
-        tasks.spawn(async move {
-            let r = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|stop| *stop).await;
-                })
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        });
+        let timeouts = HttpTimeouts {
+            head: c.head_timeout,
+            idle: c.idle_timeout,
+            request: c.request_timeout,
+        };
+        tasks.spawn(crate::http::conn::serve(
+            listener,
+            router(http_state.clone()),
+            gate("http"),
+            timeouts,
+            shutdown_rx.clone(),
+        ));
     }
     if let Some(listener) = resp_l {
-        tasks.spawn(crate::resp::serve(listener, resp_svc, shutdown_rx.clone()));
+        tasks.spawn(crate::resp::serve(
+            listener,
+            resp_svc,
+            gate("resp"),
+            shutdown_rx.clone(),
+        ));
     }
 
     let reloader = Arc::new(Reloader::new(
@@ -273,6 +292,41 @@ pub async fn start(
         tasks,
         watcher,
     })
+}
+
+/// The connection caps of each door (`connections.max_connections` and
+/// `max_connections_per_client`, or derived from the open-descriptor limit), logged.
+fn door_caps(settings: &Settings, metrics: &Arc<Metrics>) -> impl Fn(&'static str) -> Gate {
+    let doors = [settings.grpc, settings.http, settings.resp]
+        .iter()
+        .filter(|a| a.is_some())
+        .count();
+    let nofile = floodgate_net::descriptor_limit().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "taking the open-descriptor limit as 1024");
+        1024
+    });
+    let c = &settings.connections;
+    let (total, per_client) = c.caps(nofile, doors);
+    let needed = (total as u64)
+        .saturating_mul(doors as u64)
+        .saturating_add(crate::config::RESERVED_DESCRIPTORS);
+    if needed > nofile {
+        tracing::warn!(
+            max_connections = total,
+            doors,
+            descriptor_limit = nofile,
+            "the doors' connection caps exceed the open-descriptor limit: past it, accepts fail (EMFILE) and new clients wait in the backlog"
+        );
+    }
+    tracing::info!(
+        max_connections = total,
+        max_connections_per_client = per_client,
+        descriptor_limit = nofile,
+        derived = c.max_connections.is_none(),
+        "connection caps of each door"
+    );
+    let metrics = metrics.clone();
+    move |front| Gate::new(front, total, per_client, metrics.clone())
 }
 
 impl Running {

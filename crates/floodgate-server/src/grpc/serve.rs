@@ -1,5 +1,5 @@
-//! The gRPC listener: each connection accepted is served by [`conn`](super::conn) in a
-//! task of its own, until the server stops.
+//! The gRPC listener: each connection accepted under the door's caps ([`Gate`]) is
+//! served by [`conn`](super::conn) in a task of its own, until the server stops.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,15 +8,18 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::gate::Gate;
+
 use super::conn::{Http2Limits, serve_connection};
 use super::door::GrpcDoor;
 
-/// Serve gRPC on `listener` until `shutdown` turns true (or its sender is gone); then stop
+/// Serve gRPC on `listener` (connections under `gate`'s caps) until `shutdown` turns true (or its sender is gone); then stop
 /// accepting, let every connection finish its calls, and return when all are closed.
 pub async fn serve(
     listener: TcpListener,
     door: Arc<GrpcDoor>,
     limits: Http2Limits,
+    gate: Gate,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let limits = Arc::new(limits);
@@ -26,14 +29,23 @@ pub async fn serve(
             () = stopped(&mut shutdown) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
+                    let Ok(slot) = gate.admit(peer) else {
+                        drop(stream);
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    conns.spawn(serve_connection(
+                    let conn = serve_connection(
                         stream,
                         door.clone(),
                         limits.clone(),
+                        gate.metrics().clone(),
                         shutdown.clone(),
-                    ));
+                    );
+                    conns.spawn(async move {
+                        conn.await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "gRPC accept failed");
