@@ -472,3 +472,24 @@ async fn grpc_window_comes_back_only_when_a_call_is_answered() {
     drop((a, b, answer_b, send, answered));
     srv.stop().await;
 }
+
+/// A RESP client that keeps sending commands, each read ending inside the next command,
+/// is making progress: the command timeout runs from the last command answered, so such
+/// a client is never cut (here for four times the timeout).
+#[tokio::test]
+async fn resp_commands_arriving_without_pause_are_not_timed_out() {
+    let srv = start(&config("")).await;
+    let mut s = connect("127.0.0.1", srv.running.resp.unwrap()).await;
+    s.write_all(b"PI").await.unwrap();
+    let mut buf = [0u8; 64];
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.write_all(b"NG\r\nPI").await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert_eq!(&buf[..n], b"+PONG\r\n");
+    }
+    srv.stop().await;
+}

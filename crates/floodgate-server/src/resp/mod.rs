@@ -379,7 +379,9 @@ impl RespService {
                 }
             }
             buf.drain(..used);
-            if used > 0 && buf.is_empty() {
+            if used > 0 {
+                // idle from now, or the command left in `buf` began in the last read: a
+                // client pipelining without pause is never timed out
                 waiting_since = tokio::time::Instant::now();
             }
             if !out.is_empty() {
