@@ -61,8 +61,9 @@ pub fn descriptor_limit() -> Result<u64, NofileError> {
     Ok(figure(get()?.rlim_cur))
 }
 
-/// Raise the soft descriptor limit to the hard limit. On macOS the soft limit is also
-/// capped by `OPEN_MAX`; elsewhere an unlimited hard limit is asked for as it is.
+/// Raise the soft descriptor limit to the hard limit. A system that refuses it (macOS
+/// with an unlimited hard limit, which caps the soft limit lower) gives
+/// [`NofileError::Raise`] and keeps the soft limit it had.
 pub fn raise_nofile() -> Result<Nofile, NofileError> {
     let r = get()?;
     let (before, hard) = (figure(r.rlim_cur), figure(r.rlim_max));
@@ -73,9 +74,6 @@ pub fn raise_nofile() -> Result<Nofile, NofileError> {
             hard,
         });
     }
-    #[cfg(target_os = "macos")]
-    let target = r.rlim_max.min(libc::OPEN_MAX as libc::rlim_t);
-    #[cfg(not(target_os = "macos"))]
     let target = r.rlim_max;
     let want = libc::rlimit {
         rlim_cur: target,
