@@ -75,6 +75,24 @@ fn main() {
     }
 }
 
+/// Raise the open-descriptor limit to its hard limit (every client connection is a
+/// descriptor) and log the figure; a limit that cannot be raised is logged and kept.
+/// Called by `floodgate proxy` and `floodgate server` once logging is set up.
+fn raise_descriptor_limit() {
+    match floodgate_net::raise_nofile() {
+        Ok(n) if n.soft > n.before => tracing::info!(
+            before = n.before,
+            now = n.soft,
+            "open-descriptor limit (RLIMIT_NOFILE) raised to the hard limit"
+        ),
+        Ok(n) => tracing::info!(
+            limit = n.soft,
+            "open-descriptor limit (RLIMIT_NOFILE) at its hard limit"
+        ),
+        Err(e) => tracing::warn!(error = %e, "open-descriptor limit kept"),
+    }
+}
+
 /// The error and its causes on one line, like `{:#}`, but a cause whose text the message
 /// already quotes (the library errors name their source in their own text) is not
 /// repeated.

@@ -178,6 +178,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    crate::raise_descriptor_limit();
     // this runtime accepts connections, serves the admin listener, and runs the store's
     // background tasks (Redis connections); requests are served on the workers
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -77,6 +77,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    crate::raise_descriptor_limit();
     let grace =
         floodgate_core::rate::parse_duration(&args.shutdown_grace).context("--shutdown-grace")?;
     let cfg = config::load(&args.config)?;

@@ -13,6 +13,7 @@ use bytes::BytesMut;
 use floodgate_engine::metrics::Metrics;
 use floodgate_http::key::PeerAddr;
 use floodgate_http::limiter::RateLimiter;
+use floodgate_net::ConnSlot;
 use http::header::CONNECTION;
 use http::{HeaderValue, Request, Version};
 use hyper::body::Incoming;
@@ -24,7 +25,7 @@ use tokio::sync::watch;
 use tower_service::Service;
 
 use crate::body::RequestBody;
-use crate::client_io::{ClientIo, ConnSlot};
+use crate::client_io::ClientIo;
 use crate::h1::client::{Conn, READ_BUF, Rewind, Wait, Waiting};
 use crate::h1::request_head::{Head, MAX_HEAD, Parsed, parse};
 use crate::head_timeout::{self, HeadWait, LazyTimer, Watched};

@@ -31,6 +31,7 @@ use bytes::Bytes;
 use floodgate_engine::admin::AdminRequest;
 use floodgate_http::layer::RateLimitService;
 use floodgate_http::limiter::RateLimiter;
+use floodgate_net::{ConnCaps, ConnSlot};
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -41,7 +42,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 pub use crate::body::{ClientBody, RequestBody};
-use crate::client_io::{ConnCaps, ConnSlot};
 use crate::connection::{self, Served, server_builder};
 pub use crate::forward::{Forward, ForwardBody};
 pub use crate::h1::upstream::{UpstreamBody, UpstreamBodyError};
@@ -124,7 +124,6 @@ impl Proxy {
             caps: ConnCaps::new(
                 settings.max_connections,
                 settings.max_connections_per_client,
-                limiter.metrics().clone(),
             ),
             admin,
             serving,
@@ -174,10 +173,15 @@ impl Proxy {
                         }
                     };
                     // over a cap: closed at once (counted)
-                    let Some(slot) = self.caps.admit(peer.ip()) else {
-                        drop(stream);
-                        continue;
+                    let slot = match self.caps.admit(peer.ip()) {
+                        Ok(slot) => slot,
+                        Err(refused) => {
+                            self.limiter.metrics().client_connection(refused.label());
+                            drop(stream);
+                            continue;
+                        }
                     };
+                    self.limiter.metrics().client_connection("accepted");
                     let _ = stream.set_nodelay(true);
                     let workers = match &self.serving {
                         Serving::Here(served) => {

@@ -89,20 +89,36 @@ pub struct LimitsFile {
     pub max_request_bytes: Option<u64>,
 }
 
-/// `connections:` how long a client connection may take over each phase (durations such
-/// as `"10s"`, `"5m"`; each above zero).
+/// `connections:` caps and timeouts of every door's client connections (durations such
+/// as `"10s"`, `"5m"`, each above zero; counts and sizes at least 1).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectionsFile {
     /// gRPC: how long a new connection may take to send the HTTP/2 preface (default 10s).
     #[serde(default, deserialize_with = "some_timeout")]
     pub preface_timeout: Option<std::time::Duration>,
-    /// gRPC: how long a connection may stay open with no call open (default 5m).
+    /// HTTP: how long a request head may take, from its first octet (default 10s).
+    #[serde(default, deserialize_with = "some_timeout")]
+    pub head_timeout: Option<std::time::Duration>,
+    /// Every door: how long a connection may stay open with nothing under way (default 5m).
     #[serde(default, deserialize_with = "some_timeout")]
     pub idle_timeout: Option<std::time::Duration>,
-    /// gRPC: how long a call's request may take to arrive whole (default 10s).
+    /// gRPC: a call's request; HTTP: a request body; RESP: a command, from its first
+    /// octet to its last (default 10s).
     #[serde(default, deserialize_with = "some_timeout")]
     pub request_timeout: Option<std::time::Duration>,
+    /// Most client connections open at once on each door (default: derived from the
+    /// open-descriptor limit at start, at most 16,384).
+    pub max_connections: Option<u64>,
+    /// Most client connections open at once from one address on each door (default: a
+    /// quarter of `max_connections`, at most 1,024).
+    pub max_connections_per_client: Option<u64>,
+    /// RESP: the largest command, octets (default 69,632: a 64 KiB argument and 4 KiB for
+    /// the rest).
+    pub max_command_bytes: Option<u64>,
+    /// gRPC: request octets one connection may hold unanswered, its HTTP/2 connection
+    /// window (default twice the stream window; at least `limits.max_request_bytes` + 5).
+    pub grpc_connection_window: Option<u64>,
 }
 
 fn some_timeout<'de, D: serde::Deserializer<'de>>(

@@ -42,6 +42,7 @@ use crate::http_leases;
 use crate::leases::{DoorError, LeaseDoor, ceil_ms};
 use crate::metrics::AuthFailure;
 
+pub mod conn;
 pub mod inflight;
 pub mod settle;
 

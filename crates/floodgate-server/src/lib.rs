@@ -45,6 +45,7 @@
 pub mod config;
 pub mod descriptors;
 pub mod file;
+pub mod gate;
 pub mod grpc;
 pub mod headers;
 pub mod http;

@@ -16,6 +16,8 @@
 //! | `floodgate_request_duration_seconds` | front | server: latency inside the server (decode to reply), by door |
 //! | `floodgate_redis_*` | | the Redis store's counters (calls, timeouts, deny-cache hits, ...) |
 //! | `floodgate_auth_failures_total` | front, reason | server: clients refused: `wrong_password`, `no_auth` (a RESP command before `AUTH`, an HTTP `/v1` call without a token), `tls_handshake` |
+//! | `floodgate_connections_refused_total` | front, reason | server: client connections closed at accept: `total` (the door's connection cap), `per_client` (its per-address cap) |
+//! | `floodgate_connection_timeouts_total` | front, phase | server: client connections closed for a timeout: `preface` (gRPC), `head` (HTTP), `idle`, `request` (a call's request, a body, a command) |
 //! | `floodgate_config_reloads_total` | result | `ok` or `error` |
 //! | `floodgate_config_last_reload_success` | | 1 when the last reload attempt succeeded |
 //! | `floodgate_config_generation` | | generation of the config being served (1 at startup) |
@@ -103,6 +105,31 @@ pub struct AuthLabels {
     pub reason: &'static str,
 }
 
+/// Labels of `floodgate_connections_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// `grpc`, `http` or `resp`.
+    pub front: &'static str,
+    /// `total` or `per_client`.
+    pub reason: &'static str,
+}
+
+/// Labels of `floodgate_connection_timeouts_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// `grpc`, `http` or `resp`.
+    pub front: &'static str,
+    /// `preface`, `head`, `idle` or `request`.
+    pub phase: &'static str,
+}
+
+/// The timeout phases of each door, as `floodgate_connection_timeouts_total` counts them.
+pub const TIMEOUT_PHASES: [(&str, &[&str]); 3] = [
+    ("grpc", &["preface", "idle", "request"]),
+    ("http", &["head", "idle", "request"]),
+    ("resp", &["idle", "request"]),
+];
+
 /// Labels of the reload counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -138,6 +165,10 @@ pub struct Metrics {
     pub reloads: Family<ResultLabels, Counter>,
     /// Clients refused by authentication or TLS, by door and reason.
     pub auth_failures: Family<AuthLabels, Counter>,
+    /// Client connections refused at accept, by door and cap.
+    pub connections_refused: Family<RefusedLabels, Counter>,
+    /// Client connections closed for a timeout, by door and phase.
+    pub connection_timeouts: Family<PhaseLabels, Counter>,
     store_events: Arc<Mutex<StoreEvents>>,
     /// 1 when the last reload attempt succeeded.
     pub last_reload_success: Gauge,
@@ -242,6 +273,26 @@ impl Metrics {
             "Generation of the config being served",
             generation.clone(),
         );
+        let connections_refused = Family::<RefusedLabels, Counter>::default();
+        let connection_timeouts = Family::<PhaseLabels, Counter>::default();
+        for (front, phases) in TIMEOUT_PHASES {
+            for reason in ["total", "per_client"] {
+                let _ = connections_refused.get_or_create(&RefusedLabels { front, reason });
+            }
+            for &phase in phases {
+                let _ = connection_timeouts.get_or_create(&PhaseLabels { front, phase });
+            }
+        }
+        server.register(
+            "connections_refused",
+            "Client connections closed at accept by the door's connection caps (total, per_client)",
+            connections_refused.clone(),
+        );
+        server.register(
+            "connection_timeouts",
+            "Client connections closed for a timeout, by door and phase (preface, head, idle, request)",
+            connection_timeouts.clone(),
+        );
         if let Some(store) = redis {
             server.register_collector(Box::new(RedisCollector(store)));
         }
@@ -255,12 +306,33 @@ impl Metrics {
             store_errors,
             reloads,
             auth_failures,
+            connections_refused,
+            connection_timeouts,
             store_events,
             last_reload_success,
             generation,
             insight: Arc::new(Insight::new("server", keys)),
             resolved: Resolved::default(),
         }
+    }
+
+    /// Count a connection of door `front` refused by a cap.
+    pub fn connection_refused(&self, front: &'static str, refused: floodgate_net::Refused) {
+        let reason = match refused {
+            floodgate_net::Refused::Total => "total",
+            floodgate_net::Refused::PerClient => "per_client",
+        };
+        self.connections_refused
+            .get_or_create(&RefusedLabels { front, reason })
+            .inc();
+    }
+
+    /// Count a connection of door `front` closed for a timeout in `phase` (one of
+    /// [`TIMEOUT_PHASES`]).
+    pub fn connection_timeout(&self, front: &'static str, phase: &'static str) {
+        self.connection_timeouts
+            .get_or_create(&PhaseLabels { front, phase })
+            .inc();
     }
 
     /// Count one request of door `front` with `outcome` taking `elapsed`.

@@ -17,14 +17,16 @@ use tokio::task::JoinSet;
 
 use crate::config::{Config, Settings, StoreSettings};
 use crate::descriptors::{Engine, FaultPolicy, StoreHandle};
+use crate::gate::Gate;
 use crate::grpc::RlsService;
 use crate::grpc::conn::Http2Limits;
 use crate::grpc::door::GrpcDoor;
+use crate::http::conn::HttpTimeouts;
 use crate::http::{HttpState, router};
 use crate::metrics::Metrics;
 use crate::reload::{self, Reloader};
-use crate::resp::{RespLimits, RespService, ThrottleStore};
-use crate::tls::{Door, TlsListener};
+use crate::resp::{RespLimits, RespService, RespTimeouts, ThrottleStore};
+use crate::tls::Door;
 
 /// Most leases the `hybrid` strategy holds (one per limiter key in use).
 const HYBRID_MAX_LEASES: usize = 1_000_000;
@@ -119,23 +121,6 @@ async fn bind(
     }
 }
 
-/// Serve the HTTP door's `app` on `listener` (TCP, or TLS over TCP) until `stop` turns
-/// true.
-async fn serve_http<L>(listener: L, app: axum::Router, mut stop: watch::Receiver<bool>)
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    let r = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|stop| *stop).await;
-        })
-        .await;
-    if let Err(e) = r {
-        tracing::error!(error = %e, "HTTP server failed");
-    }
-}
-
 /// Start everything `config` asks for. `settings` are the effective settings (the
 /// file's, with command-line overrides); `config.settings` are the file's, against which
 /// reloads are compared.
@@ -220,6 +205,8 @@ pub async fn start(
         tracing::warn!("{warning}");
     }
     let tls_for = |door| settings.tls.as_ref().and_then(|t| t.acceptor(door));
+    let gate = door_caps(&settings, &metrics);
+
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -238,14 +225,24 @@ pub async fn start(
             listener,
             door,
             Http2Limits::with(max_bytes, &settings.connections),
+            gate("grpc"),
             shutdown_rx.clone(),
         ));
     }
+    let c = &settings.connections;
+    let resp_limits = RespLimits {
+        max_command: c.max_command_bytes,
+        ..RespLimits::default()
+    };
     let resp_svc = Arc::new(
-        RespService::new(throttle, metrics.clone(), RespLimits::default())
+        RespService::new(throttle, metrics.clone(), resp_limits)
             .with_engine(engine.clone())
             .with_settings(&settings.resp_door)
-            .with_tls(tls_for(Door::Resp)),
+            .with_tls(tls_for(Door::Resp))
+            .with_timeouts(RespTimeouts {
+                idle: c.idle_timeout,
+                request: c.request_timeout,
+            }),
     );
     let http_state = Arc::new(HttpState {
         engine: engine.clone(),
@@ -254,18 +251,27 @@ pub async fn start(
         token: settings.http_door.token.clone(),
     });
     if let Some(listener) = http_l {
-        let app = router(http_state.clone());
-        let rx = shutdown_rx.clone();
-        match tls_for(Door::Http) {
-            None => tasks.spawn(serve_http(listener, app, rx)),
-            Some(acceptor) => {
-                let listener = TlsListener::new(listener, acceptor, metrics.clone());
-                tasks.spawn(serve_http(listener, app, rx))
-            }
+        let timeouts = HttpTimeouts {
+            head: c.head_timeout,
+            idle: c.idle_timeout,
+            request: c.request_timeout,
         };
+        tasks.spawn(crate::http::conn::serve(
+            listener,
+            router(http_state.clone()),
+            gate("http"),
+            timeouts,
+            tls_for(Door::Http),
+            shutdown_rx.clone(),
+        ));
     }
     if let Some(listener) = resp_l {
-        tasks.spawn(crate::resp::serve(listener, resp_svc, shutdown_rx.clone()));
+        tasks.spawn(crate::resp::serve(
+            listener,
+            resp_svc,
+            gate("resp"),
+            shutdown_rx.clone(),
+        ));
     }
 
     let reloader = Arc::new(Reloader::new(
@@ -305,6 +311,41 @@ pub async fn start(
         tasks,
         watcher,
     })
+}
+
+/// The connection caps of each door (`connections.max_connections` and
+/// `max_connections_per_client`, or derived from the open-descriptor limit), logged.
+fn door_caps(settings: &Settings, metrics: &Arc<Metrics>) -> impl Fn(&'static str) -> Gate {
+    let doors = [settings.grpc, settings.http, settings.resp]
+        .iter()
+        .filter(|a| a.is_some())
+        .count();
+    let nofile = floodgate_net::descriptor_limit().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "taking the open-descriptor limit as 1024");
+        1024
+    });
+    let c = &settings.connections;
+    let (total, per_client) = c.caps(nofile, doors);
+    let needed = (total as u64)
+        .saturating_mul(doors as u64)
+        .saturating_add(crate::config::RESERVED_DESCRIPTORS);
+    if needed > nofile {
+        tracing::warn!(
+            max_connections = total,
+            doors,
+            descriptor_limit = nofile,
+            "the doors' connection caps exceed the open-descriptor limit: past it, accepts fail (EMFILE) and new clients wait in the backlog"
+        );
+    }
+    tracing::info!(
+        max_connections = total,
+        max_connections_per_client = per_client,
+        descriptor_limit = nofile,
+        derived = c.max_connections.is_none(),
+        "connection caps of each door"
+    );
+    let metrics = metrics.clone();
+    move |front| Gate::new(front, total, per_client, metrics.clone())
 }
 
 impl Running {

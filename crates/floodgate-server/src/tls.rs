@@ -9,7 +9,6 @@
 //! client certificate under mTLS, an untrusted one, not TLS at all) closes the
 //! connection and counts `floodgate_auth_failures_total{reason="tls_handshake"}`.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +18,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
+use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -287,60 +285,4 @@ pub async fn handshake(
     tracing::debug!(door = door.label(), ?peer, %error, "TLS handshake failed");
     metrics.auth_failure(door.label(), crate::metrics::AuthFailure::TlsHandshake);
     None
-}
-
-/// A listener whose connections come out TLS-wrapped, for `axum::serve`: handshakes run
-/// side by side (a slow client does not hold up the others), each within
-/// [`HANDSHAKE_TIMEOUT`].
-pub struct TlsListener {
-    listener: TcpListener,
-    acceptor: Acceptor,
-    metrics: Arc<Metrics>,
-    handshakes: JoinSet<Option<(TlsStream<TcpStream>, SocketAddr)>>,
-}
-
-impl TlsListener {
-    /// Wrap `listener`'s connections with `acceptor`.
-    pub fn new(listener: TcpListener, acceptor: Acceptor, metrics: Arc<Metrics>) -> TlsListener {
-        TlsListener {
-            listener,
-            acceptor,
-            metrics,
-            handshakes: JoinSet::new(),
-        }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok((stream, addr)) => {
-                        let (acceptor, metrics) = (self.acceptor.clone(), self.metrics.clone());
-                        self.handshakes.spawn(async move {
-                            let tls = handshake(&acceptor, stream, &metrics).await?;
-                            Some((tls, addr))
-                        });
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                },
-                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
-                    if let Ok(Some(conn)) = done {
-                        return conn;
-                    }
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.listener.local_addr()
-    }
 }

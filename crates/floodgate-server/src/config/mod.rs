@@ -27,7 +27,11 @@ pub use security::{
     DEFAULT_USER, HttpSettings, Password, RespAuth, RespSettings, constant_time_eq,
     exposure_warnings,
 };
-pub use settings::{ConnectionSettings, FleetSettings, Settings, StoreSettings};
+pub use settings::{
+    ConnectionSettings, DEFAULT_MAX_COMMAND_BYTES, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT, FleetSettings, RESERVED_DESCRIPTORS, Settings,
+    StoreSettings,
+};
 
 /// A config file that cannot be used. The message names the file and the place in it.
 #[derive(Debug, Error)]
@@ -218,6 +222,72 @@ mod tests {
         let f = |l: &LimitDef| (l.fields.q, l.fields.w, l.fields.capacity);
         assert_eq!(f(&a[1]), (1000, 3600, Some(10)));
         assert_eq!(f(&a[0]), (100, 30, None));
+    }
+
+    #[test]
+    fn connection_caps_and_sizes_out_of_range_name_their_field() {
+        let d = "domain: d\ndescriptors: [{key: k}]\n";
+        let cases = [
+            (
+                "max_connections: 0",
+                "connections.max_connections",
+                "at least 1",
+            ),
+            ("max_connections: -1", "max_connections", "-1"),
+            (
+                "max_connections_per_client: 0",
+                "connections.max_connections_per_client",
+                "at least 1",
+            ),
+            (
+                "max_connections: 2, max_connections_per_client: 3",
+                "connections.max_connections_per_client",
+                "above max_connections 2",
+            ),
+            (
+                "max_command_bytes: 0",
+                "connections.max_command_bytes",
+                "at least 1",
+            ),
+            (
+                "max_command_bytes: 18446744073709551616",
+                "max_command_bytes",
+                "18446744073709551616",
+            ),
+            (
+                "grpc_connection_window: 1000",
+                "connections.grpc_connection_window",
+                "below the largest request",
+            ),
+            (
+                "grpc_connection_window: 4294967296",
+                "connections.grpc_connection_window",
+                "above HTTP/2's largest window",
+            ),
+            ("head_timeout: 0s", "head_timeout", ""),
+        ];
+        for (fields, field, words) in cases {
+            let e = err(&format!("{d}connections: {{{fields}}}\n"));
+            assert!(e.contains(field) && e.contains(words), "{fields}: {e}");
+        }
+        let c = yaml(&format!("{d}connections: {{max_connections: 9, max_command_bytes: 100, grpc_connection_window: 1048581, head_timeout: 2s}}\n"))
+            .unwrap()
+            .settings
+            .connections;
+        assert_eq!(c.max_connections, Some(9));
+        assert_eq!(c.max_command_bytes, 100);
+        assert_eq!(c.grpc_connection_window, Some(1_048_581));
+        assert_eq!(c.head_timeout, Duration::from_secs(2));
+        // derived caps: the descriptor limit less a reserve, shared by the doors
+        let c = ConnectionSettings::default();
+        assert_eq!(c.caps(1024, 3), (320, 80));
+        assert_eq!(c.caps(1_048_576, 3), (16_384, 1_024));
+        assert_eq!(c.caps(10, 3), (1, 1));
+        let set = ConnectionSettings {
+            max_connections: Some(100),
+            ..c
+        };
+        assert_eq!(set.caps(1024, 3), (100, 25));
     }
 
     #[test]

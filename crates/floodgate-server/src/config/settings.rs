@@ -10,7 +10,7 @@ use floodgate_engine::fleet::{DEFAULT_LEASE, DEFAULT_LEASE_TTL, Strategy};
 use floodgate_engine::insight::KeyDisplay;
 use floodgate_redis::StoreConfig;
 
-use super::{Invalid, invalid};
+use super::{Invalid, invalid, positive};
 use crate::file::FileConfig;
 
 /// Settings read once at startup; a reload that changes them is reported and ignored.
@@ -38,24 +38,75 @@ pub struct Settings {
     pub tls: Option<crate::tls::TlsSettings>,
 }
 
-/// How long a client connection may take over each phase (`connections:`).
+/// Caps and timeouts of client connections, the same on every door (`connections:`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionSettings {
     /// gRPC: the HTTP/2 preface of a new connection.
     pub preface_timeout: Duration,
-    /// gRPC: a connection with no call open.
+    /// HTTP: a request head, from its first octet to its end.
+    pub head_timeout: Duration,
+    /// Every door: a connection with nothing under way (no call open, no request or
+    /// command begun).
     pub idle_timeout: Duration,
-    /// gRPC: a call's request, from its headers to its end.
+    /// gRPC: a call's request, from its headers to its end; HTTP: a request body, from
+    /// the head to its end; RESP: a command, from its first octet to its last.
     pub request_timeout: Duration,
+    /// Most connections open at once on each door; `None`: derived from the
+    /// open-descriptor limit at start ([`ConnectionSettings::caps`]).
+    pub max_connections: Option<usize>,
+    /// Most connections open at once from one client address on each door; `None`: a
+    /// quarter of the total cap, at most [`DEFAULT_MAX_CONNECTIONS_PER_CLIENT`].
+    pub max_connections_per_client: Option<usize>,
+    /// RESP: the largest command, octets (at least 1).
+    pub max_command_bytes: usize,
+    /// gRPC: request octets one connection may hold unanswered (its HTTP/2 connection
+    /// window); `None`: twice the stream window.
+    pub grpc_connection_window: Option<u32>,
 }
+
+/// The most connections per door the derived default allows.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
+/// The most connections per client address per door the derived default allows.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 1_024;
+/// Descriptors kept out of the derived connection caps: listeners, the config file and
+/// its watcher, Redis connections, logs.
+pub const RESERVED_DESCRIPTORS: u64 = 64;
+/// The default [`ConnectionSettings::max_command_bytes`]: a 64 KiB argument (the largest
+/// bulk string) and 4 KiB for the command's other arguments and framing.
+pub const DEFAULT_MAX_COMMAND_BYTES: usize = 64 * 1024 + 4 * 1024;
 
 impl Default for ConnectionSettings {
     fn default() -> ConnectionSettings {
         ConnectionSettings {
             preface_timeout: Duration::from_secs(10),
+            head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             request_timeout: Duration::from_secs(10),
+            max_connections: None,
+            max_connections_per_client: None,
+            max_command_bytes: DEFAULT_MAX_COMMAND_BYTES,
+            grpc_connection_window: None,
         }
+    }
+}
+
+impl ConnectionSettings {
+    /// The caps of each of `doors` doors under a descriptor limit of `nofile`: the
+    /// configured ones, or (total) the limit less [`RESERVED_DESCRIPTORS`] shared by the
+    /// doors, at most [`DEFAULT_MAX_CONNECTIONS`], and (per client) a quarter of the
+    /// total, at most [`DEFAULT_MAX_CONNECTIONS_PER_CLIENT`]. Each at least 1; the
+    /// per-client cap at most the total.
+    pub fn caps(&self, nofile: u64, doors: usize) -> (usize, usize) {
+        let share = nofile.saturating_sub(RESERVED_DESCRIPTORS) / (doors.max(1) as u64);
+        let derived = usize::try_from(share)
+            .unwrap_or(usize::MAX)
+            .clamp(1, DEFAULT_MAX_CONNECTIONS);
+        let total = self.max_connections.unwrap_or(derived).max(1);
+        let per_client = self
+            .max_connections_per_client
+            .unwrap_or((total / 4).clamp(1, DEFAULT_MAX_CONNECTIONS_PER_CLIENT))
+            .clamp(1, total);
+        (total, per_client)
     }
 }
 
@@ -215,13 +266,7 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
         None => KeyDisplay::Plain,
         Some(s) => s.parse().map_err(|e: String| invalid("admin_keys", e))?,
     };
-    let c = &file.connections;
-    let d = ConnectionSettings::default();
-    let connections = ConnectionSettings {
-        preface_timeout: c.preface_timeout.unwrap_or(d.preface_timeout),
-        idle_timeout: c.idle_timeout.unwrap_or(d.idle_timeout),
-        request_timeout: c.request_timeout.unwrap_or(d.request_timeout),
-    };
+    let connections = connections(file)?;
     Ok(Settings {
         grpc,
         http,
@@ -236,5 +281,64 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
             None => None,
             Some(t) => Some(crate::tls::load(t).map_err(|e| invalid("tls", e.to_string()))?),
         },
+    })
+}
+
+/// `connections:`, each count and size at least 1 and within range.
+fn connections(file: &FileConfig) -> Result<ConnectionSettings, Invalid> {
+    let c = &file.connections;
+    let d = ConnectionSettings::default();
+    let count = |field: &str, v: Option<u64>| -> Result<Option<usize>, Invalid> {
+        v.map(|v| positive(&format!("connections.{field}"), field, Some(v), 1))
+            .transpose()
+    };
+    let max_connections = count("max_connections", c.max_connections)?;
+    let max_connections_per_client =
+        count("max_connections_per_client", c.max_connections_per_client)?;
+    if let (Some(total), Some(per)) = (max_connections, max_connections_per_client)
+        && per > total
+    {
+        return Err(invalid(
+            "connections.max_connections_per_client",
+            format!("max_connections_per_client {per} is above max_connections {total}"),
+        ));
+    }
+    let max_command_bytes =
+        count("max_command_bytes", c.max_command_bytes)?.unwrap_or(d.max_command_bytes);
+    let grpc_connection_window = match c.grpc_connection_window {
+        None => None,
+        Some(v) => {
+            const MAX_WINDOW: u64 = (1 << 31) - 1;
+            let at = "connections.grpc_connection_window";
+            let message = file.limits.max_request_bytes.unwrap_or(1 << 20);
+            let least = message.saturating_add(5);
+            if v < least {
+                return Err(invalid(
+                    at,
+                    format!(
+                        "grpc_connection_window {v} is below the largest request ({message} octets, limits.max_request_bytes, and its 5-octet prefix: {least})"
+                    ),
+                ));
+            }
+            if v > MAX_WINDOW {
+                return Err(invalid(
+                    at,
+                    format!(
+                        "grpc_connection_window {v} is above HTTP/2's largest window, {MAX_WINDOW}"
+                    ),
+                ));
+            }
+            Some(v as u32)
+        }
+    };
+    Ok(ConnectionSettings {
+        preface_timeout: c.preface_timeout.unwrap_or(d.preface_timeout),
+        head_timeout: c.head_timeout.unwrap_or(d.head_timeout),
+        idle_timeout: c.idle_timeout.unwrap_or(d.idle_timeout),
+        request_timeout: c.request_timeout.unwrap_or(d.request_timeout),
+        max_connections,
+        max_connections_per_client,
+        max_command_bytes,
+        grpc_connection_window,
     })
 }

@@ -11,7 +11,10 @@
 //!
 //! Every HTTP/2 limit is set explicitly from [`Http2Limits`]; a request's octets are
 //! given back to the client's flow-control windows only when its call is answered, so a
-//! connection holds at most its connection window of unanswered requests.
+//! connection holds at most its connection window of unanswered requests
+//! (`connections.grpc_connection_window`). A connection closed for a timeout (preface,
+//! idle) and a call reset for its request's is counted in
+//! `floodgate_connection_timeouts_total{front="grpc"}`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,6 +33,7 @@ use tokio::time::{Instant, Sleep};
 use tonic::Status;
 
 use crate::config::ConnectionSettings;
+use crate::metrics::Metrics;
 
 use super::door::{Direct, GrpcDoor, SHOULD_RATE_LIMIT, grpc_timeout};
 use super::tonic_stream;
@@ -72,14 +76,16 @@ pub struct Http2Limits {
 }
 
 impl Http2Limits {
-    /// The limits for messages of at most `max_message` octets and the configured
-    /// timeouts.
+    /// The limits for messages of at most `max_message` octets, with the configured
+    /// timeouts and connection window.
     pub fn with(max_message: usize, c: &ConnectionSettings) -> Http2Limits {
+        let d = Http2Limits::for_messages(max_message);
         Http2Limits {
             preface_timeout: c.preface_timeout,
             idle_timeout: c.idle_timeout,
             request_timeout: c.request_timeout,
-            ..Http2Limits::for_messages(max_message)
+            connection_window: c.grpc_connection_window.unwrap_or(d.connection_window),
+            ..d
         }
     }
 
@@ -141,6 +147,8 @@ enum CallEnd {
     Done,
     /// Reset by the client before it was answered.
     ResetByClient,
+    /// Reset by the server: its request did not arrive whole within the request timeout.
+    TimedOut,
 }
 
 /// Serve one connection until the client leaves, an error ends it, it stays idle past
@@ -150,6 +158,7 @@ pub async fn serve_connection<T>(
     io: T,
     door: Arc<GrpcDoor>,
     limits: Arc<Http2Limits>,
+    metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -158,7 +167,10 @@ pub async fn serve_connection<T>(
     let conn = match tokio::time::timeout(limits.preface_timeout, handshake).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => return tracing::debug!(error = %e, "gRPC handshake failed"),
-        Err(_) => return tracing::debug!("gRPC client sent no preface in time"),
+        Err(_) => {
+            metrics.connection_timeout("grpc", "preface");
+            return tracing::debug!("gRPC client sent no preface in time");
+        }
     };
     let mut c = Conn {
         accepted: Vec::new(),
@@ -166,6 +178,7 @@ pub async fn serve_connection<T>(
         conn,
         door,
         limits,
+        metrics,
         calls: FuturesUnordered::new(),
         stop: Box::pin(async move {
             let _ = stop.wait_for(|s| *s).await;
@@ -185,6 +198,7 @@ struct Conn<T> {
     accepted: Vec<(http::Request<RecvStream>, SendResponse<Bytes>)>,
     door: Arc<GrpcDoor>,
     limits: Arc<Http2Limits>,
+    metrics: Arc<Metrics>,
     calls: FuturesUnordered<Call>,
     stop: Pin<Box<dyn Future<Output = ()> + Send>>,
     stopping: bool,
@@ -272,6 +286,9 @@ where
     }
 
     fn ended(&mut self, end: CallEnd) {
+        if let CallEnd::TimedOut = end {
+            self.metrics.connection_timeout("grpc", "request");
+        }
         if let CallEnd::ResetByClient = end {
             let now = Instant::now();
             if now.duration_since(self.resets_since) >= Duration::from_secs(1) {
@@ -314,6 +331,7 @@ where
                 continue;
             }
             tracing::debug!("gRPC connection idle; closing it");
+            self.metrics.connection_timeout("grpc", "idle");
             self.conn.graceful_shutdown();
             // a client that does not answer the GOAWAY's PING is dropped a second later
             let deadline = Instant::now() + Duration::from_secs(1);
@@ -356,7 +374,7 @@ async fn call(
         }
         Err(_) => {
             respond.send_reset(Reason::CANCEL);
-            return CallEnd::Done;
+            return CallEnd::TimedOut;
         }
     };
     let answer = match grpc_timeout(&parts.headers) {

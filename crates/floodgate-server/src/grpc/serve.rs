@@ -1,5 +1,5 @@
-//! The gRPC listener: each connection accepted is served by [`conn`](super::conn) in a
-//! task of its own, until the server stops.
+//! The gRPC listener: each connection accepted under the door's caps ([`Gate`]) is
+//! served by [`conn`](super::conn) in a task of its own, until the server stops.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,15 +8,19 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::gate::Gate;
+use crate::metrics::Metrics;
+
 use super::conn::{Http2Limits, serve_connection};
 use super::door::GrpcDoor;
 
-/// Serve gRPC on `listener` until `shutdown` turns true (or its sender is gone); then stop
+/// Serve gRPC on `listener` (connections under `gate`'s caps) until `shutdown` turns true (or its sender is gone); then stop
 /// accepting, let every connection finish its calls, and return when all are closed.
 pub async fn serve(
     listener: TcpListener,
     door: Arc<GrpcDoor>,
     limits: Http2Limits,
+    gate: Gate,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let limits = Arc::new(limits);
@@ -26,14 +30,23 @@ pub async fn serve(
             () = stopped(&mut shutdown) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
+                    let Ok(slot) = gate.admit(peer) else {
+                        drop(stream);
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    conns.spawn(serve_accepted(
+                    let conn = serve_accepted(
                         stream,
                         door.clone(),
                         limits.clone(),
+                        gate.metrics().clone(),
                         shutdown.clone(),
-                    ));
+                    );
+                    conns.spawn(async move {
+                        conn.await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "gRPC accept failed");
@@ -52,13 +65,14 @@ async fn serve_accepted(
     stream: TcpStream,
     door: Arc<GrpcDoor>,
     limits: Arc<Http2Limits>,
+    metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
 ) {
     match door.tls() {
-        None => serve_connection(stream, door, limits, stop).await,
-        Some((acceptor, metrics)) => {
-            if let Some(tls) = crate::tls::handshake(&acceptor, stream, &metrics).await {
-                serve_connection(tls, door, limits, stop).await;
+        None => serve_connection(stream, door, limits, metrics, stop).await,
+        Some((acceptor, tls_metrics)) => {
+            if let Some(tls) = crate::tls::handshake(&acceptor, stream, &tls_metrics).await {
+                serve_connection(tls, door, limits, metrics, stop).await;
             }
         }
     }

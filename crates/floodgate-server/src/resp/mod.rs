@@ -15,7 +15,13 @@
 //! (what a human types in `telnet`), pipelined. It refuses, with an error reply and a
 //! close (as Redis does on a protocol error), arrays above [`RespLimits::max_args`],
 //! bulk strings above [`RespLimits::max_bulk`], lines above [`RespLimits::max_line`],
-//! and anything that is not RESP. It never panics on any input (property-tested).
+//! commands above [`RespLimits::max_command`], and anything that is not RESP. It never
+//! panics on any input (property-tested).
+//!
+//! A connection with no command begun for [`RespTimeouts::idle`], or with a command begun
+//! and not ended within [`RespTimeouts::request`], is closed (counted in
+//! `floodgate_connection_timeouts_total{front="resp"}`); one over the door's caps
+//! ([`Gate`]) is answered `-ERR max number of clients reached` and closed, as Redis does.
 
 mod auth;
 mod policy;
@@ -34,6 +40,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::gate::Gate;
 use crate::leases::{DoorError, LeaseDoor, ceil_ms, parse_lease_id, parse_limit, parse_ttl_ms};
 use crate::metrics::Metrics;
 
@@ -130,6 +137,25 @@ fn ms_limit(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+/// How long a RESP connection may wait on its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RespTimeouts {
+    /// No command begun (`connections.idle_timeout`).
+    pub idle: std::time::Duration,
+    /// A command begun and not ended, from its first octet (`connections.request_timeout`).
+    pub request: std::time::Duration,
+}
+
+impl Default for RespTimeouts {
+    fn default() -> Self {
+        let c = crate::config::ConnectionSettings::default();
+        RespTimeouts {
+            idle: c.idle_timeout,
+            request: c.request_timeout,
+        }
+    }
+}
+
 /// Per-connection protocol state.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Conn {
@@ -145,6 +171,7 @@ pub struct RespService {
     store: ThrottleStore,
     metrics: Arc<Metrics>,
     limits: RespLimits,
+    timeouts: RespTimeouts,
     /// The server's policies, for `FG.RESERVE` and `FG.SETTLE`.
     engine: Option<Arc<crate::descriptors::Engine>>,
     leases: Arc<LeaseDoor>,
@@ -167,6 +194,7 @@ impl RespService {
             store,
             metrics,
             limits,
+            timeouts: RespTimeouts::default(),
             engine: None,
             auth: None,
             policies_only: false,
@@ -185,6 +213,12 @@ impl RespService {
     /// Wrap every connection in TLS with `acceptor`.
     pub fn with_tls(mut self, acceptor: Option<crate::tls::Acceptor>) -> RespService {
         self.tls = acceptor;
+        self
+    }
+
+    /// Close connections that wait on their client past `timeouts`.
+    pub fn with_timeouts(mut self, timeouts: RespTimeouts) -> RespService {
+        self.timeouts = timeouts;
         self
     }
 
@@ -348,6 +382,8 @@ impl RespService {
         let mut buf: Vec<u8> = Vec::with_capacity(4096);
         let mut out: Vec<u8> = Vec::with_capacity(4096);
         let mut conn = Conn::default();
+        // when the command in `buf` (not yet whole) began, or the connection went idle
+        let mut waiting_since = tokio::time::Instant::now();
         loop {
             // Answer every complete command in the buffer (pipelining).
             let mut used = 0;
@@ -380,6 +416,11 @@ impl RespService {
                 }
             }
             buf.drain(..used);
+            if used > 0 {
+                // idle from now, or the command left in `buf` began in the last read: a
+                // client pipelining without pause is never timed out
+                waiting_since = tokio::time::Instant::now();
+            }
             if !out.is_empty() {
                 if stream.write_all(&out).await.is_err() {
                     return;
@@ -390,11 +431,26 @@ impl RespService {
                 lingering_close(stream).await;
                 return;
             }
+            let (phase, limit) = if buf.is_empty() {
+                ("idle", self.timeouts.idle)
+            } else {
+                ("request", self.timeouts.request)
+            };
+            let was_empty = buf.is_empty();
             tokio::select! {
                 r = stream.read_buf(&mut buf) => match r {
                     Ok(0) | Err(_) => return,
-                    Ok(_) => {}
+                    Ok(_) => {
+                        if was_empty {
+                            waiting_since = tokio::time::Instant::now();
+                        }
+                    }
                 },
+                () = tokio::time::sleep_until(waiting_since + limit) => {
+                    self.metrics.connection_timeout("resp", phase);
+                    tracing::debug!(phase, ?limit, "RESP connection timed out; closing it");
+                    return;
+                }
                 _ = shutdown.changed() => {
                     lingering_close(stream).await;
                     return;
@@ -420,19 +476,33 @@ async fn lingering_close<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
     }
 }
 
-/// Accept connections on `listener` until `shutdown` fires; each connection finishes the
-/// commands it has received, then closes.
+/// The answer to a connection over the door's caps (Redis's words for its `maxclients`).
+pub const TOO_MANY_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// Accept connections on `listener` under `gate`'s caps until `shutdown` fires; each
+/// connection finishes the commands it has received, then closes. A connection over a
+/// cap is answered [`TOO_MANY_CLIENTS`] (if the socket takes it at once) and closed.
 pub async fn serve(
     listener: TcpListener,
     service: Arc<RespService>,
+    gate: Gate,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    tasks.spawn(service.clone().serve_connection(stream, shutdown.clone()));
+                Ok((stream, peer)) => {
+                    let Ok(slot) = gate.admit(peer) else {
+                        let _ = stream.try_write(TOO_MANY_CLIENTS);
+                        drop(stream);
+                        continue;
+                    };
+                    let conn = service.clone().serve_connection(stream, shutdown.clone());
+                    tasks.spawn(async move {
+                        conn.await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "RESP accept failed");

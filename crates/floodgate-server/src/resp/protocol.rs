@@ -13,6 +13,11 @@ pub struct RespLimits {
     pub max_bulk: usize,
     /// Longest inline command or header line, bytes.
     pub max_line: usize,
+    /// Largest command, bytes from its first to its last (`connections.max_command_bytes`):
+    /// an array is refused as soon as a bulk string's header says it would end past it,
+    /// before its octets arrive, so a connection never buffers more than this of one
+    /// command.
+    pub max_command: usize,
 }
 
 impl Default for RespLimits {
@@ -21,6 +26,7 @@ impl Default for RespLimits {
             max_args: 64,
             max_bulk: 64 * 1024,
             max_line: 64 * 1024,
+            max_command: crate::config::DEFAULT_MAX_COMMAND_BYTES,
         }
     }
 }
@@ -49,6 +55,9 @@ pub enum ProtocolError {
     /// A bulk string above the cap.
     #[error("Protocol error: bulk of {0} bytes is more than the maximum of {1}")]
     BulkTooLong(usize, usize),
+    /// A command that would end past the cap on a command's size (bytes).
+    #[error("Protocol error: command of more than {0} bytes")]
+    CommandTooLong(usize),
 }
 
 /// A parsed command (its arguments; empty for a line to ignore) and the bytes it used.
@@ -120,6 +129,9 @@ pub fn parse_command(buf: &[u8], limits: &RespLimits) -> Result<Parsed, Protocol
             return Err(ProtocolError::BulkTooLong(len, limits.max_bulk));
         }
         let start = end + 2;
+        if start + len + 2 > limits.max_command {
+            return Err(ProtocolError::CommandTooLong(limits.max_command));
+        }
         if buf.len() < start + len + 2 {
             return Ok(None);
         }
@@ -138,6 +150,10 @@ pub fn parse_command(buf: &[u8], limits: &RespLimits) -> Result<Parsed, Protocol
 /// not depend on how the bytes arrive: `PING\nPING\r\n` is two commands in one read as
 /// in two.
 fn parse_inline(buf: &[u8], limits: &RespLimits) -> Result<Parsed, ProtocolError> {
+    let limits = &RespLimits {
+        max_line: limits.max_line.min(limits.max_command),
+        ..*limits
+    };
     // a line of max_line bytes, its '\r' and its '\n'
     let window = &buf[..buf.len().min(limits.max_line.saturating_add(2))];
     let Some(p) = window.iter().position(|&b| b == b'\n') else {
@@ -306,6 +322,20 @@ mod tests {
             Err(ProtocolError::BadBulkLength)
         );
         assert_eq!(parse(&[b'*'; 100]), Err(ProtocolError::LineTooLong));
+        // a command past max_command is refused on its bulk's header, before its octets
+        let small = RespLimits {
+            max_command: 40,
+            ..RespLimits::default()
+        };
+        assert_eq!(
+            parse_command(b"*2\r\n$4\r\nPING\r\n$20\r\n", &small),
+            Err(ProtocolError::CommandTooLong(40))
+        );
+        assert!(parse_command(b"*2\r\n$4\r\nPING\r\n$10\r\n0123456789\r\n", &small).is_ok());
+        assert_eq!(
+            parse_command(&[b'a'; 50], &small),
+            Err(ProtocolError::LineTooLong)
+        );
         assert_eq!(parse(&vec![b'a'; 70_000]), Err(ProtocolError::LineTooLong));
         let many = format!("{}\r\n", "a ".repeat(100));
         assert_eq!(
