@@ -205,7 +205,7 @@ where
                 }
             },
             Some(Err(e)) => {
-                tracing::warn!(error = %e, "cost header: the estimate stays");
+                tracing::warn!(error = %e, "cost header: not settled from it (a trailer, the handler or the abort cost settles)");
                 None
             }
             None => None,
