@@ -218,6 +218,38 @@ impl SettleHandle {
     }
 }
 
+/// Settle `handle` from a response head's cost header (the route's `cost_header`) when
+/// the head carries one and the reservation is open: the settlements, or `None` when
+/// there is no header, it is malformed (logged), or the settle failed (logged).
+pub async fn settle_from_head(handle: &SettleHandle, headers: &http::HeaderMap) -> Option<Settled> {
+    if !handle.is_open() {
+        return None;
+    }
+    match SettleSpec::cost_in(handle.cost_header()?, headers)? {
+        Ok(actual) => match handle.settle(actual).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "settling the cost from the response header failed");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cost header: not settled from it (a trailer, the handler or the abort cost settles)");
+            None
+        }
+    }
+}
+
+/// A response whose client left before its head came (the proxy carries such an
+/// exchange on for a route that settles): settled from its cost header as a response
+/// sent would be, then dropped, so that a body settling from a trailer is read on to it
+/// ([`SettleOnTrailers`]); with no cost to come, the last handle gone charges the abort
+/// cost.
+pub async fn settle_unclaimed<B>(handle: SettleHandle, resp: http::Response<B>) {
+    settle_from_head(&handle, resp.headers()).await;
+    drop(resp);
+}
+
 /// A body that settles its request's cost from a trailer when it ends (see the module
 /// docs): the trailer named by the route's `cost_trailer`. A missing or malformed
 /// trailer, or a body that fails, is logged and charged the abort cost. Dropped before

@@ -1,9 +1,9 @@
 //! A settled cost cannot be dodged by hanging up: through a real proxy over loopback, in
 //! front of a real upstream that streams a body the test paces chunk by chunk and ends
 //! it with the trailer `x-cost: 1000`, a client that closes its connection at any point
-//! after the response head (after the head, after each of the 10 chunks, before the
-//! trailer) gets its key charged exactly the trailer's 1000, as a client that reads to
-//! the end does. An upstream that never ends is read for the route's drain timeout only:
+//! (before the head, after the head, after each of the 10 chunks, before the trailer)
+//! gets its key charged exactly the reported 1000, as a client that reads to the end
+//! does. An upstream that never ends is read for the route's drain timeout only:
 //! then its connection is dropped, the route's abort cost charged, and no task is left.
 //! A `cost_header` route is charged the header's cost when the client leaves after the
 //! head. The key's remaining budget is read through the admin API's key lookup, which
@@ -37,10 +37,12 @@ type Body = Channel<Bytes, std::io::Error>;
 
 /// The upstream: every request's body is a channel whose sending end goes to the test.
 /// `/trailer` ends with the trailer `x-cost` (announced with `Trailer: x-cost`); on
-/// `/header` the head carries `x-cost: 1000`. `closed` counts the connections ended.
+/// `/header` the head carries `x-cost: 1000`. A path ending in `/late` sends its head
+/// only once the test adds a permit to `heads`. `closed` counts the connections ended.
 struct Upstream {
     addr: SocketAddr,
     bodies: mpsc::UnboundedReceiver<Sender<Bytes, std::io::Error>>,
+    heads: Arc<tokio::sync::Semaphore>,
     closed: Arc<AtomicUsize>,
 }
 
@@ -49,18 +51,22 @@ async fn upstream() -> Upstream {
     let addr = l.local_addr().unwrap();
     let (tx, bodies) = mpsc::unbounded_channel();
     let closed = Arc::new(AtomicUsize::new(0));
-    let ended = closed.clone();
+    let heads = Arc::new(tokio::sync::Semaphore::new(0));
+    let (ended, permits) = (closed.clone(), heads.clone());
     tokio::spawn(async move {
         while let Ok((s, _)) = l.accept().await {
             let tx = tx.clone();
-            let ended = ended.clone();
+            let (ended, permits) = (ended.clone(), permits.clone());
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let tx = tx.clone();
+                let (tx, permits) = (tx.clone(), permits.clone());
                 async move {
                     let (sender, body): (_, Body) = Channel::new(1);
                     tx.send(sender).unwrap();
+                    if req.uri().path().ends_with("/late") {
+                        permits.acquire().await.unwrap().forget();
+                    }
                     let mut resp = Response::new(body);
-                    if req.uri().path() == "/header" {
+                    if req.uri().path().starts_with("/header") {
                         resp.headers_mut().insert("x-cost", HeaderValue::from(COST));
                     } else {
                         resp.headers_mut()
@@ -80,6 +86,7 @@ async fn upstream() -> Upstream {
     Upstream {
         addr,
         bodies,
+        heads,
         closed,
     }
 }
@@ -135,9 +142,17 @@ async fn settles_at(p: &RunningProxy, key: &str, want: u64, what: &str) {
 
 /// A client on its own connection: sends `GET path` with `x-api-key: key`.
 async fn open(p: &RunningProxy, path: &str, key: &str) -> TcpStream {
+    send_request(
+        p,
+        &format!("GET {path} HTTP/1.1\r\nhost: api\r\nx-api-key: {key}\r\n\r\n"),
+    )
+    .await
+}
+
+/// A client on its own connection: sends `request`.
+async fn send_request(p: &RunningProxy, request: &str) -> TcpStream {
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    let head = format!("GET {path} HTTP/1.1\r\nhost: api\r\nx-api-key: {key}\r\n\r\n");
-    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
     s
 }
 
@@ -306,5 +321,40 @@ async fn a_client_hanging_up_after_a_cost_header_is_charged_the_headers_cost() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         drop(tx);
         settles_at(&p, &key, BUDGET - COST, &format!("after {read} chunks")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_hanging_up_before_the_head_is_charged_the_cost_all_the_same() {
+    let mut up = upstream().await;
+    let p = RunningProxy::start(&config(""), up.addr).await;
+    // a GET (the proxy's own HTTP/1 path) and a POST with a body (hyper's)
+    for (method, path, key) in [
+        ("GET", "/trailer/late", "get-trailer"),
+        ("GET", "/header/late", "get-header"),
+        ("POST", "/trailer/late", "post-trailer"),
+        ("POST", "/header/late", "post-header"),
+    ] {
+        let body = if method == "POST" { "{}" } else { "" };
+        let s = send_request(
+            &p,
+            &format!(
+                "{method} {path} HTTP/1.1\r\nhost: api\r\nx-api-key: {key}\r\n\
+                 content-length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+        .await;
+        // the upstream has the request, and holds its head back
+        let mut tx = up.next_body().await;
+        hang_up(s);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        up.heads.add_permits(1);
+        for i in 1..=10 {
+            let _ = tx.send_data(chunk(i)).await;
+        }
+        let _ = tx.send_trailers(cost_trailer()).await;
+        drop(tx);
+        settles_at(&p, key, BUDGET - COST, path).await;
     }
 }
