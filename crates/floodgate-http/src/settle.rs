@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Buf;
+use floodgate_engine::StoreErrorKind;
 use floodgate_engine::headers::RateHeaders;
 use floodgate_engine::settle::Reservation;
 pub use floodgate_engine::settle::{SettleSpec, Settled};
@@ -182,17 +183,32 @@ impl SettleHandle {
                 }
             }
         };
-        let metrics = self.0.limiter.metrics().clone();
-        match self.0.limiter.store().settle(reservation, actual).await {
-            Ok(settled) => {
-                *self.state() = State::Settled(settled.clone());
-                Ok(settled)
+        // the settle runs to its end even when this future is dropped meanwhile (the
+        // client left during a store round trip): the in-process store answers on the
+        // first poll; any other finishes in a task of its own
+        let shared = self.0.clone();
+        let mut settling = Box::pin(async move {
+            let settled = shared.limiter.store().settle(reservation, actual).await;
+            match &settled {
+                Ok(s) => {
+                    *shared.state.lock().unwrap_or_else(|p| p.into_inner()) =
+                        State::Settled(s.clone())
+                }
+                Err(e) => shared.limiter.metrics().store_error(e),
             }
-            Err(e) => {
-                metrics.store_error(&e);
-                Err(SettleError::Store(e))
-            }
-        }
+            settled
+        });
+        let settled = match std::future::poll_fn(|cx| Poll::Ready(settling.as_mut().poll(cx))).await
+        {
+            Poll::Ready(settled) => settled,
+            Poll::Pending => tokio::spawn(settling).await.unwrap_or_else(|e| {
+                Err(StoreError {
+                    store: "settle",
+                    kind: StoreErrorKind::Unavailable(format!("the settle task ended: {e}")),
+                })
+            }),
+        };
+        settled.map_err(SettleError::Store)
     }
 
     /// The settlements, once settled.

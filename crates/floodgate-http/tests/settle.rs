@@ -2,14 +2,15 @@
 //! its extensions, the response header settles, bad input settles nothing and says so.
 //! A body wrapped in `SettleOnTrailers` and dropped before its end (the client left) is
 //! read on to its trailer and settled from it, or charged the abort cost once the drain
-//! timeout passes; a handle dropped unsettled is charged the abort cost.
+//! timeout passes; a handle dropped unsettled is charged the abort cost; a settle under
+//! way on a slow store when the client leaves is finished.
 
 use axum::Router;
 use axum::extract::Extension;
 use axum::routing::get;
 use floodgate_core::{Kind, Spec};
 use floodgate_engine::headers::{HeaderOptions, ResetFormat};
-use floodgate_http::settle::SettleError;
+use floodgate_http::settle::{SettleError, Settled};
 use floodgate_http::{
     KeySource, Policy, RateLimiter, Route, SettleHandle, SettleOnTrailers, SettleSpec,
 };
@@ -298,4 +299,85 @@ async fn a_handle_dropped_unsettled_is_charged_the_abort_cost() {
         remaining(&get_(&app, None, "/drop").await),
         1000 - 3 * 50 - 1
     );
+}
+
+/// The in-process store, with every settle taking 50 ms (a store across a network).
+struct SlowSettle(floodgate_engine::LocalStore);
+
+impl floodgate_engine::DecisionStore for SlowSettle {
+    fn check<'a>(
+        &'a self,
+        checks: &'a [floodgate_engine::StoreCheck<'a>],
+    ) -> floodgate_engine::store::BoxFuture<
+        'a,
+        Result<floodgate_core::multi::MultiDecision, floodgate_engine::StoreError>,
+    > {
+        self.0.check(checks)
+    }
+
+    fn reserve<'a>(
+        &'a self,
+        checks: &'a [floodgate_engine::StoreCheck<'a>],
+    ) -> floodgate_engine::store::BoxFuture<
+        'a,
+        Result<
+            (
+                floodgate_core::multi::MultiDecision,
+                Option<floodgate_engine::Reservation>,
+            ),
+            floodgate_engine::StoreError,
+        >,
+    > {
+        self.0.reserve(checks)
+    }
+
+    fn settle(
+        &self,
+        reservation: floodgate_engine::Reservation,
+        actual: u64,
+    ) -> floodgate_engine::store::BoxFuture<'_, Result<Settled, floodgate_engine::StoreError>> {
+        Box::pin(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            self.0.settle(reservation, actual).await
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_under_way_when_the_client_leaves_is_finished() {
+    let plain = trailer_limiter(|_| {});
+    let store = SlowSettle(floodgate_engine::LocalStore::new(plain.policies(), 1000).unwrap());
+    let limiter = RateLimiter::builder()
+        .policy(
+            Policy::new(
+                "tokens",
+                Spec::new(Kind::TokenBucket, "1000/1000h".parse().unwrap()),
+            )
+            .key(KeySource::global()),
+        )
+        .route(Route::prefix("/").policy("tokens", 1).settle(SettleSpec {
+            cost_header: Some(HeaderName::from_static("x-cost")),
+            ..SettleSpec::default()
+        }))
+        .headers(HeaderOptions {
+            legacy: Some(ResetFormat::Delta),
+            ..HeaderOptions::default()
+        })
+        .store(std::sync::Arc::new(store), "slow-settle")
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/used", get(|| async { ([("x-cost", "400")], "used 400") }))
+        .route("/none", get(|| async { "no cost" }))
+        .layer(limiter.layer());
+    // the client leaves while the settle from the header is under way
+    let gone = tokio::time::timeout(
+        std::time::Duration::from_millis(10),
+        get_(&app, None, "/used"),
+    )
+    .await;
+    assert!(gone.is_err(), "the settle was to take 50 ms");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // 400 charged; this request's estimate: 1
+    assert_eq!(remaining(&get_(&app, None, "/none").await), 1000 - 400 - 1);
 }
