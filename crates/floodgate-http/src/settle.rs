@@ -262,7 +262,13 @@ pub async fn settle_from_head(handle: &SettleHandle, headers: &http::HeaderMap) 
 /// ([`SettleOnTrailers`]); with no cost to come, the last handle gone charges the abort
 /// cost.
 pub async fn settle_unclaimed<B>(handle: SettleHandle, resp: http::Response<B>) {
-    settle_from_head(&handle, resp.headers()).await;
+    let metrics = handle.0.limiter.metrics().clone();
+    if settle_from_head(&handle, resp.headers()).await.is_some() {
+        metrics.settle_abandoned("settled");
+    } else if handle.is_open() && handle.cost_trailer().is_none() {
+        metrics.settle_abandoned("abort_cost");
+    }
+    // a body settling from a trailer is read on, and counted, once dropped
     drop(resp);
 }
 
@@ -335,10 +341,14 @@ fn reported(handle: &SettleHandle, trailers: &http::HeaderMap) -> Option<u64> {
     }
 }
 
-/// Settle `handle` with `actual` (awaited where a task already runs).
-async fn settle_reported(handle: SettleHandle, actual: u64) {
-    if let Err(e) = handle.settle(actual).await {
-        tracing::warn!(error = %e, "settling the cost from a trailer failed");
+/// Settle `handle` with `actual` (awaited where a task already runs): whether it was.
+async fn settle_reported(handle: SettleHandle, actual: u64) -> bool {
+    match handle.settle(actual).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "settling the cost from a trailer failed");
+            false
+        }
     }
 }
 
@@ -350,7 +360,9 @@ pub fn settle_from_trailers(handle: SettleHandle, trailers: &http::HeaderMap) {
         return; // settled already (by the handler, or from the response header)
     }
     if let Some(actual) = reported(&handle, trailers) {
-        tokio::spawn(settle_reported(handle, actual));
+        tokio::spawn(async move {
+            settle_reported(handle, actual).await;
+        });
     }
 }
 
@@ -370,21 +382,29 @@ where
         return;
     };
     let spec = handle.0.spec.clone();
+    let metrics = handle.0.limiter.metrics().clone();
     rt.spawn(async move {
         let read = read_to_trailers(body, spec.abort_drain_bytes);
         let trailers = match tokio::time::timeout(spec.abort_drain_timeout, read).await {
             Ok(Ok(t)) => t,
             Ok(Err(why)) => {
                 tracing::debug!(%why, abort_cost = handle.abort_cost(), "abandoned response: the abort cost is charged");
+                metrics.settle_abandoned("abort_cost");
                 return;
             }
             Err(_) => {
                 tracing::debug!(timeout = ?spec.abort_drain_timeout, abort_cost = handle.abort_cost(), "abandoned response still going: the abort cost is charged");
+                metrics.settle_abandoned("abort_cost");
                 return;
             }
         };
-        if let Some(actual) = reported(&handle, &trailers) {
-            settle_reported(handle, actual).await;
+        match reported(&handle, &trailers) {
+            Some(actual) => {
+                if settle_reported(handle, actual).await {
+                    metrics.settle_abandoned("settled");
+                }
+            }
+            None => metrics.settle_abandoned("abort_cost"),
         }
     });
 }

@@ -226,6 +226,17 @@ async fn a_body_dropped_before_its_trailer_is_read_on_and_settled_from_it() {
         (settled[0].charged, settled[0].decision.remaining),
         (399, 600)
     );
+    let m = limiter.metrics();
+    while m.settle_abandoned_count("settled") == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        (
+            m.settle_abandoned_count("settled"),
+            m.settle_abandoned_count("abort_cost")
+        ),
+        (1, 0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,6 +271,14 @@ async fn an_endless_body_dropped_is_charged_the_abort_cost_after_the_drain_timeo
     // 50 charged, and the 1 this request is admitted at
     let r = get_(&app, None, "/drop").await;
     assert_eq!(remaining(&r), 1000 - 50 - 1);
+    let m = limiter.metrics();
+    assert_eq!(
+        (
+            m.settle_abandoned_count("settled"),
+            m.settle_abandoned_count("abort_cost")
+        ),
+        (0, 1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

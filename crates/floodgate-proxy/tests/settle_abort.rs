@@ -7,7 +7,7 @@
 //! then its connection is dropped, the route's abort cost charged, and no task is left.
 //! A `cost_header` route is charged the header's cost when the client leaves after the
 //! head. The key's remaining budget is read through the admin API's key lookup, which
-//! consumes nothing.
+//! consumes nothing; `floodgate_settle_abandoned_total` counts each abandoned exchange.
 
 mod common;
 
@@ -127,6 +127,18 @@ async fn remaining(p: &RunningProxy, key: &str) -> u64 {
     v["remaining"].as_u64().unwrap()
 }
 
+/// `floodgate_settle_abandoned_total{outcome}` as the admin listener's `/metrics` shows it.
+async fn abandoned(p: &RunningProxy, outcome: &str) -> u64 {
+    let g = get(&client(), p.admin, "/metrics", &[]).await;
+    let text = String::from_utf8_lossy(&g.body).to_string();
+    let line = format!("floodgate_settle_abandoned_total{{outcome=\"{outcome}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .unwrap_or_else(|| panic!("no {line:?} in /metrics"))
+        .parse()
+        .unwrap()
+}
+
 /// Wait (up to 5 s) until `key` has `want` left, then check it stays so a while.
 async fn settles_at(p: &RunningProxy, key: &str, want: u64, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -219,6 +231,16 @@ async fn a_client_hanging_up_at_any_chunk_is_charged_the_trailers_cost() {
         drop(tx);
         settles_at(&p, &key, BUDGET - COST, &format!("after {read} chunks")).await;
     }
+    // reads 0 to 9 were abandoned mid-body (the proxy finds the client gone as it writes
+    // the next chunk); after 10 chunks the trailer came before any write failed, and
+    // settled as for a client still there
+    assert_eq!(
+        (
+            abandoned(&p, "settled").await,
+            abandoned(&p, "abort_cost").await
+        ),
+        (10, 0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,6 +290,13 @@ async fn an_upstream_that_never_ends_is_read_for_the_drain_timeout_then_dropped(
         "the upstream was read for {dropped:?} after the client left ({sent} chunks), not the 300 ms drain timeout"
     );
     settles_at(&p, "endless", BUDGET - 500, "an endless body").await;
+    assert_eq!(
+        (
+            abandoned(&p, "settled").await,
+            abandoned(&p, "abort_cost").await
+        ),
+        (0, 1)
+    );
     // the upstream connection ended, and the runtime holds no task more than before
     let deadline = Instant::now() + Duration::from_secs(5);
     while (up.closed.load(Ordering::SeqCst) == closed || metrics.num_alive_tasks() > tasks)
@@ -298,9 +327,19 @@ async fn a_failing_upstream_after_the_client_left_is_charged_the_abort_cost() {
     read_until(&mut s, &mut got, &chunk(1)).await;
     hang_up(s);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // the upstream gives up mid-body: its connection closes before the last chunk
+    // the proxy finds the client gone as it writes this chunk, and reads on
+    tx.send_data(chunk(2)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // then the upstream gives up mid-body: its connection closes before the last chunk
     tx.abort(std::io::Error::other("the upstream gave up"));
     settles_at(&p, "failed", BUDGET - 700, "a failed body").await;
+    assert_eq!(
+        (
+            abandoned(&p, "settled").await,
+            abandoned(&p, "abort_cost").await
+        ),
+        (0, 1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,4 +396,13 @@ async fn a_client_hanging_up_before_the_head_is_charged_the_cost_all_the_same() 
         drop(tx);
         settles_at(&p, key, BUDGET - COST, path).await;
     }
+    // the GET on the header route was settled before its head was written; the others
+    // were abandoned (the trailer routes read on, the POST on the header route carried)
+    assert_eq!(
+        (
+            abandoned(&p, "settled").await,
+            abandoned(&p, "abort_cost").await
+        ),
+        (3, 0)
+    );
 }
