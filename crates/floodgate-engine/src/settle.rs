@@ -85,11 +85,13 @@ pub struct SettleSpec {
     /// malformed, or the handler dropped its handle unsettled. `None`: the request's
     /// estimate (the reservation keeps what it charged, with no store call).
     pub abort_cost: Option<u64>,
-    /// How long, from the client's leaving, the body of an abandoned response is read
-    /// (and discarded) for its cost trailer. Above zero.
+    /// How long, from when the client is found gone, the body of an abandoned response
+    /// is read (and discarded) for its cost trailer. Above zero in a configuration file;
+    /// zero here reads nothing (the abort cost at once).
     pub abort_drain_timeout: std::time::Duration,
     /// How many body octets of an abandoned response are read (and discarded) for its
-    /// cost trailer, at most. At least 1.
+    /// cost trailer: reading stops once more than this many have come. At least 1 in a
+    /// configuration file; 0 here stops at the first data.
     pub abort_drain_bytes: u64,
 }
 

@@ -378,7 +378,9 @@ where
     B::Error: std::fmt::Display,
 {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!("a response was abandoned with no runtime to read it on: the abort cost");
+        tracing::warn!(
+            "a response was abandoned with no runtime to read it on: its cost is not read"
+        );
         return;
     };
     let spec = handle.0.spec.clone();
@@ -409,8 +411,8 @@ where
     });
 }
 
-/// `body`'s trailers (empty when it ended without any), reading at most `limit` data
-/// octets; the failure or the bound passed, as text, otherwise.
+/// `body`'s trailers (empty when it ended without any), stopping once more than `limit`
+/// data octets have come; the failure or the bound passed, as text, otherwise.
 async fn read_to_trailers<B>(mut body: B, limit: u64) -> Result<http::HeaderMap, String>
 where
     B: Body + Unpin,

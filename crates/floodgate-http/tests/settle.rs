@@ -282,6 +282,34 @@ async fn an_endless_body_dropped_is_charged_the_abort_cost_after_the_drain_timeo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_body_longer_than_the_drain_bytes_is_charged_the_abort_cost() {
+    let limiter = trailer_limiter(|s| {
+        s.abort_cost = Some(50);
+        s.abort_drain_bytes = 8;
+    });
+    let (out, mut streams) = tokio::sync::mpsc::unbounded_channel();
+    let app = streaming_app(&limiter, out);
+    let resp = get_(&app, None, "/stream").await;
+    let (mut tx, handle) = streams.recv().await.unwrap();
+    drop((handle, resp));
+    // 8 octets are read on; the 9th ends the reading, and the body goes
+    tx.send_data("12345678".into()).await.unwrap();
+    tx.send_data("9".into()).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while tx.send_data("more".into()).await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "read on past the bound"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let r = get_(&app, None, "/drop").await;
+    assert_eq!(remaining(&r), 1000 - 50 - 1);
+    assert_eq!(limiter.metrics().settle_abandoned_count("abort_cost"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_dropped_unsettled_is_charged_the_abort_cost() {
     // no abort cost: the estimate stays
     let app = streaming_app(
