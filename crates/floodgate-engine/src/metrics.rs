@@ -21,6 +21,7 @@
 //! | `floodgate_invalid_requests_total` | counter | proxy: `reason` a request was refused before the limiter looked (see [`INVALID_REASONS`]) |
 //! | `floodgate_client_timeouts_total` | counter | proxy: `kind` = send (the client did not read the response), body (the client's request body stalled) |
 //! | `floodgate_client_connections_total` | counter | proxy: `outcome` = accepted, refused_total (the connection cap), refused_per_client (the per-address cap) |
+//! | `floodgate_settle_abandoned_total` | counter | `outcome` = settled (the cost arrived after the client left), abort_cost (it did not: the route's abort cost was charged) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 
 pub mod striped;
@@ -210,6 +211,11 @@ pub const INVALID_REASONS: [&str; 7] = [
 /// The `kind` label values of `floodgate_client_timeouts_total`.
 pub const CLIENT_TIMEOUT_KINDS: [&str; 2] = ["send", "body"];
 
+/// The `outcome` label values of `floodgate_settle_abandoned_total`: an exchange its
+/// client abandoned was `settled` with the cost that arrived after, or charged its
+/// route's `abort_cost`.
+pub const SETTLE_ABANDONED_OUTCOMES: [&str; 2] = ["settled", "abort_cost"];
+
 /// The `outcome` label values of `floodgate_client_connections_total`.
 pub const CLIENT_CONNECTION_OUTCOMES: [&str; 3] =
     ["accepted", "refused_total", "refused_per_client"];
@@ -238,6 +244,7 @@ pub struct Metrics {
     invalid: Family<ReasonLabels, Counter>,
     client_timeouts: Family<KindLabels, Counter>,
     client_connections: Family<OutcomeLabels, Counter>,
+    settle_abandoned: Family<OutcomeLabels, Counter>,
     fleet: Family<EventLabels, Counter>,
     store_events: Family<EventLabels, Counter>,
     leases: Family<PolicyLabels, Gauge>,
@@ -371,6 +378,15 @@ impl Metrics {
             "Proxy: client connections accepted, or refused by the total or per-address cap",
             client_connections.clone(),
         );
+        let settle_abandoned = Family::<OutcomeLabels, Counter>::default();
+        for outcome in SETTLE_ABANDONED_OUTCOMES {
+            let _ = settle_abandoned.get_or_create(&OutcomeLabels { outcome });
+        }
+        registry.register(
+            "floodgate_settle_abandoned",
+            "Exchanges on a route that settles its cost, abandoned by their client: settled with the cost that arrived after, or charged the abort cost",
+            settle_abandoned.clone(),
+        );
         let fleet = Family::<EventLabels, Counter>::default();
         registry.register(
             "floodgate_fleet_requests",
@@ -409,6 +425,7 @@ impl Metrics {
             invalid,
             client_timeouts,
             client_connections,
+            settle_abandoned,
         }
     }
 
@@ -499,6 +516,21 @@ impl Metrics {
     /// The count of client connections with `outcome`.
     pub fn client_connection_count(&self, outcome: &'static str) -> u64 {
         self.client_connections
+            .get_or_create(&OutcomeLabels { outcome })
+            .get()
+    }
+
+    /// Count an abandoned exchange's settle: `"settled"` or `"abort_cost"`
+    /// ([`SETTLE_ABANDONED_OUTCOMES`]).
+    pub fn settle_abandoned(&self, outcome: &'static str) {
+        self.settle_abandoned
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// The count of abandoned exchanges settled with `outcome`.
+    pub fn settle_abandoned_count(&self, outcome: &'static str) -> u64 {
+        self.settle_abandoned
             .get_or_create(&OutcomeLabels { outcome })
             .get()
     }

@@ -79,9 +79,50 @@ pub struct SettleSpec {
     pub cost_header: Option<http::HeaderName>,
     /// A response trailer carrying the actual cost (a streamed body's, sent after it).
     pub cost_trailer: Option<http::HeaderName>,
+    /// What a request is charged, in units, when its actual cost never arrives: the
+    /// client left and the body could not be read to its cost trailer within the
+    /// bounds below, the upstream failed, the header or trailer was missing or
+    /// malformed, or the handler dropped its handle unsettled. `None`: the request's
+    /// estimate (the reservation keeps what it charged, with no store call).
+    pub abort_cost: Option<u64>,
+    /// How long, from when the client is found gone, the body of an abandoned response
+    /// is read (and discarded) for its cost trailer. Above zero in a configuration file;
+    /// zero here reads nothing (the abort cost at once).
+    pub abort_drain_timeout: std::time::Duration,
+    /// How many body octets of an abandoned response are read (and discarded) for its
+    /// cost trailer: reading stops once more than this many have come. At least 1 in a
+    /// configuration file; 0 here stops at the first data.
+    pub abort_drain_bytes: u64,
+}
+
+impl Default for SettleSpec {
+    /// An estimate of 1, no header or trailer named, the estimate on abort, and the
+    /// default drain bounds.
+    fn default() -> SettleSpec {
+        SettleSpec {
+            estimate: 1,
+            estimate_header: None,
+            cost_header: None,
+            cost_trailer: None,
+            abort_cost: None,
+            abort_drain_timeout: SettleSpec::DEFAULT_ABORT_DRAIN_TIMEOUT,
+            abort_drain_bytes: SettleSpec::DEFAULT_ABORT_DRAIN_BYTES,
+        }
+    }
 }
 
 impl SettleSpec {
+    /// [`abort_drain_timeout`](Self::abort_drain_timeout) unless configured: 60 s.
+    pub const DEFAULT_ABORT_DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+    /// [`abort_drain_bytes`](Self::abort_drain_bytes) unless configured: 16 MiB.
+    pub const DEFAULT_ABORT_DRAIN_BYTES: u64 = 16 << 20;
+
+    /// What a request admitted at `estimate` is charged when its actual cost never
+    /// arrives: [`abort_cost`](Self::abort_cost), else `estimate`.
+    pub fn abort_cost_for(&self, estimate: u64) -> u64 {
+        self.abort_cost.unwrap_or(estimate)
+    }
+
     /// A request's estimate: the estimate header's value when the request has one, else
     /// the fixed estimate. A value that is not a cost ([`parse_cost`]) is an error naming
     /// the header.

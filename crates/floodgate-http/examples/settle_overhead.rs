@@ -29,6 +29,7 @@ fn limiter() -> Result<RateLimiter, Box<dyn std::error::Error>> {
         estimate_header: None,
         cost_header: header.map(HeaderName::from_static),
         cost_trailer: None,
+        ..SettleSpec::default()
     };
     Ok(RateLimiter::builder()
         // never denies here: the cost of deciding is what is measured

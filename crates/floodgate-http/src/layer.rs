@@ -25,7 +25,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::limiter::{Outcome, Prepared, RateLimiter};
-use crate::settle::{SettleHandle, SettleSpec};
+use crate::settle::SettleHandle;
 
 /// Applies a [`RateLimiter`] to a service.
 #[derive(Clone, Debug)]
@@ -193,23 +193,7 @@ where
     let mut resp = inner.call(req).await?;
     let settled = match handle.settled() {
         Some(s) => Some(s),
-        None => match handle
-            .cost_header()
-            .and_then(|name| SettleSpec::cost_in(name, resp.headers()))
-        {
-            Some(Ok(actual)) => match handle.settle(actual).await {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    tracing::warn!(error = %e, "settling the cost from the response header failed");
-                    None
-                }
-            },
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "cost header: the estimate stays");
-                None
-            }
-            None => None,
-        },
+        None => crate::settle::settle_from_head(&handle, resp.headers()).await,
     };
     match settled {
         Some(s) => handle.settled_headers(&s).insert_into(resp.headers_mut()),

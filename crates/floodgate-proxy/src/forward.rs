@@ -250,7 +250,8 @@ impl Service<Request<RequestBody>> for Forward {
             return Box::pin(std::future::ready(Ok(resp)));
         };
         let this = self.clone();
-        Box::pin(async move {
+        let for_body = settle.clone();
+        let exchange = async move {
             // Ok(response), Ok(error), or Err(()) when no response head came within the
             // upstream timeout (the direct way times itself, on its connection's timer)
             let timeout = this.inner.timeout;
@@ -305,7 +306,7 @@ impl Service<Request<RequestBody>> for Forward {
                 Ok(Ok(resp)) => {
                     let (mut parts, body) = resp.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
-                    let body = match settle.filter(|h| h.cost_trailer().is_some()) {
+                    let body = match for_body.filter(|h| h.cost_trailer().is_some()) {
                         Some(h) => body.settle_on_trailers(h),
                         None => body,
                     };
@@ -343,6 +344,41 @@ impl Service<Request<RequestBody>> for Forward {
                     Ok(this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out", format))
                 }
             }
+        };
+        match settle {
+            Some(handle) => self.carried(exchange, handle, format),
+            None => Box::pin(exchange),
+        }
+    }
+}
+
+impl Forward {
+    /// The exchange of a request whose route settles its cost, run in a task of its own,
+    /// so that a client going away before the response head (the returned future
+    /// dropped) does not end it: its response is then settled as one sent would be
+    /// ([`floodgate_http::settle::settle_unclaimed`]: the cost header, else the body read
+    /// on to its cost trailer, else the abort cost). The upstream timeout bounds the wait
+    /// for the head, the route's drain bounds the body.
+    fn carried(
+        &self,
+        exchange: impl Future<Output = Result<Response<ForwardBody>, Infallible>> + Send + 'static,
+        handle: SettleHandle,
+        format: ReplyFormat,
+    ) -> <Self as Service<Request<RequestBody>>>::Future {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let Ok(resp) = exchange.await;
+            if let Err(unclaimed) = tx.send(resp) {
+                tracing::debug!("the client left before the response head: settled all the same");
+                floodgate_http::settle::settle_unclaimed(handle, unclaimed).await;
+            }
+        });
+        let this = self.clone();
+        Box::pin(async move {
+            Ok(rx.await.unwrap_or_else(|_| {
+                // the exchange's task ended without a response (it panicked)
+                this.error(StatusCode::BAD_GATEWAY, "upstream exchange failed", format)
+            }))
         })
     }
 }

@@ -19,6 +19,17 @@ pub(super) fn de_opt_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usi
     floodgate_core::de::positive_count(d).map(Some)
 }
 
+/// A count of octets, at least 1 (`abort_drain_bytes`: 0 would never reach a trailer).
+pub(super) fn de_opt_octets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n == 0 {
+        return Err(serde::de::Error::custom(
+            "0 octets would never reach a trailer; give at least 1, e.g. 16777216 (16 MiB)",
+        ));
+    }
+    Ok(Some(n))
+}
+
 /// A connection cap, at least 1 (0 would refuse every client).
 pub(super) fn de_cap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
     let n = usize::deserialize(d)?;

@@ -190,6 +190,9 @@ impl Config {
             ));
         }
         for r in &cfg.routes {
+            if let Some(m) = r.abort_options_error() {
+                return Err(invalid(None, m));
+            }
             if let Some(spec) = r.settle()
                 && spec.cost_header.is_none()
                 && spec.cost_trailer.is_none()

@@ -168,6 +168,18 @@ pub struct RouteSection {
     /// A response trailer carrying the actual cost (a streamed body's).
     #[serde(default, deserialize_with = "de_opt_header")]
     pub cost_trailer: Option<HeaderName>,
+    /// Units charged when the actual cost never arrives (the client left and the body
+    /// could not be read to its trailer, the upstream failed, the header or trailer was
+    /// missing or malformed). Default: the request's estimate.
+    pub abort_cost: Option<u64>,
+    /// How long an abandoned response's body is read on for its cost trailer (above
+    /// zero; default 60 s).
+    #[serde(default, deserialize_with = "de_opt_timeout")]
+    pub abort_drain_timeout: Option<Duration>,
+    /// How many octets of an abandoned response's body are read for its cost trailer,
+    /// at most (at least 1; default 16 MiB).
+    #[serde(default, deserialize_with = "de_opt_octets")]
+    pub abort_drain_bytes: Option<u64>,
 }
 
 impl RouteSection {
@@ -182,7 +194,39 @@ impl RouteSection {
             estimate_header: self.estimate_header.clone(),
             cost_header: self.cost_header.clone(),
             cost_trailer: self.cost_trailer.clone(),
+            abort_cost: self.abort_cost,
+            abort_drain_timeout: self
+                .abort_drain_timeout
+                .unwrap_or(floodgate_http::SettleSpec::DEFAULT_ABORT_DRAIN_TIMEOUT),
+            abort_drain_bytes: self
+                .abort_drain_bytes
+                .unwrap_or(floodgate_http::SettleSpec::DEFAULT_ABORT_DRAIN_BYTES),
         })
+    }
+
+    /// Why the route's abort options cannot apply (they need a settled cost, and the
+    /// drain bounds a cost trailer), naming the option.
+    pub(super) fn abort_options_error(&self) -> Option<String> {
+        let settles = self.cost_header.is_some() || self.cost_trailer.is_some();
+        if self.abort_cost.is_some() && !settles {
+            return Some(format!(
+                "route {:?}: abort_cost applies to a route that settles its cost (cost_header or cost_trailer)",
+                self.prefix
+            ));
+        }
+        let drain = [
+            ("abort_drain_timeout", self.abort_drain_timeout.is_some()),
+            ("abort_drain_bytes", self.abort_drain_bytes.is_some()),
+        ];
+        drain
+            .iter()
+            .find(|(_, set)| *set && self.cost_trailer.is_none())
+            .map(|(name, _)| {
+                format!(
+                    "route {:?}: {name} bounds the reading of an abandoned body for its cost trailer, which needs cost_trailer",
+                    self.prefix
+                )
+            })
     }
 }
 

@@ -347,3 +347,78 @@ fn admin_listener_binds_loopback_for_a_bare_port_and_keys_display() {
             .contains("plain, truncated or hashed")
     );
 }
+
+#[test]
+fn abort_options_default_parse_and_bad_values_name_the_field() {
+    let route = |extra: &str| {
+        format!(
+            "[[policy]]\nname = \"a\"\nrate = \"1/s\"\n[[route]]\nprefix = \"/v1\"\n\
+             policies = [\"a\"]\ncost_trailer = \"x-cost\"\n{extra}"
+        )
+    };
+    let spec = |src: &str| {
+        Config::parse(src, Path::new("floodgate.toml"))
+            .unwrap()
+            .routes[0]
+            .settle()
+            .unwrap()
+    };
+    // unset: the estimate on abort, 60 s and 16 MiB of drain
+    let d = spec(&route(""));
+    assert_eq!(d.abort_cost, None);
+    assert_eq!(d.abort_cost_for(7), 7);
+    assert_eq!(d.abort_drain_timeout, Duration::from_secs(60));
+    assert_eq!(d.abort_drain_bytes, 16 << 20);
+    let s = spec(&route(
+        "abort_cost = 4000\nabort_drain_timeout = \"2.5s\"\nabort_drain_bytes = 1024\n",
+    ));
+    assert_eq!(
+        (s.abort_cost, s.abort_drain_timeout, s.abort_drain_bytes),
+        (Some(4000), Duration::from_millis(2500), 1024)
+    );
+    // the longest duration the parser takes is no trouble for the drain's timer
+    assert!(
+        spec(&route("abort_drain_timeout = \"100000d\"\n")).abort_drain_timeout > Duration::ZERO
+    );
+    for (extra, line, says) in [
+        ("abort_drain_timeout = \"0s\"\n", 8, "a timeout of 0"),
+        ("abort_drain_timeout = \"NaN\"\n", 8, "missing number"),
+        ("abort_drain_timeout = \"1e400s\"\n", 8, "unknown unit"),
+        ("abort_drain_timeout = \"99999999999d\"\n", 8, "too large"),
+        ("abort_drain_timeout = 5\n", 8, "invalid type"),
+        (
+            "abort_drain_bytes = 0\n",
+            8,
+            "0 octets would never reach a trailer",
+        ),
+        ("abort_drain_bytes = -1\n", 8, "invalid value"),
+        ("abort_cost = -5\n", 8, "invalid value"),
+        ("abort_cost = 1.5\n", 8, "invalid type"),
+        ("abort_cost = 99999999999999999999\n", 8, ""),
+    ] {
+        let e = err(&route(extra));
+        let field = extra.split(' ').next().unwrap();
+        assert!(
+            e.starts_with(&format!("floodgate.toml:{line}:"))
+                && e.contains(field)
+                && e.contains(says),
+            "{extra}: {e}"
+        );
+    }
+    // the options need what they apply to
+    let e = err(
+        "[[policy]]\nname = \"a\"\nrate = \"1/s\"\n[[route]]\npolicies = [\"a\"]\nabort_cost = 5\n",
+    );
+    assert!(
+        e.contains("route \"/\": abort_cost applies to a route that settles its cost"),
+        "{e}"
+    );
+    let e = err(
+        "[[policy]]\nname = \"a\"\nrate = \"1/s\"\n[[route]]\npolicies = [\"a\"]\n\
+         cost_header = \"x-cost\"\nabort_drain_bytes = 5\n",
+    );
+    assert!(
+        e.contains("route \"/\": abort_drain_bytes bounds the reading of an abandoned body for its cost trailer, which needs cost_trailer"),
+        "{e}"
+    );
+}

@@ -37,6 +37,8 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
+use floodgate_http::SettleOnTrailers;
+
 use crate::body::ClientBody;
 use crate::h1::response_head::HeadError;
 
@@ -186,10 +188,7 @@ impl Http1Pool {
                     } else {
                         Some((sender, self.clone()))
                     };
-                    return Ok(resp.map(|inner| UpstreamBody {
-                        kind: Kind::Hyper { inner, back },
-                        settle: None,
-                    }));
+                    return Ok(resp.map(|inner| UpstreamBody::of(Kind::Hyper { inner, back })));
                 }
                 Err(mut e) => match e.take_message() {
                     // never written: the pooled connection had closed; try another
@@ -316,12 +315,10 @@ impl Http1Pool {
 }
 
 /// An upstream response body. Read to its end (or dropped after it), it returns its
-/// connection to the pool it came from.
-pub struct UpstreamBody {
-    kind: Kind,
-    /// Settles the request's cost from the body's trailers (a route's `cost_trailer`).
-    settle: Option<floodgate_http::SettleHandle>,
-}
+/// connection to the pool it came from. On a route that settles its cost from a
+/// trailer, the layer's [`SettleOnTrailers`] settles it, and reads an abandoned body on
+/// to its trailer within the route's drain bounds.
+pub struct UpstreamBody(SettleOnTrailers<Kind>);
 
 enum Kind {
     /// Read by hyper's client connection (requests with a body, HTTP/2, sticky
@@ -339,7 +336,7 @@ pub type UpstreamBodyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl std::fmt::Debug for UpstreamBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.kind {
+        match self.0.get_ref() {
             Kind::Hyper { back, .. } => f
                 .debug_struct("UpstreamBody")
                 .field("pooled", &back.is_some())
@@ -352,17 +349,15 @@ impl std::fmt::Debug for UpstreamBody {
 impl UpstreamBody {
     /// A body whose connection is not pooled here (HTTP/2, sticky forwarding).
     pub(crate) fn unpooled(inner: Incoming) -> UpstreamBody {
-        UpstreamBody {
-            kind: Kind::Hyper { inner, back: None },
-            settle: None,
-        }
+        UpstreamBody::of(Kind::Hyper { inner, back: None })
     }
 
     fn direct(body: DirectBody) -> UpstreamBody {
-        UpstreamBody {
-            kind: Kind::Direct(body),
-            settle: None,
-        }
+        UpstreamBody::of(Kind::Direct(body))
+    }
+
+    fn of(kind: Kind) -> UpstreamBody {
+        UpstreamBody(SettleOnTrailers::new(kind, None))
     }
 }
 
@@ -371,36 +366,26 @@ impl http_body::Body for UpstreamBody {
     type Error = UpstreamBodyError;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, UpstreamBodyError>>> {
-        let this = self.get_mut();
-        if this.settle.is_some() {
-            let r = Pin::new(&mut this.kind).poll_frame(cx);
-            if let Poll::Ready(Some(Ok(f))) = &r
-                && let Some(trailers) = f.trailers_ref()
-                && let Some(handle) = this.settle.take()
-            {
-                floodgate_http::settle::settle_from_trailers(handle, trailers);
-            }
-            return r;
-        }
-        Pin::new(&mut this.kind).poll_frame(cx)
+        Pin::new(&mut self.0).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.kind.is_end_stream()
+        self.0.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.kind.size_hint()
+        self.0.size_hint()
     }
 }
 
 impl UpstreamBody {
-    /// Settle `handle` from this body's trailers when they come.
+    /// Settle `handle` from this body's trailers when they come (see
+    /// [`SettleOnTrailers`]: an abandoned body is read on to its trailer).
     pub(crate) fn settle_on_trailers(mut self, handle: floodgate_http::SettleHandle) -> Self {
-        self.settle = Some(handle);
+        self.0.settle_with(handle);
         self
     }
 }
@@ -451,12 +436,12 @@ fn release(back: &mut Option<(SendRequest<ClientBody>, Arc<Http1Pool>)>) {
     }
 }
 
-impl Drop for UpstreamBody {
+impl Drop for Kind {
     fn drop(&mut self) {
         // a body with nothing left (none at all, or read to the end) leaves its
         // connection reusable; one dropped half-read does not (the direct way's
         // connection goes back as its last byte is read, or is closed with it)
-        if let Kind::Hyper { inner, back } = &mut self.kind
+        if let Kind::Hyper { inner, back } = self
             && inner.is_end_stream()
         {
             release(back);
