@@ -3,6 +3,8 @@
 
 #[cfg(feature = "admin")]
 pub mod admin;
+#[cfg(feature = "redis")]
+pub mod caller_limits;
 #[cfg(feature = "config")]
 pub mod config;
 pub mod decide;
@@ -25,6 +27,8 @@ pub mod settle;
 pub mod shared_store;
 pub mod store;
 
+#[cfg(feature = "redis")]
+pub use caller_limits::CallerLimits;
 pub use fault::{StoreError, StoreErrorKind, StoreFailure};
 pub use fleet::{Fleet, FleetError, Strategy};
 #[cfg(feature = "redis")]

@@ -39,8 +39,9 @@ use serde_json::{Value, json};
 
 use crate::descriptors::{CheckError, DescriptorIn, Engine, Entry, Generation, Matched, Outcome};
 use crate::http_leases;
-use crate::leases::{DoorError, LeaseDoor, ceil_ms};
+use crate::leases::{DoorError, ceil_ms};
 use crate::metrics::AuthFailure;
+use floodgate_engine::CallerLimits;
 
 pub mod conn;
 pub mod inflight;
@@ -55,7 +56,7 @@ pub struct HttpState {
     pub shutting_down: AtomicBool,
     /// In-flight leases (`/v1/acquire`, `/v1/renew`, `/v1/release`), shared with the
     /// RESP door.
-    pub leases: Arc<LeaseDoor>,
+    pub leases: Arc<CallerLimits>,
     /// The token the `/v1` calls must carry as `Authorization: Bearer <token>` (`None`:
     /// none asked).
     pub token: Option<crate::config::Password>,
@@ -313,7 +314,7 @@ pub(crate) fn policy_or_default(
 /// Check the JSON body; `Ok` carries the outcome, `Err` the status and message.
 async fn run_check(
     engine: &Engine,
-    door: &LeaseDoor,
+    door: &CallerLimits,
     body: &[u8],
 ) -> Result<inflight::Checked, (StatusCode, String)> {
     let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON: {e}")))?;

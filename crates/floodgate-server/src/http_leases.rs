@@ -16,9 +16,8 @@
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
 
-use crate::leases::{
-    DoorError, LeaseDoor, ceil_ms, check_key, parse_lease_id, parse_limit, ttl_of_ms,
-};
+use crate::leases::{DoorError, ceil_ms, check_key, parse_lease_id, parse_limit, ttl_of_ms};
+use floodgate_engine::CallerLimits;
 
 /// The largest body accepted by the lease endpoints.
 pub const MAX_BODY: usize = 4096;
@@ -62,7 +61,7 @@ fn key(o: &Map<String, Value>, max: usize) -> Result<&str, DoorError> {
 /// most `max_key` bytes: the status and JSON to answer (an acquire's `retry_after_ms`
 /// gives the `Retry-After`).
 pub async fn run(
-    door: &LeaseDoor,
+    door: &CallerLimits,
     op: &str,
     body: &[u8],
     max_key: usize,

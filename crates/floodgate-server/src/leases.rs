@@ -1,32 +1,19 @@
 //! In-flight leases with the limit passed per call, as `CL.THROTTLE` passes its rate:
 //! the RESP door's `FG.ACQUIRE` / `FG.RENEW` / `FG.RELEASE` ([`crate::resp`]) and the
 //! HTTP door's `POST /v1/acquire`, `/v1/renew`, `/v1/release` ([`crate::http`]) share
-//! one [`LeaseDoor`], on the server's store (in process, or the Redis the rules use).
+//! one [`CallerLimits`](floodgate_engine::CallerLimits), on the server's store (in process, or the Redis the rules use).
 //! The semantics are the core's ([`floodgate_core::inflight`]): at most `N` live leases
 //! per key, each expiring after its TTL, a release frees at most one place; releasing
 //! twice, an expired lease or an unknown id answers `false` and changes nothing.
 //!
-//! Arguments are checked here, once for both doors: `N` from 1 to
+//! The door's arguments are parsed here, once for both doors: `N` from 1 to
 //! [`MAX_IN_FLIGHT`], a TTL from 1 ms to a day
 //! in milliseconds, a lease id a decimal integer below 2^63.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate_core::inflight::{
-    KeyedInFlight, Lease, LeaseId, LeaseTtl, MAX_IN_FLIGHT, check_limit,
-};
-use floodgate_core::{Clock, Decision, WallClock};
-use floodgate_redis::{RedisInFlight, RedisStore};
-
-/// Where the leases are kept.
-#[derive(Debug)]
-pub enum LeaseDoor {
-    /// In process, at most this table's key cap.
-    Memory(KeyedInFlight<Vec<u8>>),
-    /// In Redis (`PREFIX{TAG}inflight:KEY`), shared with every server on that Redis.
-    Redis(Arc<RedisStore>),
-}
+use floodgate_core::inflight::{LeaseId, LeaseTtl, MAX_IN_FLIGHT, check_limit};
+use floodgate_engine::{StoreError, StoreErrorKind};
 
 /// Why a lease call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,69 +81,20 @@ pub fn parse_lease_id(s: &str) -> Result<LeaseId, DoorError> {
         })
 }
 
-impl LeaseDoor {
-    /// Leases in process, at most `max_keys` keys (at least 1).
-    pub fn memory(max_keys: usize) -> LeaseDoor {
-        LeaseDoor::Memory(
-            KeyedInFlight::new(MAX_IN_FLIGHT, max_keys.max(1))
-                .unwrap_or_else(|_| unreachable!("MAX_IN_FLIGHT and a cap of 1 or more are valid")),
-        )
-    }
-
-    fn fault(e: floodgate_redis::Error) -> DoorError {
-        if e.is_fault() {
-            DoorError::Store(e.to_string())
-        } else {
-            DoorError::Invalid(e.to_string())
+impl From<StoreError> for DoorError {
+    /// A refusal names the bad argument; a fault (Redis down, timed out) is the store's.
+    fn from(e: StoreError) -> DoorError {
+        match e.kind {
+            StoreErrorKind::Refused(why) => DoorError::Invalid(why),
+            kind => DoorError::Store(kind.to_string()),
         }
-    }
-
-    /// Take a lease on `key` if fewer than `limit` are live.
-    pub async fn acquire(
-        &self,
-        key: &[u8],
-        limit: u64,
-        ttl: LeaseTtl,
-    ) -> Result<Result<Lease, Decision>, DoorError> {
-        let limit = check_limit(limit).map_err(|e| DoorError::Invalid(e.to_string()))?;
-        match self {
-            LeaseDoor::Memory(t) => Ok(t.acquire_with_limit(key, WallClock.now(), ttl, limit)),
-            LeaseDoor::Redis(s) => RedisInFlight::new(s.clone(), limit)
-                .map_err(Self::fault)?
-                .acquire(key, ttl)
-                .await
-                .map_err(Self::fault),
-        }
-    }
-
-    /// Extend a live lease to `now + ttl`; `false` when unknown, released or expired.
-    pub async fn renew(&self, key: &[u8], id: LeaseId, ttl: LeaseTtl) -> Result<bool, DoorError> {
-        match self {
-            LeaseDoor::Memory(t) => Ok(t.renew(key, id, WallClock.now(), ttl)),
-            LeaseDoor::Redis(s) => Self::redis(s)?
-                .renew(key, id, ttl)
-                .await
-                .map_err(Self::fault),
-        }
-    }
-
-    /// Give a lease back; `false` (nothing freed) when released before, expired or unknown.
-    pub async fn release(&self, key: &[u8], id: LeaseId) -> Result<bool, DoorError> {
-        match self {
-            LeaseDoor::Memory(t) => Ok(t.release(key, id, WallClock.now())),
-            LeaseDoor::Redis(s) => Self::redis(s)?.release(key, id).await.map_err(Self::fault),
-        }
-    }
-
-    /// A handle for renew and release, whose limit is not used.
-    fn redis(s: &Arc<RedisStore>) -> Result<RedisInFlight, DoorError> {
-        RedisInFlight::new(s.clone(), 1).map_err(Self::fault)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use floodgate_engine::CallerLimits;
 
     #[test]
     fn bad_arguments_name_what_is_wrong() {
@@ -175,7 +113,7 @@ mod tests {
 
     #[tokio::test]
     async fn memory_leases_with_the_limit_per_call() {
-        let door = LeaseDoor::memory(100);
+        let door = CallerLimits::memory(100).unwrap();
         let ttl = ttl_of_ms(60_000).unwrap();
         let a = door.acquire(b"k", 1, ttl).await.unwrap().unwrap();
         assert!(door.acquire(b"k", 1, ttl).await.unwrap().is_err());

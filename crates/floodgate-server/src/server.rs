@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use floodgate_engine::fleet::Strategy;
-use floodgate_engine::{HybridLeases, SharedStore, TokioWallClock};
+use floodgate_engine::{CallerLimits, HybridLeases, SharedStore, TokioWallClock};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -25,7 +25,7 @@ use crate::http::conn::HttpTimeouts;
 use crate::http::{HttpState, router};
 use crate::metrics::Metrics;
 use crate::reload::{self, Reloader};
-use crate::resp::{RespLimits, RespService, RespTimeouts, ThrottleStore};
+use crate::resp::{RespLimits, RespService, RespTimeouts};
 use crate::tls::Door;
 
 /// Most leases the `hybrid` strategy holds (one per limiter key in use).
@@ -143,7 +143,7 @@ pub async fn start(
                 clock: TokioWallClock::new(),
             },
             FaultPolicy::default(),
-            ThrottleStore::memory(*resp_max_keys).map_err(|e| StartError::Rules {
+            CallerLimits::memory(*resp_max_keys).map_err(|e| StartError::Rules {
                 path: options.path.clone(),
                 message: format!("store.resp_max_keys: {e}"),
             })?,
@@ -176,7 +176,7 @@ pub async fn start(
                 failure: *on_fault,
                 retry: config.breaker_open_for,
             };
-            (store, fault, ThrottleStore::Redis(s.clone()), Some(s))
+            (store, fault, CallerLimits::redis(s.clone()), Some(s))
         }
     };
     let metrics = Arc::new(Metrics::with_keys(redis, settings.admin_keys));
@@ -235,7 +235,7 @@ pub async fn start(
         ..RespLimits::default()
     };
     let resp_svc = Arc::new(
-        RespService::new(throttle, metrics.clone(), resp_limits)
+        RespService::new(Arc::new(throttle), metrics.clone(), resp_limits)
             .with_engine(engine.clone())
             .with_settings(&settings.resp_door)
             .with_tls(tls_for(Door::Resp))

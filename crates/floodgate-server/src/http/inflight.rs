@@ -7,7 +7,7 @@
 //! decided ([`Engine::decide_descriptors`]); a request the rates deny gives its leases back at once.
 //! So a request denied for concurrency is charged no rate, and a request denied by a
 //! rate holds no lease. The leases are kept on the server's lease store
-//! ([`LeaseDoor`], in process or on the rules' Redis), where `POST /v1/release` (with the
+//! ([`CallerLimits`], in process or on the rules' Redis), where `POST /v1/release` (with the
 //! `key` and `lease` the check answered) gives them back; one not released expires at
 //! the rule's `lease_ttl`. No queue: a full rule denies at once.
 //!
@@ -25,7 +25,8 @@ use serde_json::{Value, json};
 
 use crate::descriptors::{DescriptorIn, Engine, InFlightRule, Outcome, Status};
 use crate::headers;
-use crate::leases::{DoorError, LeaseDoor, ceil_ms};
+use crate::leases::{DoorError, ceil_ms};
+use floodgate_engine::CallerLimits;
 
 use super::to_http;
 
@@ -43,7 +44,7 @@ pub struct Held {
 }
 
 /// Give `held` back; a release that fails leaves the lease to expire at its TTL.
-async fn release(door: &LeaseDoor, held: &[Held]) {
+async fn release(door: &CallerLimits, held: &[Held]) {
     for h in held {
         if let Err(e) = door.release(h.key.as_bytes(), h.id).await {
             tracing::warn!(error = %e, key = %h.key, "lease release failed; it expires at its ttl");
@@ -108,7 +109,7 @@ impl Checked {
 /// docs).
 pub async fn check(
     engine: &Engine,
-    door: &LeaseDoor,
+    door: &CallerLimits,
     domain: &str,
     descriptors: &[DescriptorIn<'_>],
 ) -> Result<Checked, (StatusCode, String)> {
@@ -155,7 +156,7 @@ pub async fn check(
 /// engine's rates.
 struct Request<'a, 'd> {
     engine: &'a Engine,
-    door: &'a LeaseDoor,
+    door: &'a CallerLimits,
     domain: &'a str,
     descriptors: &'a [DescriptorIn<'d>],
     rules: &'a [InFlightRule],
@@ -186,6 +187,7 @@ impl LeasesAndRates for Request<'_, '_> {
             .door
             .acquire(r.key.as_bytes(), spec.limit, spec.ttl)
             .await
+            .map_err(DoorError::from)
         {
             Ok(Ok(lease)) => Ok(LeaseStep::Held(Held {
                 key: r.key.clone(),

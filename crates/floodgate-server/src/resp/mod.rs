@@ -31,43 +31,20 @@ mod settle;
 use std::sync::Arc;
 use std::time::Instant;
 
-use floodgate_core::algorithms::Gcra;
-use floodgate_core::{Clock, KeyedLimiter, WallClock};
+use floodgate_engine::CallerLimits;
 use floodgate_engine::metrics::{DecisionOutcome, RequestOutcome};
-use floodgate_engine::{StoreError, StoreErrorKind};
-use floodgate_redis::{RedisStore, ThrottleArgs};
+use floodgate_redis::ThrottleArgs;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::gate::Gate;
-use crate::leases::{DoorError, LeaseDoor, ceil_ms, parse_lease_id, parse_limit, parse_ttl_ms};
+use crate::leases::{DoorError, ceil_ms, parse_lease_id, parse_limit, parse_ttl_ms};
 use crate::metrics::Metrics;
 
 pub use auth::{HELLO_NOAUTH, NO_PASSWORD, NOAUTH, WRONGPASS};
 pub use policy::{FG_THROTTLE_USAGE, POLICIES_ONLY, policies_only_error};
 pub use protocol::{Parsed, ProtocolError, Reply, RespLimits, parse_command};
-
-/// Where `CL.THROTTLE` keeps its state.
-#[derive(Debug)]
-pub enum ThrottleStore {
-    /// In process: the TAT per key, at most `max_keys` keys (idle keys go first).
-    Memory(KeyedLimiter<Vec<u8>, Gcra>),
-    /// In Redis, by the GCRA script (same answers as redis-cell).
-    Redis(Arc<RedisStore>),
-}
-
-impl ThrottleStore {
-    /// An in-process store of at most `max_keys` keys.
-    pub fn memory(max_keys: usize) -> Result<ThrottleStore, floodgate_core::ConfigError> {
-        // The default algorithm is never used to decide (every call brings its own); GCRA's
-        // eviction order (the TAT) does not depend on parameters.
-        Ok(ThrottleStore::Memory(KeyedLimiter::new(
-            Gcra::from_cell(0, 1, 1)?,
-            max_keys,
-        )?))
-    }
-}
 
 /// The `policy` label under which `CL.THROTTLE` decisions are counted
 /// (`floodgate_decisions_total{policy="CL.THROTTLE"}`).
@@ -95,7 +72,7 @@ pub const LEASE_USAGE: &str = "Usage: FG.ACQUIRE <key> <max_in_flight> <ttl_ms> 
 /// durations rounded up to whole milliseconds); `FG.RENEW key lease ttl_ms` and
 /// `FG.RELEASE key lease`: 1 when the lease was live, 0 (a no-op) when it was released
 /// before, expired or never issued.
-async fn lease_command(door: &LeaseDoor, name: &str, args: &[Vec<u8>]) -> Reply {
+async fn lease_command(door: &CallerLimits, name: &str, args: &[Vec<u8>]) -> Reply {
     let s = |i: usize| String::from_utf8_lossy(&args[i]).into_owned();
     let key = args.get(1).map(Vec::as_slice).unwrap_or_default();
     let run = async {
@@ -168,13 +145,13 @@ pub struct Conn {
 /// The RESP front door's state: the throttle store and the metrics.
 #[derive(Debug)]
 pub struct RespService {
-    store: ThrottleStore,
+    /// `CL.THROTTLE`'s state and the leases (shared with the HTTP door).
+    store: Arc<CallerLimits>,
     metrics: Arc<Metrics>,
     limits: RespLimits,
     timeouts: RespTimeouts,
     /// The server's policies, for `FG.RESERVE` and `FG.SETTLE`.
     engine: Option<Arc<crate::descriptors::Engine>>,
-    leases: Arc<LeaseDoor>,
     /// The password every connection must give first (`None`: none).
     auth: Option<crate::config::RespAuth>,
     /// Refuse the commands taking the caller's rate.
@@ -184,13 +161,10 @@ pub struct RespService {
 }
 
 impl RespService {
-    /// A service over `store`.
-    pub fn new(store: ThrottleStore, metrics: Arc<Metrics>, limits: RespLimits) -> RespService {
+    /// A service over `store` (`CL.THROTTLE`'s state and the leases, which the HTTP
+    /// door shares).
+    pub fn new(store: Arc<CallerLimits>, metrics: Arc<Metrics>, limits: RespLimits) -> RespService {
         RespService {
-            leases: Arc::new(match &store {
-                ThrottleStore::Memory(cells) => LeaseDoor::memory(cells.max_keys()),
-                ThrottleStore::Redis(s) => LeaseDoor::Redis(s.clone()),
-            }),
             store,
             metrics,
             limits,
@@ -230,8 +204,8 @@ impl RespService {
 
     /// The in-flight leases `FG.ACQUIRE`, `FG.RENEW` and `FG.RELEASE` use (on the same
     /// store as `CL.THROTTLE`); the HTTP door shares them.
-    pub fn leases(&self) -> &Arc<LeaseDoor> {
-        &self.leases
+    pub fn leases(&self) -> &Arc<CallerLimits> {
+        &self.store
     }
 
     /// Execute one command on a connection speaking `conn`. Returns the reply and whether
@@ -262,7 +236,7 @@ impl RespService {
             "FG.SETTLE" => (self.settle(args).await, false),
             "FG.ACQUIRE" | "FG.RENEW" | "FG.RELEASE" => {
                 let start = Instant::now();
-                let reply = lease_command(&self.leases, &name, args).await;
+                let reply = lease_command(&self.store, &name, args).await;
                 let outcome = match &reply {
                     Reply::Ints(v) if v[0] == 1 => RequestOutcome::Rejected,
                     Reply::Ints(_) | Reply::Int(_) => RequestOutcome::Passed,
@@ -333,26 +307,13 @@ impl RespService {
                 Ok(p) => p,
                 Err(e) => return Reply::Error(format!("ERR {e}")),
             };
-        let key = &args[1];
-        match &self.store {
-            ThrottleStore::Memory(cells) => {
-                let gcra = match parsed.gcra() {
-                    Ok(g) => g,
-                    Err(e) => return Reply::Error(format!("ERR {e}")),
-                };
-                let d = cells.check_with(&key[..], &gcra, WallClock.now(), parsed.quantity);
-                Reply::Ints(d.throttle_reply().to_vec())
+        match self.store.throttle(&args[1], &parsed).await {
+            Ok(r) => Reply::Ints(r.to_vec()),
+            Err(e) if e.is_transient() => {
+                self.metrics.store_error(&e);
+                Reply::Error(format!("ERR store unavailable: {}", e.kind))
             }
-            ThrottleStore::Redis(store) => match store.throttle(key, &parsed).await {
-                Ok(r) => Reply::Ints(r.to_vec()),
-                Err(e) if e.is_fault() => {
-                    let reply = Reply::Error(format!("ERR store unavailable: {e}"));
-                    self.metrics
-                        .store_error(&StoreError::new("redis", StoreErrorKind::from(e)));
-                    reply
-                }
-                Err(e) => Reply::Error(format!("ERR {e}")),
-            },
+            Err(e) => Reply::Error(format!("ERR {}", e.kind)),
         }
     }
 
@@ -528,7 +489,7 @@ mod tests {
     #[tokio::test]
     async fn hello_switches_protocol_and_rejects_unknown_versions() {
         let s = RespService::new(
-            ThrottleStore::memory(10).unwrap(),
+            Arc::new(CallerLimits::memory(10).unwrap()),
             Arc::new(Metrics::new(None)),
             RespLimits::default(),
         );
@@ -557,7 +518,7 @@ mod tests {
     #[tokio::test]
     async fn throttle_answers_as_redis_cell() {
         let s = RespService::new(
-            ThrottleStore::memory(1000).unwrap(),
+            Arc::new(CallerLimits::memory(1000).unwrap()),
             Arc::new(Metrics::new(None)),
             RespLimits::default(),
         );
