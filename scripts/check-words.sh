@@ -3,30 +3,39 @@
 # figure was measured on, never of how the project was written. Fails on such words in
 # README.md, docs/, the crates' READMEs and the design records (design/); and on words of
 # changes tried and not kept in README.md, docs/ and the crates' READMEs, whose place is a
-# design record.
+# design record. With file arguments, reads those files as guide pages (tests/check_words.rs
+# feeds it each phrase).
 set -euo pipefail
+files=()
+for f in "$@"; do files+=("$(realpath "$f")"); done
 cd "$(dirname "$0")/.."
 # How the project was written: who wrote it, in which round, for which ticket or aim; a
 # figure names the machine ("the project's 2-core VM"), not "this machine".
 pattern='\b(sessions?|helpers?|subagents?|this round|next round|earlier today|goals?|this ([0-9]+-core )?(machine|vm|host)|issue [0-9]+|the issue|aims? of)\b'
 # Changes tried and not kept: recorded in design/, out of the guide.
 kept='\b(measured and not kept|not kept|not landed)\b'
-guide=$(git ls-files 'README.md' 'docs/*.md' 'docs/**/*.md' 'crates/*/README.md')
-design=$(git ls-files 'design/*.md')
+if [ "${#files[@]}" -gt 0 ]; then
+    guide="${files[*]}"
+    design=""
+else
+    guide=$(git ls-files 'README.md' 'docs/*.md' 'docs/**/*.md' 'crates/*/README.md')
+    design=$(git ls-files 'design/*.md')
+fi
 status=0
-if grep -n -i -E "$pattern" $guide $design; then
+if grep -H -n -i -E "$pattern" $guide $design; then
     echo "check-words: the lines above speak of how the project was written; say the date, commit, machine or command instead, and state a target as one (\"the target: at least 2x ...; measured: ...\")" >&2
     status=1
 fi
-if grep -n -i -E "$kept" $guide; then
+if grep -H -n -i -E "$kept" $guide; then
     echo "check-words: the lines above describe a change that was not kept; move it to a record in design/ and leave what ships" >&2
     status=1
 fi
 # Code, tests and scripts: their comments and messages too (narrower: "helper" and
 # "session" name things in code).
 code_pattern='\b(goals?|this ([0-9]+-core )?(machine|vm)|issue [0-9]+|the issue|aims? of)\b'
-code=$(git ls-files '*.rs' '*.py' '*.sh' '.ci/*' | grep -v '^scripts/check-words.sh$')
-if grep -n -i -E "$code_pattern" $code; then
+code=$(git ls-files '*.rs' '*.py' '*.sh' '.ci/*' | grep -v '^scripts/check-words.sh$\|^tests/check_words.rs$')
+[ "${#files[@]}" -gt 0 ] && code=""
+if [ -n "$code" ] && grep -H -n -i -E "$code_pattern" $code; then
     echo "check-words: the lines above (code, tests, scripts) speak of how the project was written" >&2
     status=1
 fi
