@@ -179,6 +179,14 @@ fn generation(p: &Proc) -> String {
 #[test]
 fn sighup_reloads_and_a_bad_file_keeps_the_old_config() {
     let p = spawn(CONFIG, &["--no-watch"]);
+    let metrics = curl(&[&format!("http://{}/metrics", p.http)]);
+    for result in ["ok", "error"] {
+        let line = format!("floodgate_config_reloads_total{{result=\"{result}\"}} 0");
+        assert!(
+            metrics.contains(&line),
+            "exported from the start: {metrics}"
+        );
+    }
     let body = r#"{"descriptors":[[{"key":"user","value":"u"}]]}"#;
     assert!(check(&p, body).contains("\"remaining\":1"));
     std::fs::write(

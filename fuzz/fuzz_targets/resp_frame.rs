@@ -7,7 +7,8 @@
 //!   command parsed from the whole, a prefix of a command is incomplete (`Ok(None)`),
 //!   and a prefix of an error is incomplete or an error;
 //! * any arguments within the caps, encoded as a client encodes them (an array of bulk
-//!   strings) and followed by anything: parsed back exactly, using exactly their bytes;
+//!   strings) and followed by anything: parsed back exactly, using exactly their bytes
+//!   (a command longer than `max_command` is never taken);
 //! * an error reply is one line, whatever its text.
 #![no_main]
 use arbitrary::Arbitrary;
@@ -19,6 +20,7 @@ struct Input<'a> {
     max_args: u8,
     max_bulk: u16,
     max_line: u16,
+    max_command: u32,
     cut: u16,
     data: &'a [u8],
     args: Vec<&'a [u8]>,
@@ -30,6 +32,7 @@ fuzz_target!(|input: Input<'_>| {
         max_args: usize::from(input.max_args),
         max_bulk: usize::from(input.max_bulk),
         max_line: usize::from(input.max_line),
+        max_command: input.max_command as usize,
     };
     let data = input.data;
     let whole = parse_command(data, &limits);
@@ -68,6 +71,17 @@ fuzz_target!(|input: Input<'_>| {
         assert!(cut < *used, "a whole command's bytes are incomplete");
     }
 
+    let mut out = Vec::new();
+    Reply::Error(input.error.clone()).encode(&mut out);
+    assert_eq!(out.first(), Some(&b'-'));
+    assert!(out.ends_with(b"\r\n"));
+    let body = &out[..out.len() - 2];
+    assert!(
+        !body.contains(&b'\r') && !body.contains(&b'\n'),
+        "{:?}",
+        input.error
+    );
+
     // what a client sends
     let args: Vec<&[u8]> = input
         .args
@@ -82,6 +96,15 @@ fuzz_target!(|input: Input<'_>| {
         wire.extend_from_slice(b"\r\n");
     }
     let len = wire.len();
+    if len > limits.max_command {
+        // refused (on a bulk's header at the latest), never taken
+        assert!(
+            !matches!(parse_command(&wire, &limits), Ok(Some(_))),
+            "a command of {len} bytes taken past max_command {}",
+            limits.max_command
+        );
+        return;
+    }
     for k in [0, len / 2, len.saturating_sub(1)] {
         if k < len {
             assert_eq!(
@@ -94,15 +117,4 @@ fuzz_target!(|input: Input<'_>| {
     wire.extend_from_slice(data);
     let want: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
     assert_eq!(parse_command(&wire, &limits), Ok(Some((want, len))));
-
-    let mut out = Vec::new();
-    Reply::Error(input.error.clone()).encode(&mut out);
-    assert_eq!(out.first(), Some(&b'-'));
-    assert!(out.ends_with(b"\r\n"));
-    let body = &out[..out.len() - 2];
-    assert!(
-        !body.contains(&b'\r') && !body.contains(&b'\n'),
-        "{:?}",
-        input.error
-    );
 });

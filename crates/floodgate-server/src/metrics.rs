@@ -249,6 +249,11 @@ impl Metrics {
             latency.clone(),
         );
         let reloads = Family::<ResultLabels, Counter>::default();
+        // both series from the start, at 0: a dashboard's rate() and an alert on errors
+        // see them before the first reload
+        for result in ["ok", "error"] {
+            reloads.get_or_create(&ResultLabels { result });
+        }
         server.register(
             "config_reloads",
             "Config reload attempts by result",
