@@ -252,7 +252,7 @@ impl Metrics {
         // both series from the start, at 0: a dashboard's rate() and an alert on errors
         // see them before the first reload
         for result in ["ok", "error"] {
-            reloads.get_or_create(&ResultLabels { result });
+            let _ = reloads.get_or_create(&ResultLabels { result });
         }
         server.register(
             "config_reloads",
