@@ -637,6 +637,51 @@ async fn http2_authority_wins_over_host() {
     );
 }
 
+/// A policy keyed on the route: with `/r/item` exhausted, its spellings with `;`
+/// parameters or trailing slashes are the same key, refused too; they are forwarded as
+/// the client wrote them when admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_keys_ignore_parameters_and_trailing_slashes() {
+    let backend = Recorder::start().await;
+    let cfg = r#"
+[[policy]]
+name = "per_path"
+algorithm = "sliding-log"
+rate = "2/min"
+key = "route"
+
+[[route]]
+prefix = "/r"
+policies = ["per_path"]
+"#;
+    let p = RunningProxy::start(cfg, backend.addr).await;
+    let get = |target: &str| format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n");
+    for target in ["/r/item", "/r/item;x=0"] {
+        let got = exchange(p.addr, get(target).as_bytes(), 1).await;
+        assert_eq!(got[0].status, 200, "{target}");
+    }
+    let sent = backend.take();
+    assert!(
+        String::from_utf8_lossy(&sent[1]).starts_with("GET /r/item;x=0 HTTP/1.1"),
+        "{sent:?}"
+    );
+    for target in [
+        "/r/item",
+        "/r/item;x=1",
+        "/r/item;x=2",
+        "/r/item/",
+        "/r/item//",
+        "/r/item;x=3/",
+        "/r;v=1/item",
+    ] {
+        let got = exchange(p.addr, get(target).as_bytes(), 1).await;
+        assert_eq!(got[0].status, 429, "{target}");
+    }
+    assert!(backend.take().is_empty());
+    let got = exchange(p.addr, get("/r/other").as_bytes(), 1).await;
+    assert_eq!(got[0].status, 200);
+}
+
 /// Header fields of an HTTP/2 request, in order.
 type Fields = Vec<(&'static str, &'static str)>;
 
