@@ -572,3 +572,30 @@ async fn the_admin_api_answers_loopback_hosts_only_and_hides_allowlisted_keys() 
     );
     drop(srv);
 }
+
+/// A key is the client's bytes: `floodgate top` escapes the control characters one holds
+/// (an ESC sequence would clear the operator's terminal or recolour it) rather than
+/// printing them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_escapes_control_characters_in_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let (srv, http) = server(dir.path());
+    let check = r#"{"domain": "edge", "descriptors": [[{"key": "user", "value": "\u001b[2J\u001b[31mevil\u009b0m"}]]}"#;
+    let mut denied = 0;
+    for _ in 0..10 {
+        denied += u64::from(http_post_json(http, "/v1/check", check.to_string()).await == 429);
+    }
+    assert!(denied >= 5, "{denied}");
+    let out = top_once(http, "per_user");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !stdout.chars().any(|c| c.is_control() && c != '\n'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains(r"\u{1b}[2J\u{1b}[31mevil\u{9b}0m"),
+        "{stdout}"
+    );
+    drop(srv);
+}
