@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::Args;
-use floodgate_engine::admin::text::top_table;
+use floodgate_engine::admin::text::{printable, top_table};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 
@@ -113,7 +113,7 @@ pub fn run(args: TopArgs) -> Result<()> {
                 bail!(
                     "{}{path}: {status}: {}",
                     args.url,
-                    v["error"].as_str().unwrap_or("no message")
+                    printable(v["error"].as_str().unwrap_or("no message"))
                 );
             }
             let table = top_table(&v).map_err(anyhow::Error::msg)?;

@@ -20,6 +20,16 @@ const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
 /// (on other ports, up to three times, when the process exits before listening: a port
 /// chosen free can be taken by another test before the proxy binds it).
 async fn proxy(dir: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
+    proxy_with(dir, "", "").await
+}
+
+/// [`proxy`], with `top` among the top-level fields of its config and `tables` after its
+/// policy.
+async fn proxy_with(
+    dir: &std::path::Path,
+    top: &str,
+    tables: &str,
+) -> (Proc, SocketAddr, SocketAddr) {
     let upstream = ok_backend().await;
     let mut last = String::new();
     for _ in 0..3 {
@@ -29,8 +39,8 @@ async fn proxy(dir: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
             &cfg,
             format!(
                 "listen = \"{listen}\"\nupstream = \"http://{upstream}\"\nadmin = \"{admin}\"\n\
-                 store = \"memory\"\n\n\
-                 [[policy]]\nname = \"api\"\nalgorithm = \"fixed-window\"\nrate = \"20/s\"\nkey = \"header:x-api-key\"\n"
+                 store = \"memory\"\n{top}\n\
+                 [[policy]]\nname = \"api\"\nalgorithm = \"fixed-window\"\nrate = \"20/s\"\nkey = \"header:x-api-key\"\n{tables}"
             ),
         )
         .unwrap();
@@ -224,11 +234,17 @@ async fn bad_admin_input_is_a_400_with_a_message() {
 /// `floodgate server` with one descriptor limit of 5/s (fixed window) named `per_user`;
 /// its HTTP listener's address.
 fn server(dir: &std::path::Path) -> (Proc, SocketAddr) {
+    server_with(dir, "")
+}
+
+/// [`server`], with `top` (YAML) at the start of its config.
+fn server_with(dir: &std::path::Path, top: &str) -> (Proc, SocketAddr) {
     use std::io::{BufRead, BufReader};
     let cfg = dir.join("limits.yaml");
     std::fs::write(
         &cfg,
-        "admin_keys: plain\nstore:\n  type: memory\n  redis: {url: \"redis://admin:hunter2@127.0.0.1:6379\"}\n\
+        top.to_string()
+            + "admin_keys: plain\nstore:\n  type: memory\n  redis: {url: \"redis://admin:hunter2@127.0.0.1:6379\"}\n\
          domains:\n  - domain: edge\n    descriptors:\n      - key: user\n        \
          rate_limit: {name: per_user, rate: 5/s, algorithm: fixed-window}\n",
     )
@@ -440,4 +456,146 @@ async fn the_admin_page_shows_the_flooding_key_in_a_browser() {
     assert!(first_row.contains(&format!(">{flood}<")), "{top}");
     // and showed no error
     assert!(dom.contains(r#"id="status"></span>"#), "{dom}");
+}
+
+/// `GET path` with `Host: host` (none when `None`) on a new connection: the status, the
+/// head (lower-case) and the body.
+async fn get_as(addr: SocketAddr, path: &str, host: Option<&str>) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let host = host.map_or_else(String::new, |h| format!("Host: {h}\r\n"));
+    let req = format!("GET {path} HTTP/1.1\r\n{host}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// DNS rebinding: a page of another site whose name resolves to the loopback listener
+/// sends its own name in `Host`; the admin API answers only loopback names and the
+/// configured ones. The config it shows hides allowlisted keys (a count and a short
+/// SHA-256 each), and every admin answer carries nosniff and a CSP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_answers_loopback_hosts_only_and_hides_allowlisted_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, _listen, admin) = proxy_with(
+        dir.path(),
+        "admin_allowed_hosts = [\"ops.example\"]\n",
+        "\n[allowlist]\nkeys = [\"abc\", \"internal-batch-key\"]\n",
+    )
+    .await;
+    let port = admin.port();
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "ops.example:8443".to_string(),
+    ] {
+        let (status, head, body) = get_as(admin, "/admin/api/config", Some(&host)).await;
+        assert_eq!(status, 200, "{host}: {body}");
+        assert!(head.contains("x-content-type-options: nosniff"), "{head}");
+        assert!(
+            head.contains("content-security-policy: default-src 'none'"),
+            "{head}"
+        );
+        assert!(!body.contains("internal-batch-key"), "{body}");
+        let keys = &json(&body)["config"]["allowlist"]["keys"];
+        assert_eq!(keys["count"], 2, "{body}");
+        // SHA-256("abc") begins ba7816bf
+        assert_eq!(keys["sha256"][0], "ba7816bf", "{body}");
+    }
+    let (status, _, body) = get_as(admin, "/admin/api/overview", Some("127.0.0.1")).await;
+    assert_eq!(status, 200);
+    assert!(!body.contains("internal-batch-key"), "{body}");
+    for host in [
+        format!("rebind.example:{port}"),
+        "127.0.0.1.rebind.example".to_string(),
+    ] {
+        for path in ["/admin", "/admin/api/config", "/admin/api/top"] {
+            let (status, head, body) = get_as(admin, path, Some(&host)).await;
+            assert_eq!(status, 421, "{host} {path}: {body}");
+            assert!(head.contains("nosniff"), "{head}");
+            assert!(
+                json(&body)["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("admin_allowed_hosts")
+            );
+        }
+    }
+    // a scraper's name is its own business: /metrics answers any Host
+    assert_eq!(get_as(admin, "/metrics", Some("prom.example")).await.0, 200);
+
+    // the server's HTTP door: /admin and /v1 alike
+    let (srv, http) = server_with(dir.path(), "http:\n  allowed_hosts: [ops.example]\n");
+    let (status, head, _) = get_as(http, "/admin", Some(&http.to_string())).await;
+    assert_eq!(status, 200);
+    assert!(head.contains("content-security-policy: default-src 'none'; script-src 'sha256-"));
+    assert_eq!(get_as(http, "/admin", Some("ops.example")).await.0, 200);
+    for path in ["/admin", "/admin/api/config"] {
+        let (status, _, body) = get_as(http, path, Some("rebind.example")).await;
+        assert_eq!(status, 421, "{path}: {body}");
+        assert!(body.contains("http.allowed_hosts"), "{body}");
+    }
+    let check = |host: &str| {
+        let body = r#"{"domain": "edge", "descriptors": [[{"key": "user", "value": "u"}]]}"#;
+        format!(
+            "POST /v1/check HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    for (host, want) in [
+        (http.to_string(), "200"),
+        ("ops.example".to_string(), "200"),
+        ("rebind.example".to_string(), "421"),
+    ] {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(http).await.unwrap();
+        s.write_all(check(&host).as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.unwrap();
+        let text = String::from_utf8_lossy(&buf);
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {want}")),
+            "{host}: {text}"
+        );
+    }
+    assert_eq!(
+        get_as(http, "/healthz", Some("rebind.example")).await.0,
+        200
+    );
+    drop(srv);
+}
+
+/// A key is the client's bytes: `floodgate top` escapes the control characters one holds
+/// (an ESC sequence would clear the operator's terminal or recolour it) rather than
+/// printing them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_escapes_control_characters_in_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let (srv, http) = server(dir.path());
+    let check = r#"{"domain": "edge", "descriptors": [[{"key": "user", "value": "\u001b[2J\u001b[31mevil\u009b0m"}]]}"#;
+    let mut denied = 0;
+    for _ in 0..10 {
+        denied += u64::from(http_post_json(http, "/v1/check", check.to_string()).await == 429);
+    }
+    assert!(denied >= 5, "{denied}");
+    let out = top_once(http, "per_user");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !stdout.chars().any(|c| c.is_control() && c != '\n'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains(r"\u{1b}[2J\u{1b}[31mevil\u{9b}0m"),
+        "{stdout}"
+    );
+    drop(srv);
 }

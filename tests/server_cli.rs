@@ -376,3 +376,54 @@ fn the_server_starts_while_redis_is_down_and_uses_it_once_it_answers() {
     let _ = redis.wait();
     assert_eq!(answers, [true, true, false], "2/minute kept on Redis");
 }
+
+/// A 200 KB file of nested flow collections is refused at once, naming the file, line
+/// and column, before the YAML parser (whose cost grows with the square of that nesting)
+/// runs; the proxy's TOML parser refuses deep nesting itself.
+#[test]
+fn deeply_nested_config_files_are_refused_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("deep.yaml", format!("domains: {}\n", "[".repeat(200_000))),
+        (
+            "deep-map.yaml",
+            format!("domains:\n  - {}\n", "{a: ".repeat(50_000)),
+        ),
+        ("deep.toml", format!("domains = {}\n", "[".repeat(200_000))),
+    ];
+    for (name, text) in &files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+        let t = std::time::Instant::now();
+        let (code, _, err) = run(&["server", "--config", name, "--check"], dir.path());
+        let took = t.elapsed();
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(took < std::time::Duration::from_secs(5), "{name}: {took:?}");
+        if name.ends_with(".yaml") {
+            let col = if *name == "deep.yaml" {
+                "1:74"
+            } else {
+                "2:261"
+            };
+            assert!(
+                err.contains(&format!("{name}:{col}: flow collections ([...] or {{...}}) nested deeper than 64 levels are refused")),
+                "{name}: {err}"
+            );
+        }
+    }
+    std::fs::write(
+        dir.path().join("deep-proxy.toml"),
+        format!(
+            "upstream = \"http://127.0.0.1:9\"\nx = {}\n",
+            "[".repeat(200_000)
+        ),
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let (code, _, err) = run(
+        &["proxy", "--check-config", "--config", "deep-proxy.toml"],
+        dir.path(),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("deep-proxy.toml:2:"), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+}

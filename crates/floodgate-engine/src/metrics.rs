@@ -191,7 +191,8 @@ const REQUEST_OUTCOMES: [&str; 13] = [
 /// The `reason` label values of `floodgate_invalid_requests_total`, each counted from 0.
 pub const INVALID_REASONS: [&str; 7] = [
     // a head hyper's parser refused (400, or 431 when too large): malformed framing,
-    // bare CR, obs-fold, NUL, conflicting lengths...
+    // bare CR, obs-fold, NUL, conflicting lengths...; an HTTP/2 field value with
+    // leading or trailing whitespace
     "head",
     // not origin-form, absolute http(s) or `OPTIONS *` (or unusable after normalizing)
     "target",

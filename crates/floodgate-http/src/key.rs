@@ -25,6 +25,9 @@ use std::sync::Arc;
 use http::{Extensions, HeaderMap, HeaderName, Method, Uri};
 use ipnet::IpNet;
 
+mod route;
+pub use route::route_key;
+
 /// The address of the connection a request arrived on. Insert it into the request
 /// extensions when serving with hyper directly; the proxy does this for you.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +154,8 @@ pub enum KeyPart {
     Ip,
     /// One key for everyone (a global limit).
     Global,
-    /// The request path without the query (one bucket per path).
+    /// The request path without the query, `;` parameters or trailing slashes (one
+    /// bucket per path: [`route_key`]).
     Route,
     /// The value of a header, as raw bytes (an API key). Invalid UTF-8 is fine.
     Header(HeaderName),
@@ -224,7 +228,7 @@ impl KeySource {
                     push_ip_key(ip, ipcfg, &mut out);
                 }
                 KeyPart::Global => out.push(b'*'),
-                KeyPart::Route => out.extend_from_slice(req.uri.path().as_bytes()),
+                KeyPart::Route => out.extend_from_slice(route_key(req.uri.path()).as_bytes()),
                 KeyPart::Header(name) => {
                     let v = req
                         .headers

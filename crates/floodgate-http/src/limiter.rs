@@ -201,7 +201,10 @@ impl RateLimiter {
 
     #[cfg(feature = "admin")]
     /// Answer an admin API request (`/admin...`; `None` for other paths), key lookups
-    /// read from this limiter's store ([`floodgate_engine::admin`]).
+    /// read from this limiter's store ([`floodgate_engine::admin`]). The caller serves it:
+    /// answer only the `Host` names [`floodgate_engine::admin::AllowedHosts`] allows
+    /// (`misdirected` otherwise) and send `security_headers` with the reply, as the proxy's
+    /// admin listener does.
     pub async fn admin(
         &self,
         req: &floodgate_engine::admin::AdminRequest<'_>,

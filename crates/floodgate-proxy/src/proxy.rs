@@ -28,11 +28,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use floodgate_engine::admin::AdminRequest;
+use floodgate_engine::admin::{AdminRequest, AllowedHosts, misdirected, security_headers};
 use floodgate_http::layer::RateLimitService;
 use floodgate_http::limiter::RateLimiter;
 use floodgate_net::{ConnCaps, ConnSlot};
-use http::header::CONTENT_TYPE;
+use http::header::{CONTENT_TYPE, HOST};
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -54,6 +54,8 @@ pub struct Proxy {
     /// Client connections open, against their caps (all workers share them).
     caps: Arc<ConnCaps>,
     admin: Option<TcpListener>,
+    /// `Host` names the admin API and page answer besides loopback ones.
+    admin_hosts: Arc<AllowedHosts>,
     limiter: RateLimiter,
     serving: Serving,
     grace: Duration,
@@ -126,6 +128,7 @@ impl Proxy {
                 settings.max_connections_per_client,
             ),
             admin,
+            admin_hosts: Arc::new(settings.admin_allowed_hosts.clone()),
             serving,
             limiter,
             grace: settings.shutdown_grace,
@@ -153,9 +156,11 @@ impl Proxy {
         // client connections served on this runtime
         let draining = Draining::new();
         let limiter = self.limiter.clone();
+        let hosts = self.admin_hosts.clone();
         let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let limiter = limiter.clone();
-            async move { Ok::<_, Infallible>(admin(&limiter, &req).await) }
+            let hosts = hosts.clone();
+            async move { Ok::<_, Infallible>(admin(&limiter, &hosts, &req).await) }
         });
         let mut next = 0usize;
         tokio::pin!(shutdown);
@@ -355,19 +360,43 @@ async fn accept_opt(
 }
 
 /// The admin listener: `/metrics`, `/healthz`, and the admin API and page under `/admin`
-/// ([`floodgate_engine::admin`]).
-async fn admin<B>(limiter: &RateLimiter, req: &Request<B>) -> Response<Full<Bytes>> {
+/// ([`floodgate_engine::admin`]), which answer only the `Host` names `hosts` allows
+/// (421 otherwise) and carry `nosniff` and a Content-Security-Policy.
+async fn admin<B>(
+    limiter: &RateLimiter,
+    hosts: &AllowedHosts,
+    req: &Request<B>,
+) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     let asked = AdminRequest {
         method: req.method().as_str(),
         path,
         query: req.uri().query(),
     };
-    if let Some(reply) = limiter.admin(&asked).await {
+    let reply = if !is_admin_path(path) {
+        None
+    } else {
+        // HTTP/2 carries the host in `:authority`, HTTP/1 in `Host`
+        let host = req
+            .headers()
+            .get(HOST)
+            .map(HeaderValue::as_bytes)
+            .or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()));
+        if hosts.allows(host) {
+            limiter.admin(&asked).await
+        } else {
+            Some(misdirected(host, "admin_allowed_hosts"))
+        }
+    };
+    if let Some(reply) = reply {
         let mut r = Response::new(Full::new(Bytes::from(reply.body)));
         *r.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
         r.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
+        for (name, value) in security_headers() {
+            r.headers_mut()
+                .insert(name, HeaderValue::from_static(value));
+        }
         return r;
     }
     let (status, ctype, body) = match path {
@@ -399,6 +428,12 @@ async fn admin<B>(limiter: &RateLimiter, req: &Request<B>) -> Response<Full<Byte
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
     r
+}
+
+/// Whether `path` is the admin page's or API's: `/admin` or under `/admin/`.
+fn is_admin_path(path: &str) -> bool {
+    path.strip_prefix("/admin")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use floodgate_engine::admin::AllowedHosts;
 use http::Uri;
 
 /// Proxy settings (the non-limiter part of the config).
@@ -12,8 +13,12 @@ pub struct ProxySettings {
     pub listen: SocketAddr,
     /// The backend, `http://host:port`.
     pub upstream: Uri,
-    /// Admin listener for `/metrics` and `/healthz`.
+    /// Admin listener for `/metrics`, `/healthz` and the admin API and page under
+    /// `/admin`.
     pub admin: Option<SocketAddr>,
+    /// `Host` names the admin API and page answer besides loopback ones (421 for any
+    /// other); `/metrics` and `/healthz` answer any.
+    pub admin_allowed_hosts: AllowedHosts,
     /// Time allowed for the upstream's response head (504 after).
     pub upstream_timeout: Duration,
     /// Time allowed to connect to the upstream (502 after).
@@ -56,6 +61,7 @@ impl ProxySettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             upstream,
             admin: None,
+            admin_allowed_hosts: AllowedHosts::loopback(),
             upstream_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),

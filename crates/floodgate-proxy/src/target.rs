@@ -18,6 +18,11 @@
 //!   (`/ADMIN` is not `/admin`), as paths are in RFC 3986 and in nginx.
 //! * `Host`: repeated, empty or not a `host[:port]`: 400; missing: 400 for HTTP/1.1 and
 //!   HTTP/2 (an HTTP/1.0 request without one is sent with the upstream's).
+//! * HTTP/2 (and later): any field value with a leading or trailing space or tab: 400,
+//!   counted as `head` (RFC 9113 §8.2.1 makes such a request malformed). HTTP/1 parsers
+//!   strip that whitespace, so `x-api-key: " real"` would be a new key to the limiter
+//!   and `real` to an HTTP/1 upstream. Every field is checked, not only `Host` and the
+//!   headers policies key on: a custom key extractor may read any of them.
 //! * A header some policy keys on, repeated: 400 (the limiter would count the first
 //!   value, a backend may read the last).
 //! * Hop-by-hop fields (`Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
@@ -111,6 +116,7 @@ impl Admission {
 /// module's documentation); `key_headers` are the headers some policy keys on.
 pub fn admit<B>(req: &mut Request<B>, key_headers: &[HeaderName]) -> Result<(), Refusal> {
     check_method(req.method())?;
+    check_h2_field_values(req)?;
     let authority = origin_form(req)?;
     check_host(req, authority)?;
     let headers = req.headers_mut();
@@ -123,6 +129,28 @@ pub fn admit<B>(req: &mut Request<B>, key_headers: &[HeaderName]) -> Result<(), 
         }
     }
     strip_hop_by_hop_except(headers, key_headers);
+    Ok(())
+}
+
+const PADDED_FIELD: Refusal = bad(
+    "head",
+    "an HTTP/2 field value starts or ends with a space or a tab",
+);
+
+/// On HTTP/2 and later, refuse a field value with leading or trailing SP or HTAB
+/// (RFC 9113 §8.2.1): an HTTP/1 hop reads `" real"` as `real`, so the limiter and the
+/// upstream would see two different keys. HTTP/1 heads are trimmed by their parsers.
+fn check_h2_field_values<B>(req: &Request<B>) -> Result<(), Refusal> {
+    if req.version() < Version::HTTP_2 {
+        return Ok(());
+    }
+    let padded = |b: &u8| matches!(*b, b' ' | b'\t');
+    for v in req.headers().values() {
+        let b = v.as_bytes();
+        if b.first().is_some_and(padded) || b.last().is_some_and(padded) {
+            return Err(PADDED_FIELD);
+        }
+    }
     Ok(())
 }
 
@@ -429,6 +457,27 @@ mod tests {
         }
         let mut r = req("GET", "/", &[]);
         *r.version_mut() = Version::HTTP_10;
+        assert!(admit(&mut r, &[]).is_ok());
+    }
+
+    #[test]
+    fn padded_http2_field_values_are_refused() {
+        for v in [" k", "k ", "k\t", "\t k \t", " "] {
+            for name in ["host", "x-key", "x-other"] {
+                let mut hs = vec![("host", "a"), ("x-key", "k")];
+                hs.retain(|(n, _)| *n != name);
+                hs.push((name, v));
+                let mut r = req("GET", "/", &hs);
+                *r.version_mut() = Version::HTTP_2;
+                let got = admit(&mut r, &[HeaderName::from_static("x-key")]);
+                assert_eq!(got.map_err(|r| r.reason), Err("head"), "{name}: {v:?}");
+                // HTTP/1 parsers trim the value before it gets here: not refused
+                let mut r = req("GET", "/", &hs);
+                assert_ne!(admit(&mut r, &[]).map_err(|r| r.reason), Err("head"));
+            }
+        }
+        let mut r = req("GET", "/", &[("host", "a"), ("x-key", "a b\tc")]);
+        *r.version_mut() = Version::HTTP_2;
         assert!(admit(&mut r, &[]).is_ok());
     }
 

@@ -637,6 +637,152 @@ async fn http2_authority_wins_over_host() {
     );
 }
 
+/// A policy keyed on the route: with `/r/item` exhausted, its spellings with `;`
+/// parameters or trailing slashes are the same key, refused too; they are forwarded as
+/// the client wrote them when admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_keys_ignore_parameters_and_trailing_slashes() {
+    let backend = Recorder::start().await;
+    let cfg = r#"
+[[policy]]
+name = "per_path"
+algorithm = "sliding-log"
+rate = "2/min"
+key = "route"
+
+[[route]]
+prefix = "/r"
+policies = ["per_path"]
+"#;
+    let p = RunningProxy::start(cfg, backend.addr).await;
+    let get = |target: &str| format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n");
+    for target in ["/r/item", "/r/item;x=0"] {
+        let got = exchange(p.addr, get(target).as_bytes(), 1).await;
+        assert_eq!(got[0].status, 200, "{target}");
+    }
+    let sent = backend.take();
+    assert!(
+        String::from_utf8_lossy(&sent[1]).starts_with("GET /r/item;x=0 HTTP/1.1"),
+        "{sent:?}"
+    );
+    for target in [
+        "/r/item",
+        "/r/item;x=1",
+        "/r/item;x=2",
+        "/r/item/",
+        "/r/item//",
+        "/r/item;x=3/",
+        "/r;v=1/item",
+    ] {
+        let got = exchange(p.addr, get(target).as_bytes(), 1).await;
+        assert_eq!(got[0].status, 429, "{target}");
+    }
+    assert!(backend.take().is_empty());
+    let got = exchange(p.addr, get("/r/other").as_bytes(), 1).await;
+    assert_eq!(got[0].status, 200);
+}
+
+/// Header fields of an HTTP/2 request, in order.
+type Fields = Vec<(&'static str, &'static str)>;
+
+/// HTTP/2 rows: with `x-api-key: real` exhausted, the same key padded with spaces or tabs
+/// is refused (RFC 9113 §8.2.1), never a new bucket; so is any other padded field. The
+/// same bytes over HTTP/1 are trimmed by the parser and limited as `real`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_table() {
+    let backend = Recorder::start().await;
+    let cfg = r#"
+[[policy]]
+name = "search"
+algorithm = "sliding-log"
+rate = "2/min"
+key = "header:x-api-key"
+
+[[route]]
+prefix = "/"
+policies = ["search"]
+"#;
+    let p = RunningProxy::start(cfg, backend.addr).await;
+    let h2 = |fields: Fields| {
+        let addr = p.addr;
+        async move {
+            let s = TcpStream::connect(addr).await.unwrap();
+            let (mut send, conn) = hyper::client::conn::http2::handshake(
+                hyper_util::rt::TokioExecutor::new(),
+                hyper_util::rt::TokioIo::new(s),
+            )
+            .await
+            .unwrap();
+            tokio::spawn(conn);
+            let mut req = http::Request::get("http://a/search");
+            for (k, v) in fields {
+                req = req.header(k, http::HeaderValue::from_static(v));
+            }
+            let req = req
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            send.send_request(req).await.unwrap().status().as_u16()
+        }
+    };
+    for _ in 0..2 {
+        assert_eq!(h2(vec![("x-api-key", "real")]).await, 200);
+    }
+    assert_eq!(backend.take().len(), 2);
+    // (name, fields, status): every row after the key is exhausted
+    let rows: Vec<(&str, Fields, u16)> = vec![
+        ("the key itself", vec![("x-api-key", "real")], 429),
+        ("a leading space", vec![("x-api-key", " real")], 400),
+        ("a trailing space", vec![("x-api-key", "real ")], 400),
+        ("a trailing tab", vec![("x-api-key", "real\t")], 400),
+        ("tabs and spaces", vec![("x-api-key", "\t real \t")], 400),
+        ("a leading tab", vec![("x-api-key", "\treal")], 400),
+        (
+            "a padded Host",
+            vec![("host", " a"), ("x-api-key", "other")],
+            400,
+        ),
+        (
+            "a padded field no policy reads",
+            vec![("x-api-key", "other"), ("x-trace", "t ")],
+            400,
+        ),
+        (
+            "inner whitespace is part of the key",
+            vec![("x-api-key", "re al")],
+            200,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, fields, want) in rows {
+        let before = p.limiter.render_metrics();
+        let got = h2(fields).await;
+        let received = backend.take();
+        let after = p.limiter.render_metrics();
+        let invalid = sample(&after, r#"floodgate_invalid_requests_total{reason="head"}"#)
+            - sample(
+                &before,
+                r#"floodgate_invalid_requests_total{reason="head"}"#,
+            );
+        let sent = usize::from(want == 200);
+        if got != want || received.len() != sent || invalid != u64::from(want == 400) {
+            failures.push(format!(
+                "{name}: status {got} (want {want}), {} sent upstream, {invalid} counted invalid",
+                received.len()
+            ));
+        }
+    }
+    // HTTP/1 with the same bytes: the parser trims them, the key is `real`, limited
+    for v in [" real", "real ", "real\t", "\t real \t"] {
+        let req = format!("GET /search HTTP/1.1\r\nHost: a\r\nX-Api-Key: {v}\r\n\r\n");
+        let got = exchange(p.addr, req.as_bytes(), 1).await;
+        if got[0].status != 429 {
+            failures.push(format!("HTTP/1 {v:?}: status {}", got[0].status));
+        }
+    }
+    assert!(backend.take().is_empty());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 // ---- the property: the route-selecting path is the path sent upstream ----
 
 /// Routes of the property test and their policies (longest prefix first).

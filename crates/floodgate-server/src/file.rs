@@ -56,7 +56,7 @@ pub struct FileConfig {
     /// The RESP door's password and command set.
     #[serde(default)]
     pub resp: RespFile,
-    /// The HTTP door's bearer token for the `/v1` calls.
+    /// The HTTP door's bearer token for the `/v1` calls, and the `Host` names it answers.
     #[serde(default)]
     pub http: HttpFile,
     /// TLS on the doors: certificate, key, and the CA of client certificates (mTLS).
@@ -236,10 +236,16 @@ pub struct RespFile {
     pub policies_only: bool,
 }
 
-/// `http:` the token the HTTP door's `/v1` calls must carry (`Authorization: Bearer`).
+/// `http:` the token the HTTP door's `/v1` calls must carry (`Authorization: Bearer`),
+/// and the `Host` names `/v1` and `/admin` answer.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpFile {
+    /// `Host` names `/v1` and `/admin` answer besides loopback ones (`localhost`,
+    /// `127.0.0.0/8`, `[::1]`), any port: host names or IP addresses, without a port.
+    /// Any other `Host` gets 421 (a guard against DNS rebinding).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
     /// The token, in the file (prefer `token_file` or `token_env`).
     pub token: Option<String>,
     /// A file whose content (less one trailing newline) is the token.

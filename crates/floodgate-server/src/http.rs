@@ -20,6 +20,11 @@
 //! * `GET /admin`, `/admin/api/...`: who is being limited (floodgate-engine's admin page
 //!   and API, [`floodgate_engine::admin`]).
 //!
+//! `/v1` and `/admin` answer only a `Host` that is a loopback name or address
+//! (`localhost`, `127.0.0.0/8`, `[::1]`, any port) or one of `http.allowed_hosts`; any
+//! other (or none) gets `421` with `{"error": ...}` (a guard against DNS rebinding:
+//! [`floodgate_engine::admin::AllowedHosts`]). `/metrics` and `/healthz` answer any.
+//!
 //! Bad requests get `400` (`413` for a body above `limits.max_request_bytes`, `404` for an
 //! unknown domain or policy, `405` for a wrong method), always with `{"error": "..."}`.
 
@@ -33,7 +38,7 @@ use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use floodgate_engine::admin::AdminRequest;
+use floodgate_engine::admin::{AdminRequest, AllowedHosts, misdirected};
 use floodgate_engine::metrics::RequestOutcome;
 use serde_json::{Value, json};
 
@@ -44,8 +49,11 @@ use crate::metrics::AuthFailure;
 use floodgate_engine::CallerLimits;
 
 pub mod conn;
+mod host;
 pub mod inflight;
 pub mod settle;
+
+use host::{admin_reply, host_guard, host_of};
 
 /// State shared by the HTTP handlers.
 #[derive(Debug)]
@@ -60,6 +68,8 @@ pub struct HttpState {
     /// The token the `/v1` calls must carry as `Authorization: Bearer <token>` (`None`:
     /// none asked).
     pub token: Option<crate::config::Password>,
+    /// `Host` names `/v1` and `/admin` answer besides loopback ones.
+    pub allowed_hosts: AllowedHosts,
 }
 
 /// The router.
@@ -91,6 +101,10 @@ pub fn router(state: Arc<HttpState>) -> Router {
             json_only,
         ))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), bearer))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            host_guard,
+        ))
         .route("/metrics", get(metrics).fallback(method_not_allowed))
         .route("/healthz", get(healthz).fallback(method_not_allowed))
         .fallback(fallback)
@@ -186,13 +200,15 @@ async fn fallback(State(s): State<Arc<HttpState>>, req: axum::extract::Request) 
         path: uri.path(),
         query: uri.query(),
     };
+    let admin_path = asked
+        .path
+        .strip_prefix("/admin")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+    if admin_path && !s.allowed_hosts.allows(host_of(&req)) {
+        return admin_reply(misdirected(host_of(&req), "http.allowed_hosts"));
+    }
     match s.engine.admin(&asked).await {
-        Some(reply) => (
-            StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK),
-            [(header::CONTENT_TYPE, reply.content_type)],
-            reply.body,
-        )
-            .into_response(),
+        Some(reply) => admin_reply(reply),
         None => not_found().await,
     }
 }

@@ -249,6 +249,7 @@ pub async fn start(
         shutting_down: false.into(),
         leases: resp_svc.leases().clone(),
         token: settings.http_door.token.clone(),
+        allowed_hosts: settings.http_allowed_hosts.clone(),
     });
     if let Some(listener) = http_l {
         let timeouts = HttpTimeouts {

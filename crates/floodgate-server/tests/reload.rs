@@ -105,6 +105,19 @@ async fn broken_file_is_rejected_and_reported_while_the_old_config_serves() {
     std::fs::write(&srv.path, "not: [valid").unwrap();
     let e = srv.running.reloader.reload().unwrap_err();
     assert!(e.contains("limits.yaml:"), "{e}");
+    // 200 KB of nested flow collections: refused at once, before the YAML parser
+    std::fs::write(&srv.path, format!("domain: {}\n", "[".repeat(200_000))).unwrap();
+    let t = std::time::Instant::now();
+    let e = srv.running.reloader.reload().unwrap_err();
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(
+        e.contains("limits.yaml:1:73: flow collections ([...] or {...}) nested deeper than 64"),
+        "{e}"
+    );
     // A good file again: accepted.
     std::fs::write(&srv.path, config(5, "")).unwrap();
     assert!(eventually(10, || generation(&srv) >= 2).await);

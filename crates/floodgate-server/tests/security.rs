@@ -209,7 +209,7 @@ fn rows() -> Vec<Row> {
         Row::new(
             "http: a body held open",
             Http,
-            "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"domain\"",
+            "POST /v1/check HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"domain\"",
         )
         .metric(r#"floodgate_connection_timeouts_total{front="http",phase="request"} 1"#),
         // a command past its size cap: refused on the bulk's header

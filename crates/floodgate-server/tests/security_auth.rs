@@ -547,7 +547,7 @@ type HttpRow<'a> = (Vec<u8>, u16, Option<String>, &'a str, u64, u64);
 fn post(path: &str, auth: Option<&str>, body: &str) -> Vec<u8> {
     let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
     format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()

@@ -18,7 +18,14 @@
 //! breaker open: [`StoreError::is_transient`]) a `503` with the same body naming the
 //! fault; another method than `GET` or `HEAD` a `405`, an unknown path under `/admin` a
 //! `404`, both with the same body.
+//!
+//! Surfaces answer only the `Host` names [`AllowedHosts`] allows (loopback ones and
+//! configured ones; [`misdirected`]: `421` otherwise) and send [`security_headers`] with
+//! every reply: `X-Content-Type-Options: nosniff` and a Content-Security-Policy that lets
+//! the page run its own inline script and style (by their SHA-256) and fetch from its
+//! own origin, nothing else.
 
+mod host;
 mod json;
 mod query;
 pub mod text;
@@ -30,9 +37,42 @@ use crate::insight::Insight;
 use crate::store::{BoxFuture, DecisionStore};
 
 pub use crate::insight::redact::{REDACTED, redact, redact_url};
+pub use host::{AllowedHosts, HostListError, MISDIRECTED, misdirected};
 
 /// The page, shipped in the binary.
 pub const PAGE: &str = include_str!("page.html");
+
+/// The headers every admin reply carries: `X-Content-Type-Options: nosniff` and
+/// [`content_security_policy`].
+pub fn security_headers() -> [(&'static str, &'static str); 2] {
+    [
+        ("x-content-type-options", "nosniff"),
+        ("content-security-policy", content_security_policy()),
+    ]
+}
+
+/// The Content-Security-Policy of the page (and of the JSON answers, where it allows
+/// nothing to run): no source by default; the page's one inline `<script>` and one
+/// `<style>` by their SHA-256; `fetch` to its own origin; no framing, no `<base>`, no
+/// form submission. Computed once from [`PAGE`].
+pub fn content_security_policy() -> &'static str {
+    static CSP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CSP.get_or_init(|| {
+        let hash = |open: &str, close: &str| {
+            let body = PAGE
+                .split_once(open)
+                .and_then(|(_, rest)| rest.split_once(close))
+                .map_or("", |(inner, _)| inner);
+            let digest = crate::insight::sha256::sha256(body.as_bytes());
+            format!("'sha256-{}'", crate::insight::sha256::base64(&digest))
+        };
+        format!(
+            "default-src 'none'; script-src {}; style-src {}; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            hash("<script>", "</script>"),
+            hash("<style>", "</style>"),
+        )
+    })
+}
 
 /// The longest query string taken (bytes).
 pub const MAX_QUERY_BYTES: usize = 4096;

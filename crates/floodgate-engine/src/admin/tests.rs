@@ -237,3 +237,21 @@ fn the_page_is_self_contained() {
         assert!(!page.contains(attr), "the page loads {attr}");
     }
 }
+
+#[test]
+fn the_page_runs_under_its_content_security_policy() {
+    // one inline script and one style, each allowed by its hash; no inline style
+    // attribute or event handler, which a hash does not allow
+    assert_eq!(PAGE.matches("<script").count(), 1);
+    assert_eq!(PAGE.matches("<style").count(), 1);
+    assert!(!PAGE.contains("style=\"") && !PAGE.contains(" onclick"));
+    let csp = content_security_policy();
+    assert_eq!(csp.matches("'sha256-").count(), 2, "{csp}");
+    assert!(
+        csp.starts_with("default-src 'none'; script-src 'sha256-"),
+        "{csp}"
+    );
+    let h = security_headers();
+    assert_eq!(h[0], ("x-content-type-options", "nosniff"));
+    assert_eq!(h[1].1, csp);
+}

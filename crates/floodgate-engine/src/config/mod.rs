@@ -27,10 +27,12 @@ mod headers;
 mod store;
 #[cfg(test)]
 mod tests;
+mod yaml_depth;
 
 pub use fleet::{FleetNodes, FleetSection};
 pub use headers::{HeadersSection, legacy_headers};
 pub use store::{DEFAULT_MAX_KEYS, RedisSection, StoreKind, StoreSection, fault_policy_legacy};
+pub use yaml_depth::MAX_YAML_FLOW_NESTING;
 
 /// A config file that cannot be used: where, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -230,8 +232,22 @@ pub fn from_toml<T: DeserializeOwned>(path: &Path, src: &str) -> Result<T, Confi
     })
 }
 
-/// Deserialize `src`, the YAML file `path` (an empty file is an empty mapping).
+/// Deserialize `src`, the YAML file `path` (an empty file is an empty mapping). Flow
+/// collections (`[...]`, `{...}`) nested deeper than [`MAX_YAML_FLOW_NESTING`] are
+/// refused before the parser runs (its cost grows with the square of that nesting),
+/// with the line and column of the bracket one level too deep.
 pub fn from_yaml<T: DeserializeOwned>(path: &Path, src: &str) -> Result<T, ConfigError> {
+    if let Some(at) = yaml_depth::too_deep(src, MAX_YAML_FLOW_NESTING) {
+        return Err(ConfigError::at(
+            path,
+            src,
+            at,
+            "",
+            format!(
+                "flow collections ([...] or {{...}}) nested deeper than {MAX_YAML_FLOW_NESTING} levels are refused"
+            ),
+        ));
+    }
     let src_or_empty = if src.trim().is_empty() { "{}" } else { src };
     let de = serde_norway::Deserializer::from_str(src_or_empty);
     serde_path_to_error::deserialize(de).map_err(|e| {

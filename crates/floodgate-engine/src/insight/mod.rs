@@ -37,6 +37,8 @@
 
 #[cfg(feature = "admin")]
 pub mod redact;
+#[cfg(feature = "admin")]
+pub mod sha256;
 pub mod summary;
 pub mod timeline;
 

@@ -58,6 +58,12 @@ pub(super) fn de_key_display<'de, D: Deserializer<'de>>(
         .map_err(|e: String| serde::de::Error::custom(format!("admin_keys: {e}")))
 }
 
+/// `admin_allowed_hosts`: host names or IP addresses, without a port.
+pub(super) fn de_allowed_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<AllowedHosts, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    AllowedHosts::new(&names).map_err(serde::de::Error::custom)
+}
+
 /// An optional header name (`estimate_header`, `cost_header`, `cost_trailer`).
 pub(super) fn de_opt_header<'de, D: Deserializer<'de>>(
     d: D,

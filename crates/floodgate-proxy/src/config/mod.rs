@@ -30,6 +30,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
+use floodgate_engine::admin::AllowedHosts;
 use floodgate_engine::fault::StoreFailure;
 use floodgate_engine::fleet::{Fleet, Strategy};
 use floodgate_engine::insight::KeyDisplay;
@@ -67,6 +68,11 @@ pub struct Config {
     /// How the admin API and page show keys: `plain` (default), `truncated`, `hashed`.
     #[serde(default, deserialize_with = "de_key_display")]
     pub admin_keys: KeyDisplay,
+    /// `Host` names the admin API and page answer besides loopback ones (`localhost`,
+    /// `127.0.0.0/8`, `[::1]`), any port: host names or IP addresses, without a port.
+    /// Any other `Host` gets 421 (a guard against DNS rebinding).
+    #[serde(default, deserialize_with = "de_allowed_hosts")]
+    pub admin_allowed_hosts: AllowedHosts,
     /// Where decisions are made (shared with floodgate server).
     #[serde(default)]
     pub store: StoreSection,
@@ -153,6 +159,7 @@ impl Config {
         s.upstream_max_idle = self.upstream_max_idle.unwrap_or(s.upstream_max_idle);
         s.shutdown_grace = self.shutdown_grace.unwrap_or(s.shutdown_grace);
         s.upstream_http2 = self.upstream_http2;
+        s.admin_allowed_hosts = self.admin_allowed_hosts.clone();
     }
 
     /// Parse `src` (read from `path`, for messages).

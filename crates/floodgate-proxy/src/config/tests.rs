@@ -422,3 +422,26 @@ fn abort_options_default_parse_and_bad_values_name_the_field() {
         "{e}"
     );
 }
+
+#[test]
+fn admin_allowed_hosts_are_names_or_addresses() {
+    let parse = |hosts: &str| {
+        Config::parse(
+            &format!("admin_allowed_hosts = {hosts}\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n"),
+            Path::new("f.toml"),
+        )
+    };
+    let c = parse(r#"["admin.example", "10.0.0.5", "[::2]"]"#).unwrap();
+    assert_eq!(
+        c.admin_allowed_hosts.names(),
+        ["admin.example", "10.0.0.5", "::2"]
+    );
+    let e = parse(r#"["ok", "admin.example:9090"]"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("admin_allowed_hosts") && e.contains("entry 1 (\"admin.example:9090\")"),
+        "{e}"
+    );
+    assert!(parse(r#""admin.example""#).is_err());
+}

@@ -5,6 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use floodgate_engine::StoreFailure;
+use floodgate_engine::admin::AllowedHosts;
 use floodgate_engine::config::StoreKind;
 use floodgate_engine::fleet::{DEFAULT_LEASE, DEFAULT_LEASE_TTL, Strategy};
 use floodgate_engine::insight::KeyDisplay;
@@ -28,6 +29,9 @@ pub struct Settings {
     pub fleet: FleetSettings,
     /// How `/admin` shows keys.
     pub admin_keys: KeyDisplay,
+    /// `Host` names the HTTP door's `/v1` and `/admin` answer besides loopback ones
+    /// (`http.allowed_hosts`).
+    pub http_allowed_hosts: AllowedHosts,
     /// Timeouts of client connections.
     pub connections: ConnectionSettings,
     /// The RESP door's password and command set.
@@ -266,6 +270,8 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
         None => KeyDisplay::Plain,
         Some(s) => s.parse().map_err(|e: String| invalid("admin_keys", e))?,
     };
+    let http_allowed_hosts = AllowedHosts::new(&file.http.allowed_hosts)
+        .map_err(|e| invalid("http.allowed_hosts", e.to_string()))?;
     let connections = connections(file)?;
     Ok(Settings {
         grpc,
@@ -274,6 +280,7 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
         store,
         fleet,
         admin_keys,
+        http_allowed_hosts,
         connections,
         resp_door: super::security::resp(&file.resp)?,
         http_door: super::security::http(&file.http)?,
