@@ -152,7 +152,8 @@ fn line_end(buf: &[u8], limit: usize) -> Option<usize> {
     window.windows(2).position(|w| w == b"\r\n")
 }
 
-/// `1a;name=value` → 26. Hex digits, then optional whitespace and `;extensions`.
+/// `1a;name=value` → 26. Hex digits, then optional whitespace and `;extensions` (no CR
+/// or LF in them).
 fn parse_size(line: &[u8]) -> Result<u64, ChunkedError> {
     let digits = line
         .iter()
@@ -163,7 +164,9 @@ fn parse_size(line: &[u8]) -> Result<u64, ChunkedError> {
     }
     let rest = &line[digits..];
     let rest = rest.trim_ascii_start();
-    if !(rest.is_empty() || rest[0] == b';') || rest.contains(&b'\n') {
+    // a bare CR or LF in the extensions: the line ends there for other readers (hyper
+    // reads CR as the line's end and refuses what follows), so it is refused
+    if !(rest.is_empty() || rest[0] == b';') || rest.iter().any(|&b| b == b'\n' || b == b'\r') {
         return Err(ChunkedError::BadSize);
     }
     let mut size: u64 = 0;
@@ -203,6 +206,13 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_bare_cr_in_the_extensions_is_refused() {
+        assert_eq!(parse_size(b"5;ext=1"), Ok(5));
+        assert_eq!(parse_size(b"5;ext=\rS"), Err(ChunkedError::BadSize));
+        assert_eq!(parse_size(b"5;e\nx"), Err(ChunkedError::BadSize));
     }
 
     #[test]
