@@ -328,7 +328,9 @@ fn yaml_value_place(src: &str, path: &serde_path_to_error::Path) -> Option<(usiz
             if let Some(rest) = body.strip_prefix(key)
                 && let Some(value) = rest.strip_prefix(':')
             {
-                let value_col = line.len() - value.trim_start().len();
+                // columns count characters, as the parser's do
+                let value_at = line.len() - value.trim_start().len();
+                let value_col = line[..value_at].chars().count();
                 found = Some((n + 1, value_col + 1));
                 parent_indent = Some(indent);
                 break;

@@ -308,6 +308,20 @@ fn a_yaml_error_at_the_end_of_the_file_is_placed_inside_it() {
     assert!(e.starts_with("f.yaml:3:1: "), "{e}");
 }
 
+/// Found by the `server_config_yaml` fuzz target: a key holding multi-byte characters
+/// placed its value by bytes, past the end of the line; columns count characters.
+#[test]
+fn a_yaml_place_counts_characters() {
+    let e = from_yaml::<Shared>(Path::new("f.yaml"), "\u{496}{t \u{496}{t ::\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("f.yaml:1:11: "), "{e}");
+    let e = from_yaml::<Shared>(Path::new("f.yaml"), "fleet:\n  \u{e9}t\u{e9}: 1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("f.yaml:2:8: "), "{e}");
+}
+
 /// YAML reads `off` as a string (YAML 1.2), so `legacy: off` needs no quotes.
 #[test]
 fn yaml_off_is_the_legacy_mode_off() {
