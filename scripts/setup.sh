@@ -21,7 +21,8 @@ command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked --quiet cargo
 
 # Debian package -> a file or command that shows it is there
 missing=()
-have_libclang() { dpkg -s libclang-dev >/dev/null 2>&1 || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; }
+# (libclang itself: libclang-cpp.so, which other packages bring, is not what bindgen loads)
+have_libclang() { dpkg -s libclang-dev >/dev/null 2>&1 || ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* >/dev/null 2>&1; }
 have_libclang || missing+=(libclang-dev)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 { dpkg -s faketime >/dev/null 2>&1 || ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; } || missing+=(faketime)
