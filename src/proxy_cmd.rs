@@ -9,8 +9,11 @@ use clap::Args;
 use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Algorithm, Kind, Rate, Spec};
 use floodgate_http::{KeyDisplay, Policy, RateLimiter, RateLimiterBuilder};
+use floodgate_net::tls::{CertFiles, CertStore, HANDSHAKE_TIMEOUT};
 use floodgate_proxy::config::{Config, parse_admin, parse_upstream};
-use floodgate_proxy::proxy::{Proxy, ProxySettings, shutdown_signal};
+use floodgate_proxy::proxy::{
+    DEFAULT_TLS_RELOAD, ListenerTls, Proxy, ProxySettings, shutdown_signal,
+};
 
 /// Flags of `floodgate proxy`.
 #[derive(Args, Debug)]
@@ -24,9 +27,17 @@ pub struct ProxyArgs {
     /// Listen address (overrides the config's `listen`).
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Upstream, http://host:port (overrides the config's `upstream`).
+    /// Upstream, http://host:port or https://host:port (overrides the config's
+    /// `upstream`).
     #[arg(long)]
     upstream: Option<String>,
+    /// TLS on the listener: the certificate chain (PEM; with --tls-key; overrides the
+    /// config's `[tls]` certificates).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS on the listener: the certificate's private key (PEM; with --tls-cert).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Admin listener for /metrics, /healthz and the admin page and API under /admin
     /// (overrides the config's `admin`): ip:port, or a port alone, which binds
     /// 127.0.0.1 (the page shows keys and config).
@@ -133,6 +144,34 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             "no upstream: set `upstream = \"http://host:port\"` in the config or pass --upstream"
         );
     }
+    if settings.upstream.scheme_str() != Some("https")
+        && cfg.as_ref().is_some_and(|c| c.upstream_tls.is_some())
+    {
+        bail!(
+            "[upstream_tls] is set but the upstream {} is not https://",
+            settings.upstream
+        );
+    }
+    if let (Some(cert_file), Some(key_file)) = (&args.tls_cert, &args.tls_key) {
+        let certs = CertStore::load(vec![CertFiles {
+            cert_file: cert_file.clone(),
+            key_file: key_file.clone(),
+        }])
+        .context("--tls-cert/--tls-key")?;
+        let min = cfg
+            .as_ref()
+            .and_then(|c| c.tls.as_ref())
+            .and_then(|t| t.min_version)
+            .unwrap_or_default();
+        let (reload, handshake) = settings
+            .tls
+            .as_ref()
+            .map_or((Some(DEFAULT_TLS_RELOAD), HANDSHAKE_TIMEOUT), |t| {
+                (t.reload_interval, t.handshake_timeout)
+            });
+        settings.tls =
+            Some(ListenerTls::new(certs, min, reload, handshake).context("--tls-cert/--tls-key")?);
+    }
     if let Some(l) = args.listen {
         settings.listen = l;
     }
@@ -160,6 +199,13 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             settings.upstream,
             settings.listen
         );
+        if let Some(t) = &settings.tls {
+            println!(
+                "tls: {} certificate(s) for {:?}",
+                t.server.certs().files().len(),
+                t.server.certs().names()
+            );
+        }
         if let Some(f) = cfg.as_ref().and_then(|c| c.fleet()) {
             println!(
                 "fleet: {} over {} nodes ({}), self {}",
@@ -210,6 +256,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             listen = %proxy.local_addr(),
             admin = ?proxy.admin_addr(),
             upstream = %settings.upstream,
+            tls = settings.tls.is_some(),
             "floodgate proxy ready"
         );
         proxy.run(shutdown_signal()).await;

@@ -19,7 +19,7 @@
 //! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect (unreachable), response (closed, reset or malformed response), timeout (no response head in time) |
 //! | `floodgate_store_events_total` | counter | `event`: the store's own counters (hybrid: `lease_admit` = checks admitted from a local lease, `round_trip` = calls to the shared counter) |
 //! | `floodgate_invalid_requests_total` | counter | proxy: `reason` a request was refused before the limiter looked (see [`INVALID_REASONS`]) |
-//! | `floodgate_client_timeouts_total` | counter | proxy: `kind` = send (the client did not read the response), body (the client's request body stalled) |
+//! | `floodgate_client_timeouts_total` | counter | proxy: `kind` = send (the client did not read the response), body (the client's request body stalled), handshake (no TLS handshake in time) |
 //! | `floodgate_client_connections_total` | counter | proxy: `outcome` = accepted, refused_total (the connection cap), refused_per_client (the per-address cap) |
 //! | `floodgate_settle_abandoned_total` | counter | `outcome` = settled (the cost arrived after the client left), abort_cost (it did not: the route's abort cost was charged) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
@@ -210,7 +210,7 @@ pub const INVALID_REASONS: [&str; 7] = [
 ];
 
 /// The `kind` label values of `floodgate_client_timeouts_total`.
-pub const CLIENT_TIMEOUT_KINDS: [&str; 2] = ["send", "body"];
+pub const CLIENT_TIMEOUT_KINDS: [&str; 3] = ["send", "body", "handshake"];
 
 /// The `outcome` label values of `floodgate_settle_abandoned_total`: an exchange its
 /// client abandoned was `settled` with the cost that arrived after, or charged its
@@ -492,7 +492,8 @@ impl Metrics {
         self.invalid.get_or_create(&ReasonLabels { reason }).get()
     }
 
-    /// Count a client timeout: `"send"` or `"body"` ([`CLIENT_TIMEOUT_KINDS`]).
+    /// Count a client timeout: `"send"`, `"body"` or `"handshake"` (TLS)
+    /// ([`CLIENT_TIMEOUT_KINDS`]).
     pub fn client_timeout(&self, kind: &'static str) {
         self.client_timeouts
             .get_or_create(&KindLabels { kind })

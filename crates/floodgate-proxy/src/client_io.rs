@@ -1,4 +1,5 @@
-//! A client connection's socket with a send timeout ([`ClientIo`]). The caps on client
+//! A client connection's socket, plain or TLS ([`ClientStream`]), with a send timeout
+//! ([`ClientIo`]). The caps on client
 //! connections in total and per client address are `floodgate_net`'s
 //! ([`floodgate_net::ConnCaps`]), shared with `floodgate server`.
 //!
@@ -19,12 +20,71 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
+use tokio_rustls::server::TlsStream;
 
 use floodgate_engine::metrics::Metrics;
 
+/// A client connection: TCP, or TLS over TCP (the handshake done).
+pub(crate) enum ClientStream {
+    /// Cleartext.
+    Plain(TcpStream),
+    /// TLS terminated here.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// `$body` on the stream inside `$self` (a `Pin<&mut ClientStream>`), whichever it is.
+macro_rules! on_stream {
+    ($self:expr, $io:ident => $body:expr) => {
+        match $self {
+            ClientStream::Plain($io) => $body,
+            ClientStream::Tls($io) => $body,
+        }
+    };
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        on_stream!(self.get_mut(), io => Pin::new(io).poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        on_stream!(self.get_mut(), io => Pin::new(io).poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        on_stream!(self.get_mut(), io => Pin::new(io).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        on_stream!(self, io => io.is_write_vectored())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        on_stream!(self.get_mut(), io => Pin::new(io).poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        on_stream!(self.get_mut(), io => Pin::new(io).poll_shutdown(cx))
+    }
+}
+
 /// A client's socket whose writes time out when they make no progress.
 pub(crate) struct ClientIo {
-    io: TcpStream,
+    io: ClientStream,
     timeout: Duration,
     /// Armed when a write would block; dropped on progress.
     stall: Option<Pin<Box<Sleep>>>,
@@ -32,7 +92,7 @@ pub(crate) struct ClientIo {
 }
 
 impl ClientIo {
-    pub(crate) fn new(io: TcpStream, timeout: Duration, metrics: Arc<Metrics>) -> ClientIo {
+    pub(crate) fn new(io: ClientStream, timeout: Duration, metrics: Arc<Metrics>) -> ClientIo {
         ClientIo {
             io,
             timeout,

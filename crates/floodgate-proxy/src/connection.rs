@@ -3,6 +3,12 @@
 //! hands the connection, with the bytes already read, to hyper's server
 //! ([`serve_hyper`], HTTP/1.1 and h2c); and what a runtime's client connections share
 //! ([`Served`]), with hyper's server settings among it.
+//!
+//! With TLS on the listener, the handshake comes first ([`accept_tls`], bounded by the
+//! handshake timeout); then ALPN `h2` goes straight to hyper's HTTP/2, anything else
+//! (`http/1.1`, or no ALPN) to the HTTP/1 path, as a cleartext connection would. The
+//! connection caps hold from accept (the handshake included), and the head and send
+//! timeouts apply as they do in cleartext.
 
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -25,11 +31,11 @@ use tokio::sync::watch;
 use tower_service::Service;
 
 use crate::body::RequestBody;
-use crate::client_io::ClientIo;
+use crate::client_io::{ClientIo, ClientStream};
 use crate::h1::client::{Conn, READ_BUF, Rewind, Wait, Waiting};
 use crate::h1::request_head::{Head, MAX_HEAD, Parsed, parse};
 use crate::head_timeout::{self, HeadWait, LazyTimer, Watched};
-use crate::settings::ProxySettings;
+use crate::settings::{ListenerTls, ProxySettings};
 use crate::sticky::FleetService;
 use crate::target::Admission;
 
@@ -57,6 +63,8 @@ pub(crate) struct Served {
     /// [`ProxySettings::send_timeout`].
     pub(crate) send_timeout: Duration,
     pub(crate) builder: auto::Builder<TokioExecutor>,
+    /// TLS on the listener, if any.
+    pub(crate) tls: Option<ListenerTls>,
 }
 
 impl Served {
@@ -72,6 +80,7 @@ impl Served {
             head_timeout: settings.head_timeout,
             send_timeout: settings.send_timeout,
             builder: server_builder(),
+            tls: settings.tls.clone(),
         })
     }
 }
@@ -85,8 +94,34 @@ pub(crate) async fn stopped(mut shutdown: watch::Receiver<bool>) {
     }
 }
 
+/// The TLS handshake of a client connection within the handshake timeout, and whether
+/// the client chose HTTP/2 (ALPN `h2`). `None` (logged at debug; a timeout counted in
+/// `floodgate_client_timeouts_total{kind="handshake"}`) when it failed.
+async fn accept_tls(
+    tls: &ListenerTls,
+    stream: TcpStream,
+    peer: SocketAddr,
+    metrics: &Metrics,
+) -> Option<(ClientStream, bool)> {
+    use floodgate_net::tls::{HandshakeError, handshake};
+    match handshake(tls.server.acceptor(), stream, tls.handshake_timeout).await {
+        Ok(s) => {
+            let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
+            Some((ClientStream::Tls(Box::new(s)), h2))
+        }
+        Err(e) => {
+            if matches!(e, HandshakeError::TimedOut(_)) {
+                metrics.client_timeout("handshake");
+            }
+            tracing::debug!(%peer, error = %e, "TLS handshake failed: connection closed");
+            None
+        }
+    }
+}
+
 /// Serve `stream` until the client closes it, it times out waiting for a head, shutdown
-/// finds it idle, or it is handed to hyper (then until hyper is done with it).
+/// finds it idle, or it is handed to hyper (then until hyper is done with it). On a TLS
+/// listener, the handshake comes first.
 pub(crate) async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
@@ -96,6 +131,17 @@ pub(crate) async fn serve(
 ) {
     // the connection's place under the caps, given back when it ends
     let _slot = slot;
+    let stream = match &served.tls {
+        None => ClientStream::Plain(stream),
+        Some(tls) => match accept_tls(tls, stream, peer, &served.metrics).await {
+            None => return,
+            Some((io, true)) => {
+                let io = ClientIo::new(io, served.send_timeout, served.metrics.clone());
+                return serve_hyper(&served, io, peer, shutdown).await;
+            }
+            Some((io, false)) => io,
+        },
+    };
     let mut conn = Conn {
         stream: ClientIo::new(stream, served.send_timeout, served.metrics.clone()),
         buf: BytesMut::with_capacity(READ_BUF),

@@ -1,5 +1,6 @@
 //! [`Forward`]: the proxy's client to one upstream, over pooled connections (its own
-//! HTTP/1.1 pool, or hyper-util's client for h2c), with the request rewritten for the
+//! HTTP/1.1 pool, or hyper-util's client for HTTP/2), cleartext or TLS (`https://`,
+//! [`upstream_tls`]), with the request rewritten for the
 //! upstream: `X-Forwarded-For` appended, hop-by-hop headers dropped both ways.
 
 use std::convert::Infallible;
@@ -28,6 +29,8 @@ use crate::h1::upstream::{Http1Pool, UpstreamBody, UpstreamError, direct};
 use crate::h1::{encode_field, encode_request_line};
 use crate::hop_by_hop::{is_hop_by_hop, strip_hop_by_hop};
 use crate::settings::{ProxyError, ProxySettings};
+use crate::tls_connect::TlsConnector;
+use floodgate_net::tls::ClientTls;
 
 /// The body of a proxied response: the upstream's, or a short error body.
 pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
@@ -43,6 +46,46 @@ enum Upstream {
     Http1(Arc<Http1Pool>),
     /// HTTP/2 (h2c prior knowledge), multiplexed by hyper-util's client.
     Http2(Box<Client<HttpConnector, ClientBody>>),
+    /// HTTP/2 over TLS (ALPN `h2`), multiplexed by hyper-util's client.
+    Http2Tls(Box<Client<TlsConnector, ClientBody>>),
+}
+
+/// `req` through hyper-util's client, its error with its kind for the metric.
+async fn send_h2<C>(
+    client: &Client<C, ClientBody>,
+    req: Request<ClientBody>,
+) -> Result<Response<UpstreamBody>, (BoxError, &'static str)>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    client
+        .request(req)
+        .await
+        .map(|r| r.map(UpstreamBody::unpooled))
+        .map_err(|e| {
+            let kind = if e.is_connect() {
+                "connect"
+            } else {
+                "response"
+            };
+            (BoxError::from(e), kind)
+        })
+}
+
+/// `e` and its sources, joined by ": " (hyper-util's error names only its kind; the
+/// reason, a refused certificate say, is in its sources).
+fn with_sources(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
 }
 
 /// Forwards requests to one upstream over pooled connections. Cloning shares it.
@@ -147,48 +190,95 @@ fn upstream_fields(
     }
 }
 
+/// The TLS connector to `settings.upstream` (`https://`), as `settings.upstream_tls`
+/// says, offering ALPN `h2` to an HTTP/2 upstream and `http/1.1` otherwise. Logs a
+/// warning when verification is off.
+pub fn upstream_tls(settings: &ProxySettings) -> Result<ClientTls, ProxyError> {
+    let alpn: &[&[u8]] = if settings.upstream_http2 {
+        &[b"h2"]
+    } else {
+        &[b"http/1.1"]
+    };
+    ClientTls::new(&settings.upstream_tls, alpn).map_err(ProxyError::UpstreamTls)
+}
+
 /// How long an upstream connection may sit unused before it is closed.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 impl Forward {
-    /// A forwarder to `settings.upstream`.
+    /// A forwarder to `settings.upstream`; for an `https://` one, verified as
+    /// `settings.upstream_tls` says (see [`Forward::with_tls`] to share one connector).
     pub fn new(settings: &ProxySettings, metrics: Arc<Metrics>) -> Result<Forward, ProxyError> {
+        let tls = match settings.upstream.scheme() {
+            Some(s) if *s == Scheme::HTTPS => Some(upstream_tls(settings)?),
+            _ => None,
+        };
+        Forward::with_tls(settings, metrics, tls)
+    }
+
+    /// A forwarder to `settings.upstream`, over `tls` when it is `https://` (a
+    /// connector from [`upstream_tls`], built once and shared by the workers).
+    pub fn with_tls(
+        settings: &ProxySettings,
+        metrics: Arc<Metrics>,
+        tls: Option<ClientTls>,
+    ) -> Result<Forward, ProxyError> {
         let parts = settings.upstream.clone().into_parts();
         let scheme = parts.scheme.unwrap_or(Scheme::HTTP);
         let authority = parts
             .authority
             .ok_or_else(|| ProxyError::Upstream(format!("{} has no host", settings.upstream)))?;
+        let tls = match (scheme.as_str(), tls) {
+            ("http", _) => None,
+            ("https", Some(t)) => Some(t),
+            ("https", None) => Some(upstream_tls(settings)?),
+            (other, _) => {
+                return Err(ProxyError::Upstream(format!(
+                    "{}: scheme {other:?} is not supported (http:// or https://)",
+                    settings.upstream
+                )));
+            }
+        };
         let upstream = if settings.upstream_http2 {
             let mut connector = HttpConnector::new();
             connector.set_connect_timeout(Some(settings.connect_timeout));
             connector.set_nodelay(true);
-            Upstream::Http2(Box::new(
-                Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-                    .pool_max_idle_per_host(settings.upstream_max_idle)
-                    .pool_timer(TokioTimer::new())
-                    .timer(TokioTimer::new())
-                    .http2_only(true)
-                    .build(connector),
-            ))
-        } else {
-            if scheme != Scheme::HTTP {
-                return Err(ProxyError::Upstream(format!(
-                    "{}: only http:// upstreams are supported",
-                    settings.upstream
-                )));
+            let mut builder = Client::builder(TokioExecutor::new());
+            builder
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                .pool_max_idle_per_host(settings.upstream_max_idle)
+                .pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .http2_only(true);
+            match tls {
+                None => Upstream::Http2(Box::new(builder.build(connector))),
+                Some(tls) => {
+                    connector.enforce_http(false);
+                    Upstream::Http2Tls(Box::new(builder.build(TlsConnector {
+                        http: connector,
+                        tls,
+                        timeout: settings.connect_timeout,
+                    })))
+                }
             }
+        } else {
+            let default_port = if tls.is_some() { 443 } else { 80 };
             let addr = format!(
                 "{}:{}",
                 authority.host(),
-                authority.port_u16().unwrap_or(80)
+                authority.port_u16().unwrap_or(default_port)
             );
-            Upstream::Http1(Arc::new(Http1Pool::new(
+            let pool = Http1Pool::new(
                 addr,
                 settings.connect_timeout,
                 POOL_IDLE_TIMEOUT,
                 settings.upstream_max_idle,
-            )))
+            );
+            let pool = match tls {
+                Some(tls) => pool.with_tls(tls, authority.host().to_string()),
+                None => pool,
+            };
+            Upstream::Http1(Arc::new(pool))
         };
         Ok(Forward {
             inner: Arc::new(ForwardInner {
@@ -272,18 +362,8 @@ impl Service<Request<RequestBody>> for Forward {
                     let send = async {
                         match &this.inner.upstream {
                             Upstream::Http1(pool) => pool.send(*req).await.map_err(failed),
-                            Upstream::Http2(client) => client
-                                .request(*req)
-                                .await
-                                .map(|r| r.map(UpstreamBody::unpooled))
-                                .map_err(|e| {
-                                    let kind = if e.is_connect() {
-                                        "connect"
-                                    } else {
-                                        "response"
-                                    };
-                                    (BoxError::from(e), kind)
-                                }),
+                            Upstream::Http2(client) => send_h2(client, *req).await,
+                            Upstream::Http2Tls(client) => send_h2(client, *req).await,
                         }
                     };
                     // boxed: the direct way's state, not this one's, sizes this future
@@ -335,7 +415,7 @@ impl Service<Request<RequestBody>> for Forward {
                 }
                 Ok(Err((e, kind))) => {
                     this.inner.metrics.upstream_error(kind);
-                    tracing::warn!(error = %e, upstream = %this.inner.authority, "upstream failed");
+                    tracing::warn!(error = %with_sources(&*e), upstream = %this.inner.authority, "upstream failed");
                     Ok(this.error(StatusCode::BAD_GATEWAY, "upstream unavailable", format))
                 }
                 Err(_) => {
@@ -413,7 +493,9 @@ impl Forward {
         let mut body_watch: Option<Arc<BodyWatch>> = None;
         let route = match &self.inner.upstream {
             // no body: the head is encoded straight from the client's
-            Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) && !trailer => {
+            Upstream::Http1(pool)
+                if pool.is_plain() && http_body::Body::is_end_stream(&body) && !trailer =>
+            {
                 let mut head = Vec::with_capacity(256);
                 encode_request_line(&mut head, &parts.method, target);
                 // the body is known to be empty: a Content-Length the client sent
@@ -434,7 +516,7 @@ impl Forward {
                 Route::Direct(pool.clone(), head, parts.method)
             }
             upstream => {
-                let h2 = matches!(upstream, Upstream::Http2(_));
+                let h2 = !matches!(upstream, Upstream::Http1(_));
                 let mut headers = HeaderMap::with_capacity(parts.headers.len() + 2);
                 upstream_fields(&parts.headers, host.filter(|_| !h2), peer, |name, value| {
                     if let Ok(v) = HeaderValue::from_bytes(value) {

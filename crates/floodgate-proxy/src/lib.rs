@@ -13,6 +13,7 @@ pub mod proxy;
 mod settings;
 pub mod sticky;
 pub mod target;
+mod tls_connect;
 pub mod wire;
 
 pub use forward::Forward;

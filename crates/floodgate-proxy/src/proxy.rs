@@ -45,7 +45,9 @@ pub use crate::body::{ClientBody, RequestBody};
 use crate::connection::{self, Served, server_builder};
 pub use crate::forward::{Forward, ForwardBody};
 pub use crate::h1::upstream::{UpstreamBody, UpstreamBodyError};
-pub use crate::settings::{DEFAULT_HEAD_TIMEOUT, ProxyError, ProxySettings};
+pub use crate::settings::{
+    DEFAULT_HEAD_TIMEOUT, DEFAULT_TLS_RELOAD, ListenerTls, ProxyError, ProxySettings,
+};
 use crate::sticky::{FleetService, Sticky};
 
 /// A bound proxy, ready to [`run`](Proxy::run).
@@ -88,10 +90,15 @@ impl Proxy {
     /// Bind the listeners (port 0 picks a free port) and start the worker threads, if
     /// `settings.workers` asks for any.
     pub async fn bind(limiter: RateLimiter, settings: &ProxySettings) -> Result<Proxy, ProxyError> {
+        // one TLS connector for every worker (built, and an opt-out warned about, once)
+        let upstream_tls = match settings.upstream.scheme_str() {
+            Some("https") => Some(crate::forward::upstream_tls(settings)?),
+            _ => None,
+        };
         let service = || -> Result<FleetService, ProxyError> {
             Ok(FleetService::new(
                 RateLimitService::new(
-                    Forward::new(settings, limiter.metrics().clone())?,
+                    Forward::with_tls(settings, limiter.metrics().clone(), upstream_tls.clone())?,
                     limiter.clone(),
                 ),
                 Sticky::new(
@@ -102,6 +109,12 @@ impl Proxy {
             ))
         };
         let listener = bind(settings.listen).await?;
+        if let Some(tls) = &settings.tls {
+            if let Some(every) = tls.reload_interval {
+                tls.server.certs().reload_every(every);
+            }
+            tracing::info!(names = ?tls.server.certs().names(), "TLS on the listener (ALPN h2, http/1.1)");
+        }
         let admin = match settings.admin {
             Some(a) => {
                 if !a.ip().is_loopback() {

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use floodgate_engine::admin::AllowedHosts;
+use floodgate_net::tls::{ServerTls, UpstreamTlsOptions};
 use http::Uri;
 
 /// Proxy settings (the non-limiter part of the config).
@@ -11,8 +12,13 @@ use http::Uri;
 pub struct ProxySettings {
     /// Where clients connect.
     pub listen: SocketAddr,
-    /// The backend, `http://host:port`.
+    /// The backend, `http://host:port` or `https://host:port`.
     pub upstream: Uri,
+    /// TLS on the listener (ALPN `h2` and `http/1.1`); `None`: cleartext (HTTP/1.1 and
+    /// h2c).
+    pub tls: Option<ListenerTls>,
+    /// How an `https://` upstream is verified (ignored for `http://`).
+    pub upstream_tls: UpstreamTlsOptions,
     /// Admin listener for `/metrics`, `/healthz` and the admin API and page under
     /// `/admin`.
     pub admin: Option<SocketAddr>,
@@ -60,6 +66,8 @@ impl ProxySettings {
         ProxySettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             upstream,
+            tls: None,
+            upstream_tls: UpstreamTlsOptions::default(),
             admin: None,
             admin_allowed_hosts: AllowedHosts::loopback(),
             upstream_timeout: Duration::from_secs(30),
@@ -76,6 +84,39 @@ impl ProxySettings {
         }
     }
 }
+
+/// TLS on the proxy's listener: the certificates and versions ([`ServerTls`]), how
+/// often the certificate files are read again, and how long a handshake may take.
+#[derive(Debug, Clone)]
+pub struct ListenerTls {
+    /// The rustls side, certificates included.
+    pub server: ServerTls,
+    /// How often the certificate and key files are read again (a changed one is served
+    /// to new connections; one that fails to load keeps the old). `None`: never.
+    pub reload_interval: Option<Duration>,
+    /// Longest a client may take to complete the handshake after connecting, else the
+    /// connection is closed (counted in `floodgate_client_timeouts_total{kind="handshake"}`).
+    pub handshake_timeout: Duration,
+}
+
+impl ListenerTls {
+    /// TLS on `certs`, from `min` up to 1.3, offering ALPN `h2` then `http/1.1`.
+    pub fn new(
+        certs: std::sync::Arc<floodgate_net::tls::CertStore>,
+        min: floodgate_net::tls::TlsVersion,
+        reload_interval: Option<Duration>,
+        handshake_timeout: Duration,
+    ) -> Result<ListenerTls, floodgate_net::tls::TlsError> {
+        Ok(ListenerTls {
+            server: ServerTls::new(certs, min, &[b"h2", b"http/1.1"], None)?,
+            reload_interval,
+            handshake_timeout,
+        })
+    }
+}
+
+/// The default [`ListenerTls::reload_interval`]: a minute.
+pub const DEFAULT_TLS_RELOAD: Duration = Duration::from_secs(60);
 
 /// The default [`ProxySettings::head_timeout`] (hyper's header-read timeout before).
 pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -104,6 +145,10 @@ pub enum ProxyError {
     /// The fleet's nodes are unusable (a name that does not resolve, say).
     #[error("fleet: {0}")]
     Fleet(String),
+    /// The upstream's TLS settings are unusable (a CA file that does not load, no
+    /// system roots...).
+    #[error("upstream_tls: {0}")]
+    UpstreamTls(floodgate_net::tls::TlsError),
     /// A worker thread or its runtime could not be started.
     #[error("cannot start worker thread: {0}")]
     Worker(std::io::Error),

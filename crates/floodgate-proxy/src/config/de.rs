@@ -132,14 +132,22 @@ pub(super) fn de_admin<'de, D: Deserializer<'de>>(
     }
 }
 
-/// An `http://host:port` upstream, without path or query.
+/// `min_version`: "1.2" or "1.3".
+pub(super) fn de_opt_tls_version<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<floodgate_net::tls::TlsVersion>, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map(Some).map_err(serde::de::Error::custom)
+}
+
+/// An `http://host:port` or `https://host:port` upstream, without path or query.
 pub fn parse_upstream(s: &str) -> Result<Uri, String> {
     let uri: Uri = s.parse().map_err(|e| format!("{s:?} is not a URL: {e}"))?;
     match uri.scheme_str() {
-        Some("http") => {}
+        Some("http" | "https") => {}
         Some(other) => {
             return Err(format!(
-                "{s:?}: scheme {other:?} is not supported; use http:// (floodgate proxies plain HTTP/1.1 or h2c)"
+                "{s:?}: scheme {other:?} is not supported; use http:// or https://"
             ));
         }
         None => return Err(format!("{s:?} needs a scheme, e.g. http://127.0.0.1:9000")),

@@ -14,6 +14,7 @@
 //! exists once.
 
 use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 
@@ -58,9 +59,16 @@ pub use sections::*;
 pub struct Config {
     /// Proxy listen address (default 127.0.0.1:8080).
     pub listen: Option<SocketAddr>,
-    /// The backend, `http://host:port`.
+    /// The backend, `http://host:port` or `https://host:port`.
     #[serde(default, deserialize_with = "de_opt_upstream")]
     pub upstream: Option<Uri>,
+    /// TLS on the listener.
+    pub tls: Option<TlsSection>,
+    /// How an `https://` upstream is verified.
+    pub upstream_tls: Option<UpstreamTlsSection>,
+    /// `[tls]` loaded (certificates read and checked) by [`Config::parse`].
+    #[serde(skip)]
+    pub listener_tls: Option<crate::settings::ListenerTls>,
     /// Admin listener (`/metrics`, `/healthz`, `/admin`): `ip:port`, or a port alone,
     /// which binds 127.0.0.1.
     #[serde(default, deserialize_with = "de_admin")]
@@ -160,6 +168,60 @@ impl Config {
         s.shutdown_grace = self.shutdown_grace.unwrap_or(s.shutdown_grace);
         s.upstream_http2 = self.upstream_http2;
         s.admin_allowed_hosts = self.admin_allowed_hosts.clone();
+        if let Some(t) = &self.listener_tls {
+            s.tls = Some(t.clone());
+        }
+        if let Some(u) = &self.upstream_tls {
+            s.upstream_tls = u.options();
+        }
+    }
+
+    /// Load `[tls]`'s certificates and check `[upstream_tls]`'s CA bundle; an error is
+    /// placed at the field whose file fails.
+    fn load_tls(&mut self, path: &Path, src: &str) -> Result<(), ConfigFileError> {
+        use floodgate_net::tls::{CertStore, TlsError, pem};
+        let at = |span: Range<usize>, field: &str, message: String| {
+            ConfigFileError::at(path, src, span.start, field, message)
+        };
+        let file_error = |e: &TlsError| match e {
+            TlsError::Read { field, .. } | TlsError::Pem { field, .. } => Some(*field),
+            TlsError::Rustls(_) => None,
+        };
+        if let Some(u) = &self.upstream_tls
+            && let Some(ca) = &u.ca_file
+        {
+            pem::root_store("ca_file", ca.get_ref())
+                .map_err(|e| at(ca.span(), "upstream_tls", e.to_string()))?;
+        }
+        let Some(t) = &self.tls else { return Ok(()) };
+        let files = t
+            .files()
+            .map_err(|m| ConfigFileError::in_section(path, src, "tls", m))?;
+        // each certificate alone first, so that an error points at its file
+        for (f, [cert_span, key_span]) in &files {
+            if let Err(e) = CertStore::load(vec![f.clone()]) {
+                let span = match file_error(&e) {
+                    Some("cert_file") => cert_span.clone(),
+                    _ => key_span.clone(),
+                };
+                return Err(at(span, "tls", e.to_string()));
+            }
+        }
+        let store = CertStore::load(files.into_iter().map(|(f, _)| f).collect())
+            .map_err(|e| ConfigFileError::in_section(path, src, "tls", e.to_string()))?;
+        let reload = t
+            .reload_interval
+            .unwrap_or(crate::settings::DEFAULT_TLS_RELOAD);
+        let tls = crate::settings::ListenerTls::new(
+            store,
+            t.min_version.unwrap_or_default(),
+            Some(reload).filter(|d| !d.is_zero()),
+            t.handshake_timeout
+                .unwrap_or(floodgate_net::tls::HANDSHAKE_TIMEOUT),
+        )
+        .map_err(|e| ConfigFileError::in_section(path, src, "tls", e.to_string()))?;
+        self.listener_tls = Some(tls);
+        Ok(())
     }
 
     /// Parse `src` (read from `path`, for messages).
@@ -290,6 +352,8 @@ impl Config {
                 ));
             }
         }
+        // last: it reads the certificate files
+        cfg.load_tls(path, src)?;
         Ok(cfg)
     }
 

@@ -1,8 +1,12 @@
 //! The proxy's own tables of the config file: `[client_ip]`, `[deny]`, `[delay]`,
-//! `[allowlist]`, `[[policy]]`, `[[route]]` (`[store]`, `[fleet]` and `[headers]` are the
+//! `[allowlist]`, `[[policy]]`, `[[route]]`, `[tls]`, `[upstream_tls]` (`[store]`, `[fleet]` and `[headers]` are the
 //! sections shared with floodgate server: `floodgate_engine::config`).
 
+use std::ops::Range;
+use std::path::PathBuf;
+
 use floodgate_http::policy::InFlightSpec;
+use floodgate_net::tls::{CertFiles, TlsVersion, UpstreamTlsOptions};
 
 use super::*;
 
@@ -302,5 +306,104 @@ impl PolicySection {
         };
         spec.build().map_err(|e| e.to_string())?;
         Ok(spec)
+    }
+}
+
+/// `[tls]`: TLS on the listener. One certificate (`cert_file` and `key_file`), or
+/// several (`[[tls.certificate]]`), chosen by the name the client asks for (SNI) among
+/// each certificate's subject alternative names; the first is the default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// The certificate chain (PEM, leaf first).
+    pub cert_file: Option<Spanned<PathBuf>>,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: Option<Spanned<PathBuf>>,
+    /// More certificates, each with `cert_file` and `key_file`.
+    #[serde(default, rename = "certificate")]
+    pub certificates: Vec<CertificateSection>,
+    /// The oldest version accepted: "1.2" (default) or "1.3".
+    #[serde(default, deserialize_with = "de_opt_tls_version")]
+    pub min_version: Option<TlsVersion>,
+    /// How often the certificate and key files are read again (default 60 s; "0s":
+    /// never).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub reload_interval: Option<Duration>,
+    /// Longest a client may take to complete the handshake (default 10 s).
+    #[serde(default, deserialize_with = "de_opt_timeout")]
+    pub handshake_timeout: Option<Duration>,
+}
+
+/// One `[[tls.certificate]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateSection {
+    /// The certificate chain (PEM, leaf first).
+    pub cert_file: Spanned<PathBuf>,
+    /// Its private key (PEM).
+    pub key_file: Spanned<PathBuf>,
+}
+
+/// `[upstream_tls]`: how an `https://` upstream is verified.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTlsSection {
+    /// The CA bundle (PEM) the upstream's certificate must chain to (default: the
+    /// system's roots).
+    pub ca_file: Option<Spanned<PathBuf>>,
+    /// The name sent as SNI and checked against the certificate (default: the
+    /// upstream URL's host).
+    pub server_name: Option<String>,
+    /// Accept any certificate (logged as a warning at start). Default false.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// Certificate files and the places of their `cert_file` and `key_file` in the file.
+pub(super) type PlacedCertFiles = (CertFiles, [Range<usize>; 2]);
+
+impl TlsSection {
+    /// The certificate files, `cert_file`/`key_file` first, each with the spans of its
+    /// two fields; an error when a certificate lacks one of the two, or there is none.
+    pub(super) fn files(&self) -> Result<Vec<PlacedCertFiles>, String> {
+        let mut out = Vec::new();
+        match (&self.cert_file, &self.key_file) {
+            (Some(c), Some(k)) => out.push((
+                CertFiles {
+                    cert_file: c.get_ref().clone(),
+                    key_file: k.get_ref().clone(),
+                },
+                [c.span(), k.span()],
+            )),
+            (None, None) => {}
+            (Some(_), None) => return Err("cert_file is given without key_file".into()),
+            (None, Some(_)) => return Err("key_file is given without cert_file".into()),
+        }
+        for c in &self.certificates {
+            out.push((
+                CertFiles {
+                    cert_file: c.cert_file.get_ref().clone(),
+                    key_file: c.key_file.get_ref().clone(),
+                },
+                [c.cert_file.span(), c.key_file.span()],
+            ));
+        }
+        if out.is_empty() {
+            return Err(
+                "no certificate: give cert_file and key_file, or [[tls.certificate]] tables".into(),
+            );
+        }
+        Ok(out)
+    }
+}
+
+impl UpstreamTlsSection {
+    /// The options the proxy's upstream connector takes.
+    pub fn options(&self) -> UpstreamTlsOptions {
+        UpstreamTlsOptions {
+            ca_file: self.ca_file.as_ref().map(|c| c.get_ref().clone()),
+            server_name: self.server_name.clone(),
+            insecure_skip_verify: self.insecure_skip_verify,
+        }
     }
 }

@@ -38,6 +38,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
 use floodgate_http::SettleOnTrailers;
+use floodgate_net::tls::ClientTls;
 
 use crate::body::ClientBody;
 use crate::h1::response_head::HeadError;
@@ -61,6 +62,15 @@ pub(crate) enum UpstreamError {
         /// Why.
         source: std::io::Error,
     },
+    /// The TLS handshake with an `https://` upstream failed or timed out (a certificate
+    /// expired, for another name or from an unknown CA; no TLS there...).
+    #[error("TLS with {addr} failed: {reason}")]
+    Tls {
+        /// `host:port`.
+        addr: String,
+        /// rustls' reason, or the timeout.
+        reason: String,
+    },
     /// The HTTP exchange failed (the connection closed mid-response, a malformed
     /// response, or the client's own request body failed).
     #[error("upstream exchange failed: {0}")]
@@ -76,7 +86,9 @@ impl UpstreamError {
     /// response failed (closed, reset or malformed).
     pub(crate) fn kind(&self) -> &'static str {
         match self {
-            UpstreamError::ConnectTimeout { .. } | UpstreamError::Connect { .. } => "connect",
+            UpstreamError::ConnectTimeout { .. }
+            | UpstreamError::Connect { .. }
+            | UpstreamError::Tls { .. } => "connect",
             UpstreamError::Http(_) | UpstreamError::Direct(_) => "response",
         }
     }
@@ -105,6 +117,10 @@ pub(crate) struct Http1Pool {
     /// Whether the reaper task (closing connections idle past the timeout when no
     /// traffic passes) has been started.
     reaping: AtomicBool,
+    /// For an `https://` upstream: the TLS connector and the URL's host (the name sent
+    /// and checked, unless one is configured). Every exchange then goes through
+    /// hyper's client connection (the direct way is cleartext only).
+    tls: Option<(ClientTls, String)>,
 }
 
 impl std::fmt::Debug for Http1Pool {
@@ -134,7 +150,19 @@ impl Http1Pool {
             idle: Mutex::new(VecDeque::new()),
             direct: Mutex::new(VecDeque::new()),
             reaping: AtomicBool::new(false),
+            tls: None,
         }
+    }
+
+    /// Speak TLS to the upstream, with `tls`, checking its certificate for `host`.
+    pub(crate) fn with_tls(mut self, tls: ClientTls, host: String) -> Http1Pool {
+        self.tls = Some((tls, host));
+        self
+    }
+
+    /// Whether the upstream is cleartext (the direct way serves it).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.tls.is_none()
     }
 
     /// Start, once, on the current runtime, the task that closes connections idle past
@@ -260,17 +288,27 @@ impl Http1Pool {
         }
     }
 
+    /// A new connection in hyper's hands; for an `https://` upstream, after the TLS
+    /// handshake (bounded by the connect timeout too).
     async fn connect(&self) -> Result<SendRequest<ClientBody>, UpstreamError> {
         let stream = direct::Conn::connect(&self.addr, self.connect_timeout)
             .await?
             .into_stream();
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream connection ended with an error");
-            }
-        });
-        Ok(sender)
+        let Some((tls, host)) = &self.tls else {
+            return handshake(stream).await;
+        };
+        let tls_error = |reason: String| UpstreamError::Tls {
+            addr: self.addr.clone(),
+            reason,
+        };
+        match tokio::time::timeout(self.connect_timeout, tls.connect(host, stream)).await {
+            Ok(Ok(stream)) => handshake(stream).await,
+            Ok(Err(e)) => Err(tls_error(e.to_string())),
+            Err(_) => Err(tls_error(format!(
+                "no TLS handshake within {:?}",
+                self.connect_timeout
+            ))),
+        }
     }
 
     fn give_back(&self, sender: SendRequest<ClientBody>) {
@@ -312,6 +350,20 @@ impl Http1Pool {
             }
         }
     }
+}
+
+/// hyper's HTTP/1.1 client connection on `io`, driven by a task of its own.
+async fn handshake<I>(io: I) -> Result<SendRequest<ClientBody>, UpstreamError>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "upstream connection ended with an error");
+        }
+    });
+    Ok(sender)
 }
 
 /// An upstream response body. Read to its end (or dropped after it), it returns its
