@@ -3,6 +3,8 @@
 //! `proxy-config` (`floodgate proxy --config`), `server-config` (`floodgate server
 //! --config`), `server-files` (a `floodgate server` file naming files of the machine it
 //! runs on, certificates or secrets: its fields are checked, the files are not read),
+//! `proxy-files` (the same for a `floodgate proxy` file: `[tls]` certificates and the
+//! upstream's CA bundle),
 //! `bad-example` (a file a transcript shows being refused; it must fail) or
 //! `peer-config` (another product's file, shown beside floodgate's for comparison).
 
@@ -49,6 +51,12 @@ fn every_config_example_names_what_it_configures_and_parses() {
                 &b.body,
             )
             .unwrap_or_else(|e| panic!("{}: {e}", b.place()));
+        } else if b.has("proxy-files") {
+            floodgate_engine::config::from_toml::<floodgate_proxy::config::Config>(
+                Path::new(&b.place()),
+                &b.body,
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", b.place()));
         } else if b.has("peer-config") {
             // a peer's file shown for comparison (Limitador's limits): not floodgate's
         } else if b.has("bad-example") {
@@ -56,7 +64,7 @@ fn every_config_example_names_what_it_configures_and_parses() {
             assert!(proxy.is_err(), "{}: a bad example parses", b.place());
         } else {
             panic!(
-                "{}: a {} block must say what it configures (proxy-config, server-config, server-files, bad-example or peer-config)",
+                "{}: a {} block must say what it configures (proxy-config, proxy-files, server-config, server-files, bad-example or peer-config)",
                 b.place(),
                 b.lang()
             );
@@ -175,6 +183,8 @@ fn the_proxy_reference_shows_every_field_the_types_accept() {
         "allowlist",
         "client_ip",
         "fleet",
+        "tls",
+        "upstream_tls",
     ] {
         if !top
             .iter()

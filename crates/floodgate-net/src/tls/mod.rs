@@ -17,6 +17,8 @@ pub mod certs;
 pub mod client;
 pub mod pem;
 pub mod server;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 

@@ -132,8 +132,11 @@ fn errors_name_file_line_and_field() {
         e.starts_with("floodgate.toml:5:13: ") && e.contains("unknown policy \"b\""),
         "{e}"
     );
-    let e = err("upstream = \"https://x:1\"\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
-    assert!(e.contains("not supported"), "{e}");
+    let e = err("upstream = \"ftp://x:1\"\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
+    assert!(
+        e.contains("scheme \"ftp\" is not supported; use http:// or https://"),
+        "{e}"
+    );
     let e = err("[deny]\nstatus = 200\n[[policy]]\nname = \"a\"\nrate = \"1/s\"\n");
     assert!(e.contains("2:10") && e.contains("not a 4xx or 5xx"), "{e}");
     let e = err("[[policy]]\nname = \"a\"\nrate = \"1/s\"\nalgorithm = \"gcra\"\nnodelay = true\n");
