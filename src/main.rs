@@ -7,6 +7,7 @@
 
 mod demo_cmd;
 mod load_cmd;
+mod log_setup;
 mod proxy_cmd;
 mod server_cmd;
 mod simulate_cmd;

@@ -2,18 +2,24 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Algorithm, Kind, Rate, Spec};
+use floodgate_engine::config::watch;
 use floodgate_http::{KeyDisplay, Policy, RateLimiter, RateLimiterBuilder};
 use floodgate_net::tls::{CertFiles, CertStore, HANDSHAKE_TIMEOUT};
 use floodgate_proxy::config::{Config, parse_admin, parse_upstream};
 use floodgate_proxy::proxy::{
     DEFAULT_TLS_RELOAD, ListenerTls, Proxy, ProxySettings, shutdown_signal,
 };
+use floodgate_proxy::reload::Reloader;
+
+/// How long the file watch waits for a burst of writes to settle before reading.
+const WATCH_DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Flags of `floodgate proxy`.
 #[derive(Args, Debug)]
@@ -70,6 +76,13 @@ pub struct ProxyArgs {
     /// connections are dealt to them in turn (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+    /// With --config: do not watch the file for changes (SIGHUP still reloads).
+    #[arg(long)]
+    no_watch: bool,
+    /// The log's format on standard error: text or json (filter: FLOODGATE_LOG, else
+    /// RUST_LOG, else info).
+    #[arg(long, value_enum, default_value_t)]
+    log_format: crate::log_setup::LogFormat,
 }
 
 fn flags_builder(args: &ProxyArgs) -> Result<RateLimiterBuilder> {
@@ -217,13 +230,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         }
         return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FLOODGATE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    crate::log_setup::init(args.log_format)?;
     crate::raise_descriptor_limit();
     // this runtime accepts connections, serves the admin listener, and runs the store's
     // background tasks (Redis connections); requests are served on the workers
@@ -252,6 +259,57 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             None => insight.reloaded(1, true, "built at startup from flags"),
         }
         let proxy = Proxy::bind(limiter, &settings).await?;
+        // SIGHUP and the file watch reload a config file; installed before the proxy says
+        // it is ready, so that an early SIGHUP never ends it
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut _watcher = None;
+        match (&args.config, cfg) {
+            (Some(path), Some(cfg)) => {
+                let reloader = Arc::new(Reloader::new(
+                    path.clone(),
+                    cfg,
+                    proxy.generations().clone(),
+                    tokio::runtime::Handle::current(),
+                ));
+                let hup = watch::sighup().context("listening for SIGHUP")?;
+                let r = reloader.clone();
+                let certs = settings.tls.as_ref().map(|t| t.server.certs().clone());
+                tokio::spawn(watch::on_sighup(
+                    Arc::new(move || {
+                        let _ = r.reload();
+                        // the listener's certificates are read again too (as on their timer)
+                        if let Some(certs) = &certs {
+                            reload_certificates(certs);
+                        }
+                    }),
+                    hup,
+                    stop_rx.clone(),
+                ));
+                if !args.no_watch {
+                    let r = reloader.clone();
+                    let changed = Arc::new(move || {
+                        let _ = r.reload_if_changed();
+                    });
+                    let (w, _task) =
+                        watch::watch_file(path, WATCH_DEBOUNCE, changed, stop_rx.clone())
+                            .with_context(|| format!("watching {}", path.display()))?;
+                    _watcher = Some(w);
+                }
+            }
+            _ => {
+                // from flags: nothing to reload; SIGHUP is logged, not fatal
+                let mut hup = watch::sighup().context("listening for SIGHUP")?;
+                let mut stop = stop_rx.clone();
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            _ = hup.recv() => tracing::warn!("SIGHUP: nothing to reload (the proxy was started from flags, not --config)"),
+                            _ = stop.changed() => return,
+                        }
+                    }
+                });
+            }
+        }
         tracing::info!(
             listen = %proxy.local_addr(),
             admin = ?proxy.admin_addr(),
@@ -260,8 +318,21 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             "floodgate proxy ready"
         );
         proxy.run(shutdown_signal()).await;
+        let _ = stop_tx.send(true);
         Ok::<(), anyhow::Error>(())
     })?;
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())
+}
+
+/// Read the listener's certificate files again (on SIGHUP); a file that fails keeps the
+/// certificate in use, and says why.
+fn reload_certificates(certs: &CertStore) {
+    match certs.reload() {
+        Ok(true) => tracing::info!("SIGHUP: the listener's certificates were read again"),
+        Ok(false) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "SIGHUP: the listener's certificates were not reloaded; the ones in use keep serving")
+        }
+    }
 }

@@ -50,6 +50,10 @@ pub struct ServerArgs {
     /// main thread (a current-thread runtime: no work stealing, no cross-thread wake-ups).
     #[arg(long)]
     threads: Option<usize>,
+    /// The log's format on standard error: text or json (filter: FLOODGATE_LOG, else
+    /// RUST_LOG, else info).
+    #[arg(long, value_enum, default_value_t)]
+    log_format: crate::log_setup::LogFormat,
 }
 
 fn address(flag: &str, s: &str) -> Result<Option<SocketAddr>> {
@@ -70,13 +74,7 @@ fn fmt_addr(a: Option<SocketAddr>) -> String {
 
 /// Run the command.
 pub fn run(args: ServerArgs) -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    crate::log_setup::init(args.log_format)?;
     crate::raise_descriptor_limit();
     let grace =
         floodgate_core::rate::parse_duration(&args.shutdown_grace).context("--shutdown-grace")?;

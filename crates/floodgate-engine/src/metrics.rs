@@ -23,6 +23,8 @@
 //! | `floodgate_client_connections_total` | counter | proxy: `outcome` = accepted, refused_total (the connection cap), refused_per_client (the per-address cap) |
 //! | `floodgate_settle_abandoned_total` | counter | `outcome` = settled (the cost arrived after the client left), abort_cost (it did not: the route's abort cost was charged) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
+//! | `floodgate_config_reloads_total` | counter | proxy: `result` = ok, error: configuration reloads (SIGHUP, file watch) |
+//! | `floodgate_log_lines_dropped_total` | counter | proxy: `kind` = access: log lines dropped because the writer's queue was full (a slow disk) |
 
 pub mod striped;
 
@@ -32,6 +34,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
+use std::sync::Arc;
 
 pub use striped::{StripedCounter, StripedHistogram};
 
@@ -95,6 +98,12 @@ pub struct EventLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
+}
+
+/// Labels of `floodgate_config_reloads_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
 }
 
 /// Labels with a `kind`: [`names::STORE_ERRORS`] (a
@@ -224,7 +233,9 @@ pub const CLIENT_CONNECTION_OUTCOMES: [&str; 3] =
 /// All metrics of one limiter (and its proxy). Counters are pre-created per policy and
 /// outcome so the request path touches no label map.
 pub struct Metrics {
-    registry: Registry,
+    /// Shared by a limiter's successors ([`Metrics::successor`]).
+    registry: Arc<Registry>,
+    decisions_family: Family<DecisionLabels, StripedCounter>,
     decisions: Vec<[StripedCounter; 5]>,
     requests: Vec<StripedCounter>,
     /// Time requests were held, seconds.
@@ -249,6 +260,8 @@ pub struct Metrics {
     fleet: Family<EventLabels, Counter>,
     store_events: Family<EventLabels, Counter>,
     leases: Family<PolicyLabels, Gauge>,
+    config_reloads: Family<ResultLabels, Counter>,
+    log_lines_dropped: Family<KindLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -276,7 +289,7 @@ impl Metrics {
         registry.register(
             names::DECISIONS,
             "Policy decisions by policy and outcome",
-            decisions_family,
+            decisions_family.clone(),
         );
         let requests_family = Family::<OutcomeLabels, StripedCounter>::default();
         let own = REQUEST_OUTCOMES.len() - SERVER_ONLY;
@@ -406,11 +419,32 @@ impl Metrics {
             "In-flight leases held through this node, per max_in_flight policy",
             leases.clone(),
         );
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        // both series from the start, at 0: a dashboard's rate() and an alert on errors
+        // see them before the first reload
+        for result in ["ok", "error"] {
+            let _ = config_reloads.get_or_create(&ResultLabels { result });
+        }
+        registry.register(
+            "floodgate_config_reloads",
+            "Proxy: configuration reload attempts by result",
+            config_reloads.clone(),
+        );
+        let log_lines_dropped = Family::<KindLabels, Counter>::default();
+        let _ = log_lines_dropped.get_or_create(&KindLabels { kind: "access" });
+        registry.register(
+            "floodgate_log_lines_dropped",
+            "Proxy: log lines dropped because the log writer's queue was full",
+            log_lines_dropped.clone(),
+        );
         Metrics {
             leases,
             fleet,
             store_events,
-            registry,
+            registry: Arc::new(registry),
+            decisions_family,
+            config_reloads,
+            log_lines_dropped,
             decisions,
             requests,
             delay_seconds,
@@ -428,6 +462,73 @@ impl Metrics {
             client_connections,
             settle_abandoned,
         }
+    }
+
+    /// The metrics of a limiter that replaces this one's (a reloaded configuration with
+    /// these policy names, in index order): every series is shared, so counters go on
+    /// counting across the reload; a policy seen before keeps its decision counters, a
+    /// new one starts at 0, a removed one's series stay at their last values.
+    pub fn successor(&self, policy_names: &[String]) -> Metrics {
+        let decisions = policy_names
+            .iter()
+            .map(|p| {
+                DECISION_OUTCOMES.map(|o| {
+                    self.decisions_family.get_or_create_owned(&DecisionLabels {
+                        policy: p.clone(),
+                        outcome: o,
+                    })
+                })
+            })
+            .collect();
+        Metrics {
+            registry: self.registry.clone(),
+            decisions_family: self.decisions_family.clone(),
+            decisions,
+            requests: self.requests.clone(),
+            delay_seconds: self.delay_seconds.clone(),
+            waiting: self.waiting.clone(),
+            decision_seconds: self.decision_seconds.clone(),
+            store_errors: self.store_errors.clone(),
+            keys: self.keys.clone(),
+            evicted: self.evicted.clone(),
+            store_up: self.store_up.clone(),
+            policy_names: policy_names.to_vec(),
+            proxy_seconds: self.proxy_seconds.clone(),
+            upstream_errors: self.upstream_errors.clone(),
+            invalid: self.invalid.clone(),
+            client_timeouts: self.client_timeouts.clone(),
+            client_connections: self.client_connections.clone(),
+            settle_abandoned: self.settle_abandoned.clone(),
+            fleet: self.fleet.clone(),
+            store_events: self.store_events.clone(),
+            leases: self.leases.clone(),
+            config_reloads: self.config_reloads.clone(),
+            log_lines_dropped: self.log_lines_dropped.clone(),
+        }
+    }
+
+    /// Count a configuration reload (`ok`: it was applied).
+    pub fn config_reload(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.config_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// Reloads counted with this result ([`config_reload`](Self::config_reload)).
+    pub fn config_reload_count(&self, ok: bool) -> u64 {
+        let result = if ok { "ok" } else { "error" };
+        self.config_reloads
+            .get_or_create(&ResultLabels { result })
+            .get()
+    }
+
+    /// Count `n` log lines of `kind` (`access`) dropped because the writer's queue was
+    /// full.
+    pub fn log_lines_dropped(&self, kind: &'static str, n: u64) {
+        self.log_lines_dropped
+            .get_or_create(&KindLabels { kind })
+            .inc_by(n);
     }
 
     /// Count a policy decision.

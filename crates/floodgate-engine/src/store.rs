@@ -396,6 +396,11 @@ impl LocalStore {
         }
     }
 
+    /// The clock this store reads (a successor store keeps it: readings never go back).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// The limiter of the policy at `index`, if any.
     pub fn limiter_at(&self, index: usize) -> Option<&Arc<KeyedLimiter<Vec<u8>, AnyAlgorithm>>> {
         self.limiters.get(index)

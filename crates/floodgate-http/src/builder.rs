@@ -74,6 +74,8 @@ pub struct RateLimiterBuilder {
     fleet: Option<Fleet>,
     surface: &'static str,
     key_display: KeyDisplay,
+    /// The limiter this one replaces ([`RateLimiterBuilder::succeed`]).
+    prev: Option<RateLimiter>,
 }
 
 impl Default for RateLimiterBuilder {
@@ -99,6 +101,7 @@ impl Default for RateLimiterBuilder {
             fleet: None,
             surface: "layer",
             key_display: KeyDisplay::Plain,
+            prev: None,
         }
     }
 }
@@ -247,6 +250,60 @@ impl RateLimiterBuilder {
         Ok(infos)
     }
 
+    /// Build a limiter that replaces `prev` (a reloaded configuration): it shares `prev`'s
+    /// metrics ([`Metrics::successor`]: counters go on counting) and admin insight, and,
+    /// both being in process, takes over the key state of every policy of the same name
+    /// and algorithm kind (new parameters read the kept state from the next request; a
+    /// policy whose algorithm kind changed starts its keys fresh). In-flight leases and
+    /// held requests stay with `prev`'s policies until they end.
+    pub fn succeed(mut self, prev: &RateLimiter) -> Self {
+        self.prev = Some(prev.clone());
+        self
+    }
+
+    /// The in-process store's limiters, one per policy of `infos`: those `prev` holds for
+    /// a policy of the same name and kind (on `prev`'s clock, and with its key cap), the
+    /// others new.
+    fn local_store(
+        prev: Option<&RateLimiter>,
+        max_keys: usize,
+        infos: &[PolicyInfo],
+    ) -> Result<LocalStore, BuildError> {
+        let prev = prev.and_then(|p| Some((p.inner.local.as_ref()?, &p.inner.infos)));
+        let Some((prev_store, prev_infos)) = prev else {
+            return LocalStore::new(infos, max_keys).map_err(|source| BuildError::Policy {
+                name: "max_keys".into(),
+                source,
+            });
+        };
+        let mut limiters = Vec::with_capacity(infos.len());
+        for info in infos {
+            let kept = prev_infos
+                .iter()
+                .find(|o| o.name == info.name && o.spec.kind == info.spec.kind)
+                .and_then(|o| prev_store.limiter_at(o.index));
+            let limiter = match kept {
+                Some(l) => {
+                    l.set_algorithm(info.algorithm.clone());
+                    l.clone()
+                }
+                None => Arc::new(
+                    floodgate_core::KeyedLimiter::new(info.algorithm.clone(), max_keys).map_err(
+                        |source| BuildError::Policy {
+                            name: info.name.clone(),
+                            source,
+                        },
+                    )?,
+                ),
+            };
+            limiters.push(limiter);
+        }
+        Ok(LocalStore::from_limiters(
+            limiters,
+            prev_store.clock().clone(),
+        ))
+    }
+
     /// Validate everything and build.
     pub fn build(self) -> Result<RateLimiter, BuildError> {
         let infos = self.policy_infos()?;
@@ -340,19 +397,27 @@ impl RateLimiterBuilder {
         let (store, local): (Arc<dyn DecisionStore>, _) = match self.store {
             Some(s) => (s, None),
             None => {
-                let local = Arc::new(LocalStore::new(&infos, self.max_keys).map_err(|source| {
-                    BuildError::Policy {
-                        name: "max_keys".into(),
-                        source,
-                    }
-                })?);
+                let local = Arc::new(Self::local_store(
+                    self.prev.as_ref(),
+                    self.max_keys,
+                    &infos,
+                )?);
                 (local.clone(), Some(local))
             }
         };
         let names: Vec<String> = infos.iter().map(|p| p.name.clone()).collect();
-        let insight = Arc::new(Insight::new(self.surface, self.key_display));
+        let (insight, metrics) = match &self.prev {
+            Some(prev) => {
+                let insight = prev.inner.insight.clone();
+                insight.retain(&names.iter().map(String::as_str).collect::<Vec<_>>());
+                (insight, Arc::new(prev.inner.metrics.successor(&names)))
+            }
+            None => (
+                Arc::new(Insight::new(self.surface, self.key_display)),
+                Arc::new(Metrics::new(&names)),
+            ),
+        };
         let policy_insights = infos.iter().map(|p| insight.policy(p)).collect();
-        let metrics = Arc::new(Metrics::new(&names));
         for lease in infos.iter().filter_map(|p| p.in_flight.as_ref()) {
             lease.attach_gauge(metrics.lease_gauge(&lease.name));
             lease.attach_waiting_gauge(metrics.waiting.clone());

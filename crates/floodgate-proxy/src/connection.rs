@@ -12,13 +12,13 @@
 
 use std::net::SocketAddr;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use floodgate_engine::metrics::Metrics;
 use floodgate_http::key::PeerAddr;
-use floodgate_http::limiter::RateLimiter;
+use floodgate_http::layer::RateLimitService;
 use floodgate_net::ConnSlot;
 use http::header::CONNECTION;
 use http::{HeaderValue, Request, Version};
@@ -32,11 +32,13 @@ use tower_service::Service;
 
 use crate::body::RequestBody;
 use crate::client_io::{ClientIo, ClientStream};
+use crate::forward::Forward;
+use crate::generation::{Generation, Generations};
 use crate::h1::client::{Conn, READ_BUF, Rewind, Wait, Waiting};
 use crate::h1::request_head::{Head, MAX_HEAD, Parsed, parse};
 use crate::head_timeout::{self, HeadWait, LazyTimer, Watched};
-use crate::settings::{ListenerTls, ProxySettings};
-use crate::sticky::FleetService;
+use crate::settings::{ListenerTls, ProxyError, ProxySettings};
+use crate::sticky::{FleetService, Sticky};
 use crate::target::Admission;
 
 /// The HTTP/1.1 + HTTP/2 (h2c) server settings of the proxy's listener. No header-read
@@ -52,12 +54,17 @@ pub(crate) fn server_builder() -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// What a runtime's client connections share: the service, the admission check, the
-/// metrics, the head timeout, and hyper's server settings for the connections handed to
-/// hyper.
+/// What a runtime's client connections share: the services of the current generation
+/// ([`Served::current`]), the metrics, the head timeout, and hyper's server settings for
+/// the connections handed to hyper.
 pub(crate) struct Served {
-    pub(crate) svc: FleetService,
-    pub(crate) admission: Arc<Admission>,
+    generations: Arc<Generations>,
+    /// This runtime's upstream pool, kept across generations.
+    forward: Forward,
+    settings: ProxySettings,
+    /// The services built for the generation this runtime last saw.
+    cache: Mutex<Arc<PerGen>>,
+    /// Every generation's metrics share these series ([`Metrics::successor`]).
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) head_timeout: Duration,
     /// [`ProxySettings::send_timeout`].
@@ -67,21 +74,80 @@ pub(crate) struct Served {
     pub(crate) tls: Option<ListenerTls>,
 }
 
-impl Served {
-    pub(crate) fn new(
-        svc: FleetService,
-        limiter: &RateLimiter,
-        settings: &ProxySettings,
-    ) -> Arc<Served> {
-        Arc::new(Served {
+/// A generation's services, as one runtime serves them.
+pub(crate) struct PerGen {
+    /// The generation's id.
+    pub(crate) id: u64,
+    pub(crate) svc: FleetService,
+    pub(crate) admission: Arc<Admission>,
+}
+
+impl PerGen {
+    fn new(
+        generation: &Generation,
+        forward: &Forward,
+        s: &ProxySettings,
+    ) -> Result<PerGen, ProxyError> {
+        let limiter = &generation.limiter;
+        let svc = FleetService::new(
+            RateLimitService::new(forward.clone(), limiter.clone()),
+            Sticky::new(limiter, s.connect_timeout, s.upstream_timeout)?,
+        );
+        Ok(PerGen {
+            id: generation.id,
             svc,
             admission: Arc::new(Admission::new(limiter)),
-            metrics: limiter.metrics().clone(),
+        })
+    }
+}
+
+impl Served {
+    pub(crate) fn new(
+        forward: Forward,
+        generations: Arc<Generations>,
+        settings: &ProxySettings,
+    ) -> Result<Arc<Served>, ProxyError> {
+        let generation = generations.load();
+        let first = PerGen::new(&generation, &forward, settings)?;
+        Ok(Arc::new(Served {
+            metrics: generation.limiter.metrics().clone(),
+            generations,
+            forward,
+            settings: settings.clone(),
+            cache: Mutex::new(Arc::new(first)),
             head_timeout: settings.head_timeout,
             send_timeout: settings.send_timeout,
             builder: server_builder(),
             tls: settings.tls.clone(),
-        })
+        }))
+    }
+
+    /// Whether a newer generation than `id` is current (one atomic load).
+    pub(crate) fn stale(&self, id: u64) -> bool {
+        self.generations.id() != id
+    }
+
+    /// The current generation's services, built on this runtime the first time it is
+    /// seen. Services that cannot be built (a fleet node that no longer resolves) leave
+    /// the previous generation's serving here, logged once.
+    pub(crate) fn current(&self) -> Arc<PerGen> {
+        let id = self.generations.id();
+        let mut cached = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.id != id {
+            let generation = self.generations.load();
+            *cached = match PerGen::new(&generation, &self.forward, &self.settings) {
+                Ok(p) => Arc::new(p),
+                Err(e) => {
+                    tracing::error!(error = %e, generation = generation.id, "the reloaded configuration cannot be served here; the previous one keeps serving");
+                    Arc::new(PerGen {
+                        id: generation.id,
+                        svc: cached.svc.clone(),
+                        admission: cached.admission.clone(),
+                    })
+                }
+            };
+        }
+        cached.clone()
     }
 }
 
@@ -148,7 +214,8 @@ pub(crate) async fn serve(
         out: Vec::with_capacity(READ_BUF),
         shutdown: shutdown.clone(),
     };
-    let mut svc = served.svc.clone();
+    let mut generation = served.current();
+    let mut svc = generation.svc.clone();
     let timeout = served.head_timeout;
     // resolves when shutdown starts (or the proxy is gone); polled only to register
     let stop = pin!(stopped(shutdown));
@@ -181,7 +248,12 @@ pub(crate) async fn serve(
             return hand_over(conn, peer, &served).await;
         };
         let start = std::time::Instant::now();
-        let resp = match served.admission.admit(&mut req) {
+        if served.stale(generation.id) {
+            // a reload: this request and the next ones are served by the new generation
+            generation = served.current();
+            svc = generation.svc.clone();
+        }
+        let resp = match generation.admission.admit(&mut req) {
             Err(refused) => {
                 // the connection ends with a refusal
                 meta.keep_alive = false;
@@ -213,7 +285,7 @@ pub(crate) async fn serve(
 }
 
 /// Hand the connection, with what has been read of it, to hyper.
-async fn hand_over(conn: Conn, peer: SocketAddr, served: &Served) {
+async fn hand_over(conn: Conn, peer: SocketAddr, served: &Arc<Served>) {
     let io = Rewind {
         prefix: conn.buf.freeze(),
         io: conn.stream,
@@ -225,7 +297,7 @@ async fn hand_over(conn: Conn, peer: SocketAddr, served: &Served) {
 /// waited `head_timeout` for a request head ([`head_timeout`]; an HTTP/2 client then
 /// gets a GOAWAY), or shutdown has let its in-flight requests finish.
 pub(crate) async fn serve_hyper<I>(
-    served: &Served,
+    served: &Arc<Served>,
     io: I,
     peer: SocketAddr,
     shutdown: tokio::sync::watch::Receiver<bool>,
@@ -234,10 +306,12 @@ pub(crate) async fn serve_hyper<I>(
 {
     let wait = HeadWait::new();
     let watch = wait.clone();
-    let svc = served.svc.clone();
     let metrics = served.metrics.clone();
-    let admission = served.admission.clone();
+    let shared = served.clone();
     let hsvc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        // each request on the generation current when it arrives
+        let generation = shared.current();
+        let admission = &generation.admission;
         let in_flight = watch.start();
         let mut req = req.map(RequestBody::Incoming);
         req.extensions_mut().insert(PeerAddr(peer));
@@ -250,7 +324,7 @@ pub(crate) async fn serve_hyper<I>(
             }
             resp
         });
-        let mut svc = svc.clone();
+        let mut svc = generation.svc.clone();
         let metrics = metrics.clone();
         let start = Instant::now();
         async move {

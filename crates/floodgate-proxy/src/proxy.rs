@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate_engine::admin::{AdminRequest, AllowedHosts, misdirected, security_headers};
-use floodgate_http::layer::RateLimitService;
+use floodgate_engine::metrics::Metrics;
 use floodgate_http::limiter::RateLimiter;
 use floodgate_net::{ConnCaps, ConnSlot};
 use http::header::{CONTENT_TYPE, HOST};
@@ -44,11 +44,11 @@ use tokio::net::TcpListener;
 pub use crate::body::{ClientBody, RequestBody};
 use crate::connection::{self, Served, server_builder};
 pub use crate::forward::{Forward, ForwardBody};
+use crate::generation::Generations;
 pub use crate::h1::upstream::{UpstreamBody, UpstreamBodyError};
 pub use crate::settings::{
     DEFAULT_HEAD_TIMEOUT, DEFAULT_TLS_RELOAD, ListenerTls, ProxyError, ProxySettings,
 };
-use crate::sticky::{FleetService, Sticky};
 
 /// A bound proxy, ready to [`run`](Proxy::run).
 pub struct Proxy {
@@ -58,7 +58,10 @@ pub struct Proxy {
     admin: Option<TcpListener>,
     /// `Host` names the admin API and page answer besides loopback ones.
     admin_hosts: Arc<AllowedHosts>,
-    limiter: RateLimiter,
+    /// The current configuration's limiter, swapped by a reload.
+    generations: Arc<Generations>,
+    /// The metrics every generation shares.
+    metrics: Arc<Metrics>,
     serving: Serving,
     grace: Duration,
 }
@@ -95,19 +98,9 @@ impl Proxy {
             Some("https") => Some(crate::forward::upstream_tls(settings)?),
             _ => None,
         };
-        let service = || -> Result<FleetService, ProxyError> {
-            Ok(FleetService::new(
-                RateLimitService::new(
-                    Forward::with_tls(settings, limiter.metrics().clone(), upstream_tls.clone())?,
-                    limiter.clone(),
-                ),
-                Sticky::new(
-                    &limiter,
-                    settings.connect_timeout,
-                    settings.upstream_timeout,
-                )?,
-            ))
-        };
+        let metrics = limiter.metrics().clone();
+        let generations = Generations::new(limiter);
+        let forward = || Forward::with_tls(settings, metrics.clone(), upstream_tls.clone());
         let listener = bind(settings.listen).await?;
         if let Some(tls) = &settings.tls {
             if let Some(every) = tls.reload_interval {
@@ -125,11 +118,12 @@ impl Proxy {
             None => None,
         };
         let serving = if settings.workers == 0 {
-            Serving::Here(Served::new(service()?, &limiter, settings))
+            Serving::Here(Served::new(forward()?, generations.clone(), settings)?)
         } else {
             let mut workers = Vec::with_capacity(settings.workers);
             for i in 0..settings.workers {
-                let w = Worker::spawn(i, service()?, limiter.clone(), settings.clone());
+                let served = Served::new(forward()?, generations.clone(), settings)?;
+                let w = Worker::spawn(i, served, settings.shutdown_grace);
                 workers.push(w.map_err(ProxyError::Worker)?);
             }
             Serving::Workers(workers)
@@ -143,7 +137,8 @@ impl Proxy {
             admin,
             admin_hosts: Arc::new(settings.admin_allowed_hosts.clone()),
             serving,
-            limiter,
+            generations,
+            metrics,
             grace: settings.shutdown_grace,
         })
     }
@@ -153,6 +148,11 @@ impl Proxy {
         self.listener
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// The current configuration, for a reloader to swap ([`Generations::swap`]).
+    pub fn generations(&self) -> &Arc<Generations> {
+        &self.generations
     }
 
     /// The admin listener's address.
@@ -168,10 +168,10 @@ impl Proxy {
         let graceful = GracefulShutdown::new();
         // client connections served on this runtime
         let draining = Draining::new();
-        let limiter = self.limiter.clone();
+        let generations = self.generations.clone();
         let hosts = self.admin_hosts.clone();
         let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let limiter = limiter.clone();
+            let limiter = generations.load().limiter.clone();
             let hosts = hosts.clone();
             async move { Ok::<_, Infallible>(admin(&limiter, &hosts, &req).await) }
         });
@@ -194,12 +194,12 @@ impl Proxy {
                     let slot = match self.caps.admit(peer.ip()) {
                         Ok(slot) => slot,
                         Err(refused) => {
-                            self.limiter.metrics().client_connection(refused.label());
+                            self.metrics.client_connection(refused.label());
                             drop(stream);
                             continue;
                         }
                     };
-                    self.limiter.metrics().client_connection("accepted");
+                    self.metrics.client_connection("accepted");
                     let _ = stream.set_nodelay(true);
                     let workers = match &self.serving {
                         Serving::Here(served) => {
@@ -332,12 +332,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn(
-        index: usize,
-        svc: FleetService,
-        limiter: RateLimiter,
-        settings: ProxySettings,
-    ) -> std::io::Result<Worker> {
+    fn spawn(index: usize, served: Arc<Served>, grace: Duration) -> std::io::Result<Worker> {
         let (conns, mut rx) = tokio::sync::mpsc::unbounded_channel::<Accepted>();
         let (done_tx, done) = tokio::sync::oneshot::channel();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -347,7 +342,6 @@ impl Worker {
             .name(format!("floodgate-worker-{index}"))
             .spawn(move || {
                 rt.block_on(async move {
-                    let served = Served::new(svc, &limiter, &settings);
                     let draining = Draining::new();
                     while let Some((stream, peer, slot)) = rx.recv().await {
                         match tokio::net::TcpStream::from_std(stream) {
@@ -355,7 +349,7 @@ impl Worker {
                             Err(e) => tracing::warn!(error = %e, %peer, "worker cannot take the connection"),
                         }
                     }
-                    draining.drain(settings.shutdown_grace).await;
+                    draining.drain(grace).await;
                 });
                 let _ = done_tx.send(());
             })?;
@@ -449,7 +443,7 @@ fn is_admin_path(path: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-/// Completes on Ctrl-C or SIGTERM.
+/// Completes on Ctrl-C or SIGTERM (`SIGHUP` reloads: see [`crate::reload`]).
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;

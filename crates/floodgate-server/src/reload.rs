@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::{EventKind, RecursiveMode, Watcher};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::config::{self, Settings};
 use crate::descriptors::Engine;
@@ -116,28 +115,18 @@ impl Reloader {
     }
 }
 
-/// Start listening for `SIGHUP` (call before announcing readiness: until then the
-/// signal's default action would end the process).
-pub fn sighup() -> std::io::Result<tokio::signal::unix::Signal> {
-    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-}
+pub use floodgate_engine::config::watch::sighup;
 
 /// Reload on every `SIGHUP` received by `hup` until `shutdown` fires.
 pub async fn on_sighup(
     reloader: Arc<Reloader>,
-    mut hup: tokio::signal::unix::Signal,
-    mut shutdown: watch::Receiver<bool>,
+    hup: tokio::signal::unix::Signal,
+    shutdown: watch::Receiver<bool>,
 ) {
-    loop {
-        tokio::select! {
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading the config");
-                let r = reloader.clone();
-                let _ = tokio::task::spawn_blocking(move || r.reload()).await;
-            }
-            _ = shutdown.changed() => return,
-        }
-    }
+    let reload = Arc::new(move || {
+        let _ = reloader.reload();
+    });
+    floodgate_engine::config::watch::on_sighup(reload, hup, shutdown).await;
 }
 
 /// Watch the config file's directory and reload when the file changes (debounced by
@@ -145,45 +134,11 @@ pub async fn on_sighup(
 pub fn watch_file(
     reloader: Arc<Reloader>,
     debounce: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> notify::Result<(notify::RecommendedWatcher, tokio::task::JoinHandle<()>)> {
-    let path =
-        std::path::absolute(reloader.path()).unwrap_or_else(|_| reloader.path().to_path_buf());
-    let dir = path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
-    let name = path.file_name().map(|n| n.to_os_string());
-    let (tx, mut rx) = mpsc::channel::<()>(1);
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        let Ok(ev) = res else { return };
-        if matches!(ev.kind, EventKind::Access(_)) {
-            return;
-        }
-        if ev
-            .paths
-            .iter()
-            .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
-        {
-            let _ = tx.try_send(());
-        }
-    })?;
-    // Watch the directory, not the file: editors and config managers replace files by
-    // renaming a new one over them, which a watch on the old inode would miss.
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-    let task = tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                got = rx.recv() => {
-                    if got.is_none() { return; }
-                    tokio::time::sleep(debounce).await;
-                    while rx.try_recv().is_ok() {}
-                    let r = reloader.clone();
-                    let _ = tokio::task::spawn_blocking(move || r.reload_if_changed()).await;
-                }
-                _ = shutdown.changed() => return,
-            }
-        }
+    let path = reloader.path().to_path_buf();
+    let changed = Arc::new(move || {
+        let _ = reloader.reload_if_changed();
     });
-    Ok((watcher, task))
+    floodgate_engine::config::watch::watch_file(&path, debounce, changed, shutdown)
 }

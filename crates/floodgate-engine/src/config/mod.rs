@@ -27,6 +27,8 @@ mod headers;
 mod store;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "watch")]
+pub mod watch;
 mod yaml_depth;
 
 pub use fleet::{FleetNodes, FleetSection};

@@ -452,7 +452,20 @@ impl Config {
     /// the fault policy and connects in the background
     /// ([`floodgate_http::RateLimiter::store_reachable`] says when it has).
     pub async fn build(&self) -> Result<floodgate_http::RateLimiter, BuildConfigError> {
-        let builder = self.limiter_builder();
+        self.build_after(None).await
+    }
+
+    /// As [`build`](Self::build), the limiter replacing `prev` when given (a reload:
+    /// [`floodgate_http::RateLimiterBuilder::succeed`] keeps its metrics, insight and the
+    /// in-process state of unchanged policies).
+    pub async fn build_after(
+        &self,
+        prev: Option<&floodgate_http::RateLimiter>,
+    ) -> Result<floodgate_http::RateLimiter, BuildConfigError> {
+        let builder = match prev {
+            Some(p) => self.limiter_builder().succeed(p),
+            None => self.limiter_builder(),
+        };
         if self.store.kind != StoreKind::Redis {
             return Ok(builder.build()?);
         }
