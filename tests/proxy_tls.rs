@@ -603,9 +603,11 @@ async fn the_caps_hold_during_the_handshake_and_a_client_that_never_handshakes_i
     let p = start(
         &pki,
         "slow",
-        &format!("upstream = \"http://{upstream}\"\nmax_connections_per_client = 1\n{POLICY}[tls]\ncert_file = {cert:?}\nkey_file = {key:?}\nhandshake_timeout = \"500ms\"\n"),
+        &format!("upstream = \"http://{upstream}\"\nmax_connections_per_client = 1\n{POLICY}[tls]\ncert_file = {cert:?}\nkey_file = {key:?}\nhandshake_timeout = \"1s\"\n"),
     )
     .await;
+    // the probe connection of `start` (closed at once) has given its place back
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let closed_after = |mut s: tokio::net::TcpStream| async move {
         let start = Instant::now();
         let mut buf = [0u8; 16];

@@ -108,6 +108,12 @@ impl Proxy {
                 )?,
             ))
         };
+        let sticky = limiter
+            .fleet()
+            .is_some_and(|f| f.strategy() == floodgate_engine::fleet::Strategy::Sticky);
+        if sticky && settings.tls.is_some() {
+            return Err(ProxyError::Fleet(crate::config::STICKY_TLS.into()));
+        }
         let listener = bind(settings.listen).await?;
         if let Some(tls) = &settings.tls {
             if let Some(every) = tls.reload_interval {
