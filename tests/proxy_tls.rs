@@ -705,6 +705,27 @@ fn bad_tls_config_is_refused_naming_file_line_and_column() {
         e.contains("version.toml:10:15") && e.contains("unknown TLS version \"1.1\""),
         "{e}"
     );
+    let fleet = "[fleet]\nstrategy = \"sticky\"\nnodes = [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\nself = \"127.0.0.1:8080\"\n";
+    let e = check_fails(
+        &pki,
+        "sticky",
+        &format!("{head}cert_file = {cert:?}\nkey_file = {other_key:?}\n{fleet}"),
+    );
+    assert!(
+        e.contains("sticky.toml:7:1: tls: fleet strategy \"sticky\""),
+        "{e}"
+    );
+    let e = check_fails(
+        &pki,
+        "plainup",
+        &format!(
+            "upstream = \"http://127.0.0.1:9\"\n{POLICY}[upstream_tls]\nserver_name = \"a.test\"\n"
+        ),
+    );
+    assert!(
+        e.contains("[upstream_tls] is set but the upstream http://127.0.0.1:9/ is not https://"),
+        "{e}"
+    );
     let e = check_fails(
         &pki,
         "cafile",
