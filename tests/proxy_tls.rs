@@ -267,6 +267,24 @@ async fn curl_over_tls_http1_and_http2_with_a_certificate_per_name() {
             "{err}"
         );
     }
+    // a request with a body (hyper's server takes the connection over from the proxy's
+    // own HTTP/1 path, with the bytes read so far) and over HTTP/2
+    for http in ["--http1.1", "--http2"] {
+        let resolve = format!("a.test:{port}:127.0.0.1");
+        let (out, err) = curl(&[
+            http,
+            "--cacert",
+            ca,
+            "--resolve",
+            &resolve,
+            "-d",
+            "a body",
+            "-w",
+            " %{http_code}",
+            &format!("https://a.test:{port}/post"),
+        ]);
+        assert_eq!(out, "plain HTTP/1.1 200", "{http}: {err}");
+    }
     // a name no certificate covers gets the first one, which curl then refuses
     let resolve = format!("c.test:{port}:127.0.0.1");
     let (out, err) = curl(&[
