@@ -267,6 +267,24 @@ async fn curl_over_tls_http1_and_http2_with_a_certificate_per_name() {
             "{err}"
         );
     }
+    // a request with a body (hyper's server takes the connection over from the proxy's
+    // own HTTP/1 path, with the bytes read so far) and over HTTP/2
+    for http in ["--http1.1", "--http2"] {
+        let resolve = format!("a.test:{port}:127.0.0.1");
+        let (out, err) = curl(&[
+            http,
+            "--cacert",
+            ca,
+            "--resolve",
+            &resolve,
+            "-d",
+            "a body",
+            "-w",
+            " %{http_code}",
+            &format!("https://a.test:{port}/post"),
+        ]);
+        assert_eq!(out, "plain HTTP/1.1 200", "{http}: {err}");
+    }
     // a name no certificate covers gets the first one, which curl then refuses
     let resolve = format!("c.test:{port}:127.0.0.1");
     let (out, err) = curl(&[
@@ -603,9 +621,11 @@ async fn the_caps_hold_during_the_handshake_and_a_client_that_never_handshakes_i
     let p = start(
         &pki,
         "slow",
-        &format!("upstream = \"http://{upstream}\"\nmax_connections_per_client = 1\n{POLICY}[tls]\ncert_file = {cert:?}\nkey_file = {key:?}\nhandshake_timeout = \"500ms\"\n"),
+        &format!("upstream = \"http://{upstream}\"\nmax_connections_per_client = 1\n{POLICY}[tls]\ncert_file = {cert:?}\nkey_file = {key:?}\nhandshake_timeout = \"1s\"\n"),
     )
     .await;
+    // the probe connection of `start` (closed at once) has given its place back
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let closed_after = |mut s: tokio::net::TcpStream| async move {
         let start = Instant::now();
         let mut buf = [0u8; 16];
@@ -701,6 +721,27 @@ fn bad_tls_config_is_refused_naming_file_line_and_column() {
     );
     assert!(
         e.contains("version.toml:10:15") && e.contains("unknown TLS version \"1.1\""),
+        "{e}"
+    );
+    let fleet = "[fleet]\nstrategy = \"sticky\"\nnodes = [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\nself = \"127.0.0.1:8080\"\n";
+    let e = check_fails(
+        &pki,
+        "sticky",
+        &format!("{head}cert_file = {cert:?}\nkey_file = {other_key:?}\n{fleet}"),
+    );
+    assert!(
+        e.contains("sticky.toml:7:1: tls: fleet strategy \"sticky\""),
+        "{e}"
+    );
+    let e = check_fails(
+        &pki,
+        "plainup",
+        &format!(
+            "upstream = \"http://127.0.0.1:9\"\n{POLICY}[upstream_tls]\nserver_name = \"a.test\"\n"
+        ),
+    );
+    assert!(
+        e.contains("[upstream_tls] is set but the upstream http://127.0.0.1:9/ is not https://"),
         "{e}"
     );
     let e = check_fails(

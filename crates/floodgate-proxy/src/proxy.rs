@@ -98,6 +98,12 @@ impl Proxy {
             Some("https") => Some(crate::forward::upstream_tls(settings)?),
             _ => None,
         };
+        let sticky = limiter
+            .fleet()
+            .is_some_and(|f| f.strategy() == floodgate_engine::fleet::Strategy::Sticky);
+        if sticky && settings.tls.is_some() {
+            return Err(ProxyError::Fleet(crate::config::STICKY_TLS.into()));
+        }
         let metrics = limiter.metrics().clone();
         let generations = Generations::new(limiter);
         let forward = || Forward::with_tls(settings, metrics.clone(), upstream_tls.clone());

@@ -53,6 +53,9 @@ use de::*;
 pub use de::{KeySpec, parse_admin, parse_upstream};
 pub use sections::*;
 
+/// Why `[tls]` and a sticky fleet do not go together.
+pub const STICKY_TLS: &str = "fleet strategy \"sticky\" forwards requests to the owning node's listener in cleartext, which a TLS listener does not take; use strategy \"shared\" or \"hybrid\" with [tls]";
+
 /// The whole file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,6 +197,9 @@ impl Config {
                 .map_err(|e| at(ca.span(), "upstream_tls", e.to_string()))?;
         }
         let Some(t) = &self.tls else { return Ok(()) };
+        if self.fleet.strategy == Some(Strategy::Sticky) {
+            return Err(ConfigFileError::in_section(path, src, "tls", STICKY_TLS));
+        }
         let files = t
             .files()
             .map_err(|m| ConfigFileError::in_section(path, src, "tls", m))?;
