@@ -11,7 +11,8 @@
 #   - redis-cell 0.2.2, built from crates.io into target/: the differential test
 #     (tests/redis_cell_diff.rs)
 #   - a virtualenv under target/pyenv with grpcio, xds-protos, redis, pytest and maturin:
-#     the Python module's tests and the Python clients of the server
+#     the Python module's tests and the Python clients of the server; pyyaml and
+#     kubernetes-validate: the checks of docs/envoy.md and deploy/ (tests/python/test_wiring.py)
 # Debian packages are installed with apt-get when run as root; otherwise the script names
 # the packages to install and fails.
 set -euo pipefail
@@ -49,9 +50,10 @@ if ! "$py" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
     rm -rf "$venv"
     python3 -m venv "$venv"
 fi
-if ! "$py" -c 'import grpc, redis, pytest; from envoy.service.ratelimit.v3 import rls_pb2_grpc' 2>/dev/null \
+if ! "$py" -c 'import grpc, redis, pytest, yaml, kubernetes_validate; from envoy.service.ratelimit.v3 import rls_pb2_grpc' 2>/dev/null \
     || ! "$venv/bin/maturin" --version >/dev/null 2>&1; then
     "$py" -m pip install -q --disable-pip-version-check \
-        'grpcio>=1.60' 'xds-protos>=1.60' 'redis>=5' 'pytest>=8' 'maturin>=1.9,<2'
+        'grpcio>=1.60' 'xds-protos>=1.60' 'redis>=5' 'pytest>=8' 'maturin>=1.9,<2' \
+        'pyyaml>=6' 'kubernetes-validate>=1.37'
 fi
 echo "scripts/setup.sh: everything the tests need is installed" >&2
