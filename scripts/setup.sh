@@ -8,6 +8,8 @@
 #   - iproute2 (`ip`): the network namespaces of the network faults (as root)
 #   - curl: the command transcripts, the HTTP/2 checks and the server's TLS tests
 #   - redis-tools (`redis-cli`, built with TLS): the server's TLS tests
+#   - prometheus (for `promtool`): the alert rules' and the dashboard's PromQL
+#     (tests/python/test_dashboards.py)
 #   - redis-cell 0.2.2, built from crates.io into target/: the differential test
 #     (tests/redis_cell_diff.rs)
 #   - a virtualenv under target/pyenv with grpcio, xds-protos, redis, pytest and maturin:
@@ -31,6 +33,7 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/setup.sh: installing ${missing[*]} (Debian packages)" >&2

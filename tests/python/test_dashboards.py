@@ -3,12 +3,15 @@
 `floodgate proxy` and `floodgate server` (Redis store, a rule with detailed_metric) get
 some traffic, a reload, and are scraped; every metric each PromQL expression names must
 be in the scrape, with every label its matchers and groupings name, and every value an
-`=` matcher asks for."""
+`=` matcher asks for. promtool (Prometheus's own parser) checks the rules file and every
+panel's expression."""
 
 import http.server
 import json
 import re
+import shutil
 import signal
+import subprocess
 import threading
 import time
 import urllib.request
@@ -16,6 +19,7 @@ import uuid
 
 import grpc
 import pytest
+import redis
 import yaml
 
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
@@ -187,8 +191,6 @@ descriptors:
         proxy.stop()
         server.stop()
         backend.shutdown()
-        import redis
-
         r = redis.Redis()
         for k in r.scan_iter(match=f"{prefix}*"):
             r.delete(k)
@@ -244,3 +246,35 @@ def test_every_alert_has_severity_and_summary():
             assert r["labels"]["severity"] in ("critical", "warning"), r
             assert r["annotations"]["summary"], r
     assert len(names) == len(set(names)), names
+
+
+def promtool(*args):
+    exe = shutil.which("promtool")
+    assert exe, "promtool is not installed (Debian package prometheus; scripts/setup.sh installs it)"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_promtool_accepts_the_alert_rules():
+    r = promtool("check", "rules", str(ALERTS))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# Grafana's variables, as a query would have them expanded
+GRAFANA_VARS = {"$__rate_interval": "1m", "$__range": "1h", "$job": ".*"}
+
+
+def test_promtool_parses_every_dashboard_expression(tmp_path):
+    rules = []
+    for i, (where, expr) in enumerate(dashboard_exprs()):
+        for var, value in GRAFANA_VARS.items():
+            expr = expr.replace(var, value)
+        assert "$" not in expr, f"{where}: a Grafana variable this test does not expand: {expr}"
+        rules.append({"record": f"floodgate:dashboard_expr_{i}", "expr": expr})
+    f = tmp_path / "dashboard-rules.yaml"
+    f.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    r = promtool("check", "rules", str(f))
+    assert r.returncode == 0, r.stdout + r.stderr
+    # and promtool refuses what is not PromQL
+    f.write_text(yaml.safe_dump({"groups": [{"name": "bad", "rules": [
+        {"record": "floodgate:bad", "expr": "sum by (policy (rate(floodgate_decisions_total[1m]))"}]}]}))
+    assert promtool("check", "rules", str(f)).returncode != 0

@@ -59,10 +59,14 @@ def venv(tmp_path_factory):
                         "RUSTUP_HOME", "CARGO_TARGET_DIR")}
     env["PATH"] = rustless_path()
     base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", str(root)], check=True, env=env, timeout=120)
+    # without pip of its own (ensurepip takes most of the time): this run's pip installs
+    # into it with --python, as `pip install` in the venv would
+    subprocess.run([base, "-m", "venv", "--without-pip", str(root)], check=True, env=env,
+                   timeout=120)
     py = root / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    "--no-index", "--no-deps", str(wheel)], check=True, env=env, timeout=120)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q",
+                    "--disable-pip-version-check", "--no-index", "--no-deps", str(wheel)],
+                   check=True, env=env, timeout=120)
     return py, env
 
 
