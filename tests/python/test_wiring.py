@@ -3,6 +3,8 @@ valid Envoy `Bootstrap` whose routes produce only descriptors the limits file li
 to a real `floodgate server`), and the Kubernetes manifests validate against the
 Kubernetes API schemas and carry configs floodgate accepts."""
 
+import re
+
 import grpc
 import kubernetes_validate
 import pytest
@@ -264,6 +266,14 @@ def test_the_server_configmap_holds_the_books_rules():
     served = yaml.safe_load(mounted_configs(spec, c)[args[args.index("--config") + 1]])
     book = limits()
     assert (served["domain"], served["descriptors"]) == (book["domain"], book["descriptors"])
+    # Envoy waits longer than the server waits for Redis: a Redis fault reaches Envoy as
+    # the fault policy's answer, not as a failed call
+    m = re.fullmatch(r"(\d+)ms", served["store"]["redis"]["timeout"])
+    redis_ms = int(m.group(1))
+    for hcm in connection_managers(bootstrap()):
+        rl = ratelimit_filter(hcm)
+        assert rl.timeout.ToMilliseconds() > redis_ms, (rl.timeout, redis_ms)
+        assert rl.rate_limit_service.grpc_service.timeout.ToMilliseconds() > redis_ms
 
 
 def test_a_broken_configmap_is_refused_by_the_check(tmp_path):
