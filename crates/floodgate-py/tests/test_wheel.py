@@ -97,8 +97,10 @@ from rate_limiter import FixedWindow
 assert FixedWindow is floodgate.FixedWindow
 w = FixedWindow(limit=2, window_s=1.0)
 print(json.dumps({"floodgate": floodgate.__file__, "rate_limiter": rate_limiter.__file__,
+                  "profile": floodgate._floodgate.BUILD_PROFILE,
                   "allowed": [w.allow(now=0.1) for _ in range(3)]}))
 """)
+    assert json.loads(out)["profile"] == "release"
     got = json.loads(out)
     venv_root = str(venv[0].parent.parent)
     assert got["floodgate"].startswith(venv_root), got
