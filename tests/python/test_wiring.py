@@ -170,6 +170,31 @@ def test_every_route_descriptor_is_limited_by_the_limits_file(tmp_path):
         proc.stop()
 
 
+def rule_paths(rules, prefix=()):
+    """Every rule path of the limits file that carries a limit: ((key, value or None), ...)."""
+    for r in rules:
+        path = (*prefix, (r["key"], r.get("value")))
+        if "rate_limit" in r or "rate_limits" in r:
+            yield path
+        yield from rule_paths(r.get("descriptors", []), path)
+
+
+def reaches(entries, path):
+    return len(entries) == len(path) and all(
+        k == rk and (rv is None or rv == v or (rv.endswith("*") and v.startswith(rv[:-1])))
+        for (k, v), (rk, rv) in zip(entries, path))
+
+
+def test_every_rule_of_the_limits_file_is_reached_by_a_route():
+    """The other way round: no rule of the limits file is dead for this Envoy file."""
+    descriptors = [entries for _, entries in route_descriptors(bootstrap())]
+    paths = list(rule_paths(limits()["descriptors"]))
+    assert paths
+    for path in paths:
+        assert any(reaches(e, path) for e in descriptors), (
+            f"no route's rate_limits produce a descriptor for the rule {path}")
+
+
 # --- Kubernetes ---
 
 def manifests():
