@@ -8,10 +8,13 @@
 #   - iproute2 (`ip`): the network namespaces of the network faults (as root)
 #   - curl: the command transcripts, the HTTP/2 checks and the server's TLS tests
 #   - redis-tools (`redis-cli`, built with TLS): the server's TLS tests
+#   - prometheus (for `promtool`): the alert rules' and the dashboard's PromQL
+#     (tests/python/test_dashboards.py)
 #   - redis-cell 0.2.2, built from crates.io into target/: the differential test
 #     (tests/redis_cell_diff.rs)
 #   - a virtualenv under target/pyenv with grpcio, xds-protos, redis, pytest and maturin:
-#     the Python module's tests and the Python clients of the server
+#     the Python module's tests and the Python clients of the server; pyyaml and
+#     kubernetes-validate: the checks of docs/envoy.md and deploy/ (tests/python/test_wiring.py)
 # Debian packages are installed with apt-get when run as root; otherwise the script names
 # the packages to install and fails.
 set -euo pipefail
@@ -30,6 +33,7 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/setup.sh: installing ${missing[*]} (Debian packages)" >&2
@@ -49,9 +53,10 @@ if ! "$py" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
     rm -rf "$venv"
     python3 -m venv "$venv"
 fi
-if ! "$py" -c 'import grpc, redis, pytest; from envoy.service.ratelimit.v3 import rls_pb2_grpc' 2>/dev/null \
+if ! "$py" -c 'import grpc, redis, pytest, yaml, kubernetes_validate; from envoy.service.ratelimit.v3 import rls_pb2_grpc' 2>/dev/null \
     || ! "$venv/bin/maturin" --version >/dev/null 2>&1; then
     "$py" -m pip install -q --disable-pip-version-check \
-        'grpcio>=1.60' 'xds-protos>=1.60' 'redis>=5' 'pytest>=8' 'maturin>=1.9,<2'
+        'grpcio>=1.60' 'xds-protos>=1.60' 'redis>=5' 'pytest>=8' 'maturin>=1.9,<2' \
+        'pyyaml>=6' 'kubernetes-validate>=1.37'
 fi
 echo "scripts/setup.sh: everything the tests need is installed" >&2

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the Python module (crates/floodgate-py) as a wheel, installs it into a virtualenv
-# under target/pyenv, and runs its pytest suite. Idempotent: the venv and its tools are
-# kept between runs; the wheel is rebuilt (incrementally) and reinstalled every time.
+# Builds the Python module (crates/floodgate-py) as a release wheel into target/pywheels/,
+# installs it into a virtualenv under target/pyenv, and runs its pytest suite (which also
+# installs the wheel into a fresh virtualenv without Rust: tests/test_wheel.py).
+# Idempotent: the venv and its tools are kept between runs; the wheel is rebuilt
+# (incrementally) and reinstalled every time.
 # Needs python3 (>= 3.10) with venv and pip, and a Redis on 127.0.0.1:6379 for throttle().
 # Extra arguments go to pytest (e.g. -k keyed).
 set -euo pipefail
@@ -17,11 +19,14 @@ if ! "$venv/bin/maturin" --version >/dev/null 2>&1 || ! "$py" -c 'import pytest'
     "$py" -m pip install -q --disable-pip-version-check 'maturin>=1.9,<2' 'pytest>=8'
 fi
 
-# A debug build: faster to compile, and Rust's overflow checks stay on under the tests.
+# The release wheel, built once: the one abi3 wheel that ships, tested here and, by
+# tests/test_wheel.py, installed into a fresh virtualenv with no cargo on PATH.
 wheels=target/pywheels
 rm -rf "$wheels"
-"$venv/bin/maturin" build --quiet -m crates/floodgate-py/Cargo.toml -i "$py" \
-    --compatibility linux -o "$wheels"
+# No --compatibility: maturin audits the library's glibc symbols and tags the wheel
+# manylinux_2_X (a plain linux_x86_64 tag is refused by package indexes).
+"$venv/bin/maturin" build --release --quiet -m crates/floodgate-py/Cargo.toml -i "$py" \
+    -o "$wheels"
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheels"/floodgate-*.whl
 
 # -p no:cacheprovider: no .pytest_cache in the work tree.

@@ -96,7 +96,7 @@ def main():
     ap.add_argument("--redis", metavar="URL", help="also time throttle() against this Redis (loopback)")
     args = ap.parse_args()
     if floodgate._floodgate.BUILD_PROFILE != "release":
-        print("warning: this floodgate is a debug build (scripts/test-python.sh makes one); "
+        print("warning: this floodgate is a debug build (maturin build without --release); "
               "install a release build to benchmark: pip install ./crates/floodgate-py\n")
     n = args.n
     cap, refill = 1_000_000_000, 1e6  # never empties: every call takes the same path

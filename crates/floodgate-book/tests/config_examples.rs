@@ -5,8 +5,10 @@
 //! runs on, certificates or secrets: its fields are checked, the files are not read),
 //! `proxy-files` (the same for a `floodgate proxy` file: `[tls]` certificates and the
 //! upstream's CA bundle),
-//! `bad-example` (a file a transcript shows being refused; it must fail) or
-//! `peer-config` (another product's file, shown beside floodgate's for comparison).
+//! `bad-example` (a file a transcript shows being refused; it must fail),
+//! `peer-config` (another product's file, shown beside floodgate's for comparison) or
+//! `envoy-config` (Envoy's bootstrap file: tests/python/test_wiring.py parses it into
+//! Envoy's own `Bootstrap` message and checks its descriptors against a real server).
 
 use std::path::Path;
 
@@ -59,12 +61,14 @@ fn every_config_example_names_what_it_configures_and_parses() {
             .unwrap_or_else(|e| panic!("{}: {e}", b.place()));
         } else if b.has("peer-config") {
             // a peer's file shown for comparison (Limitador's limits): not floodgate's
+        } else if b.has("envoy-config") {
+            // Envoy's file: parsed with Envoy's protos by tests/python/test_wiring.py
         } else if b.has("bad-example") {
             let proxy = parse_proxy(b);
             assert!(proxy.is_err(), "{}: a bad example parses", b.place());
         } else {
             panic!(
-                "{}: a {} block must say what it configures (proxy-config, proxy-files, server-config, server-files, bad-example or peer-config)",
+                "{}: a {} block must say what it configures (proxy-config, proxy-files, server-config, server-files, bad-example, peer-config or envoy-config)",
                 b.place(),
                 b.lang()
             );

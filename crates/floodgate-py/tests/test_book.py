@@ -1,6 +1,6 @@
-"""Every `python` block of the book (docs/*.md) runs as written, against the installed
-module (and the Redis on 127.0.0.1:6379 where a block calls `throttle`), and every value
-its comments show is the value the code gives.
+"""Every `python` block of the book (docs/*.md) and of the package's README runs as
+written, against the installed module (and the Redis on 127.0.0.1:6379 where a block
+calls `throttle`), and every value its comments show is the value the code gives.
 
 A comment shows a value when it starts like one: a number, `True`, `False`, `None`, a
 bracket, a quote, or a constructor's repr (`Decision(...)`). Such a comment must end a
@@ -29,8 +29,12 @@ VALUE = re.compile(r"(True|False|None)\b|-?[0-9]|[(\[{'\"]|[A-Z]\w*\(")
 RUN = uuid.uuid4().hex
 
 
+README = DOCS.parent / "crates" / "floodgate-py" / "README.md"
+
+
 def python_blocks():
-    for page in sorted(DOCS.glob("*.md")):
+    # the book's pages, and the package's README (the long description an index shows)
+    for page in [*sorted(DOCS.glob("*.md")), README]:
         text = page.read_text()
         for m in BLOCK.finditer(text):
             line = text.count("\n", 0, m.start()) + 1

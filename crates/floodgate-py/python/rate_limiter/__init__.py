@@ -1,5 +1,5 @@
-"""The floodgate classes under the name ``rate_limiter``, so that code written as
-``from rate_limiter import FixedWindow`` runs unchanged. Everything here *is* floodgate's
+"""A compatibility alias: the floodgate classes under the name ``rate_limiter``, so that
+code written as ``from rate_limiter import FixedWindow`` runs unchanged. Everything here *is* floodgate's
 (the same class objects); see ``help(floodgate)``.
 """
 
