@@ -457,7 +457,12 @@ impl RateLimiterBuilder {
                 waiting: AtomicUsize::new(0),
                 max_key_len: self.max_key_len,
                 fleet: self.fleet,
-                rejections: RejectionLog::new(self.rejection_log),
+                rejections: match &self.prev {
+                    Some(prev) => {
+                        RejectionLog::succeeding(self.rejection_log, &prev.inner.rejections)
+                    }
+                    None => RejectionLog::new(self.rejection_log),
+                },
             }),
         })
     }

@@ -4,6 +4,7 @@
 //! lines left out are counted and told in one summary line when the next second starts
 //! (`N rejection lines suppressed`). Keys are shown as [`KeyDisplay`] says.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -49,8 +50,9 @@ pub(crate) enum Rejection {
 /// The rejection log of one limiter (see the module's documentation).
 pub struct RejectionLog {
     config: RejectionLogConfig,
-    /// Shows keys (its hash key is drawn when the log is made).
-    shown: Insight,
+    /// Shows keys (its hash key is drawn when the first log is made, and kept by its
+    /// successors: a hashed key reads the same across reloads).
+    shown: Arc<Insight>,
     start: Instant,
     /// The second (since `start`) the counts are of.
     second: AtomicU64,
@@ -84,12 +86,22 @@ impl RejectionLog {
     pub fn new(config: RejectionLogConfig) -> RejectionLog {
         RejectionLog {
             config,
-            shown: Insight::new("log", config.keys),
+            shown: Arc::new(Insight::new("log", config.keys)),
             start: Instant::now(),
             second: AtomicU64::new(0),
             written: AtomicU32::new(0),
             suppressed: AtomicU64::new(0),
         }
+    }
+
+    /// A log as `config` says, replacing `prev` (a reloaded configuration): with the
+    /// same key display it shows keys as `prev` did.
+    pub fn succeeding(config: RejectionLogConfig, prev: &RejectionLog) -> RejectionLog {
+        let mut log = RejectionLog::new(config);
+        if prev.config.keys == config.keys {
+            log.shown = prev.shown.clone();
+        }
+        log
     }
 
     /// Most lines a second.
