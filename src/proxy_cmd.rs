@@ -104,6 +104,7 @@ fn flags_builder(args: &ProxyArgs) -> Result<RateLimiterBuilder> {
     spec.build().context("invalid --rate/--burst/--delay")?;
     let mut b = RateLimiter::builder()
         .admin_keys("proxy", args.admin_keys.unwrap_or_default())
+        .rejection_log(floodgate_proxy::config::LogSection::default().rejection_log())
         .policy(Policy::new("default", spec));
     if let Some(s) = args.status {
         let s = http::StatusCode::from_u16(s)

@@ -24,7 +24,6 @@
 //! | `floodgate_settle_abandoned_total` | counter | `outcome` = settled (the cost arrived after the client left), abort_cost (it did not: the route's abort cost was charged) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 //! | `floodgate_config_reloads_total` | counter | proxy: `result` = ok, error: configuration reloads (SIGHUP, file watch) |
-//! | `floodgate_log_lines_dropped_total` | counter | proxy: `kind` = access: log lines dropped because the writer's queue was full (a slow disk) |
 
 pub mod striped;
 
@@ -261,7 +260,6 @@ pub struct Metrics {
     store_events: Family<EventLabels, Counter>,
     leases: Family<PolicyLabels, Gauge>,
     config_reloads: Family<ResultLabels, Counter>,
-    log_lines_dropped: Family<KindLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -430,13 +428,6 @@ impl Metrics {
             "Proxy: configuration reload attempts by result",
             config_reloads.clone(),
         );
-        let log_lines_dropped = Family::<KindLabels, Counter>::default();
-        let _ = log_lines_dropped.get_or_create(&KindLabels { kind: "access" });
-        registry.register(
-            "floodgate_log_lines_dropped",
-            "Proxy: log lines dropped because the log writer's queue was full",
-            log_lines_dropped.clone(),
-        );
         Metrics {
             leases,
             fleet,
@@ -444,7 +435,6 @@ impl Metrics {
             registry: Arc::new(registry),
             decisions_family,
             config_reloads,
-            log_lines_dropped,
             decisions,
             requests,
             delay_seconds,
@@ -503,7 +493,6 @@ impl Metrics {
             store_events: self.store_events.clone(),
             leases: self.leases.clone(),
             config_reloads: self.config_reloads.clone(),
-            log_lines_dropped: self.log_lines_dropped.clone(),
         }
     }
 
@@ -521,14 +510,6 @@ impl Metrics {
         self.config_reloads
             .get_or_create(&ResultLabels { result })
             .get()
-    }
-
-    /// Count `n` log lines of `kind` (`access`) dropped because the writer's queue was
-    /// full.
-    pub fn log_lines_dropped(&self, kind: &'static str, n: u64) {
-        self.log_lines_dropped
-            .get_or_create(&KindLabels { kind })
-            .inc_by(n);
     }
 
     /// Count a policy decision.

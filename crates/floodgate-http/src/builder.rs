@@ -19,6 +19,7 @@ use ipnet::IpNet;
 use crate::key::{ClientIpConfig, MissingKey, PeerFn, peer_from_extension};
 use crate::limiter::{Inner, RateLimiter};
 use crate::policy::{CompiledRoute, Policy, PolicyInfo, Route};
+use crate::rejection_log::{RejectionLog, RejectionLogConfig};
 
 /// Why a limiter could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +75,7 @@ pub struct RateLimiterBuilder {
     fleet: Option<Fleet>,
     surface: &'static str,
     key_display: KeyDisplay,
+    rejection_log: RejectionLogConfig,
     /// The limiter this one replaces ([`RateLimiterBuilder::succeed`]).
     prev: Option<RateLimiter>,
 }
@@ -101,6 +103,7 @@ impl Default for RateLimiterBuilder {
             fleet: None,
             surface: "layer",
             key_display: KeyDisplay::Plain,
+            rejection_log: RejectionLogConfig::default(),
             prev: None,
         }
     }
@@ -248,6 +251,13 @@ impl RateLimiterBuilder {
             infos.push(PolicyInfo::new(index, p.name.clone(), spec, algorithm));
         }
         Ok(infos)
+    }
+
+    /// How rejections are logged (default: DEBUG, 10 lines a second, keys as they are;
+    /// [`crate::rejection_log`]).
+    pub fn rejection_log(mut self, config: RejectionLogConfig) -> Self {
+        self.rejection_log = config;
+        self
     }
 
     /// Build a limiter that replaces `prev` (a reloaded configuration): it shares `prev`'s
@@ -447,6 +457,12 @@ impl RateLimiterBuilder {
                 waiting: AtomicUsize::new(0),
                 max_key_len: self.max_key_len,
                 fleet: self.fleet,
+                rejections: match &self.prev {
+                    Some(prev) => {
+                        RejectionLog::succeeding(self.rejection_log, &prev.inner.rejections)
+                    }
+                    None => RejectionLog::new(self.rejection_log),
+                },
             }),
         })
     }

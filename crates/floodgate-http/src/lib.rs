@@ -6,6 +6,7 @@ pub mod key;
 pub mod layer;
 pub mod limiter;
 pub mod policy;
+pub mod rejection_log;
 pub mod settle;
 
 // The engine's types this crate's public items take, return or hold. The engine's
@@ -28,4 +29,5 @@ pub use key::{
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{RateLimiter, Verdict};
 pub use policy::{InFlightSpec, Policy, PolicyInfo, Route};
+pub use rejection_log::RejectionLogConfig;
 pub use settle::{SettleHandle, SettleOnTrailers, SettleSpec};

@@ -31,6 +31,7 @@ use crate::key::{
     ClientIpConfig, KeyError, MissingKey, PeerFn, RequestInfo, in_nets, resolve_client_ip,
 };
 use crate::policy::{CompiledRoute, Policy, PolicyInfo};
+use crate::rejection_log::{Rejection, RejectionLog};
 use smallvec::SmallVec;
 
 /// What a built limiter holds (every clone of it shares one); [`crate::builder`] makes it.
@@ -61,6 +62,8 @@ pub(crate) struct Inner {
     /// Each policy's insight, by index.
     pub(crate) policy_insights: Vec<Arc<PolicyInsight>>,
     pub(crate) fleet: Option<Fleet>,
+    /// Where rejections are logged ([`crate::rejection_log`]).
+    pub(crate) rejections: RejectionLog,
 }
 
 /// The shared rate-limiting engine. Cloning is cheap and every clone shares the same
@@ -601,11 +604,13 @@ impl RateLimiter {
                 queue_full,
             }) => {
                 if *dry_run {
-                    tracing::info!(policy = %policy.name, key = %String::from_utf8_lossy(key), "dry run: would reject (in flight)");
+                    inner
+                        .rejections
+                        .log(Rejection::WouldRejectInFlight, &policy.name, key);
                     m.decision(*idx, DecisionOutcome::RejectedDryRun);
                     return LeaseStep::Held((*idx, decision, None));
                 }
-                tracing::debug!(policy = %policy.name, key = %String::from_utf8_lossy(key), queue_full, "rejected: in flight");
+                inner.rejections.log(Rejection::InFlight, &policy.name, key);
                 m.decision(*idx, DecisionOutcome::Rejected);
                 m.request(if queue_full {
                     RequestOutcome::QueueFull
@@ -789,7 +794,9 @@ impl RateLimiter {
         let mut items: SmallVec<[(&PolicyInfo, Decision); 2]> = SmallVec::new();
         for ((idx, key, cost), d) in plan.enforced.iter().zip(enforced) {
             let outcome = if !d.allowed {
-                tracing::debug!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "rejected");
+                inner
+                    .rejections
+                    .log(Rejection::Rejected, &inner.infos[*idx].name, key);
                 DecisionOutcome::Rejected
             } else if !d.delay.is_zero() {
                 DecisionOutcome::Delayed
@@ -807,7 +814,9 @@ impl RateLimiter {
         }
         for ((idx, key, cost), d) in plan.shadow.iter().zip(shadow) {
             let outcome = if !d.allowed {
-                tracing::info!(policy = %inner.infos[*idx].name, key = %String::from_utf8_lossy(key), "dry run: would reject");
+                inner
+                    .rejections
+                    .log(Rejection::WouldReject, &inner.infos[*idx].name, key);
                 DecisionOutcome::RejectedDryRun
             } else if !d.delay.is_zero() {
                 DecisionOutcome::DelayedDryRun

@@ -58,6 +58,36 @@ pub(super) fn de_key_display<'de, D: Deserializer<'de>>(
         .map_err(|e: String| serde::de::Error::custom(format!("admin_keys: {e}")))
 }
 
+/// `log.keys`.
+pub(super) fn de_opt_key_display<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<floodgate_engine::insight::KeyDisplay>, D::Error> {
+    String::deserialize(d)?
+        .parse()
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+/// `log.rejection_level`: error, warn, info, debug or off.
+pub(super) fn de_opt_level<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<super::RejectionLevel>, D::Error> {
+    let s = String::deserialize(d)?;
+    let level = match s.as_str() {
+        "error" => Some(tracing::Level::ERROR),
+        "warn" => Some(tracing::Level::WARN),
+        "info" => Some(tracing::Level::INFO),
+        "debug" => Some(tracing::Level::DEBUG),
+        "off" => None,
+        other => {
+            return Err(serde::de::Error::custom(format!(
+                "unknown level {other:?}; expected error, warn, info, debug or off"
+            )));
+        }
+    };
+    Ok(Some(super::RejectionLevel(level)))
+}
+
 /// `admin_allowed_hosts`: host names or IP addresses, without a port.
 pub(super) fn de_allowed_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<AllowedHosts, D::Error> {
     let names = Vec::<String>::deserialize(d)?;

@@ -148,6 +148,9 @@ pub struct Config {
     /// The routes.
     #[serde(rename = "route", default)]
     pub routes: Vec<RouteSection>,
+    /// `[log]`: the rejection log.
+    #[serde(default)]
+    pub log: LogSection,
     /// Keys read in an old spelling (logged by [`Config::load`]).
     #[serde(skip)]
     pub renamed: Vec<Renamed>,
@@ -556,7 +559,8 @@ impl Config {
             .store_failure(self.store.redis().fault_policy)
             .headers(self.headers.options())
             .max_waiting(self.delay.max_waiting.unwrap_or(10_000))
-            .max_keys(self.store.max_keys());
+            .max_keys(self.store.max_keys())
+            .rejection_log(self.log.rejection_log());
         for n in &self.allowlist.ips {
             b = b.allow_net(*n);
         }

@@ -80,6 +80,40 @@ pub struct AllowlistSection {
     pub keys: Vec<String>,
 }
 
+/// `[log]`: the rejection log (the process log's filter and format are the command's:
+/// `FLOODGATE_LOG`, `--log-format`).
+#[derive(Debug, Deserialize, Default, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    /// The level of the line logged per rejected request: error, warn (default), info,
+    /// debug or off (nginx's `limit_req_log_level`).
+    #[serde(default, deserialize_with = "de_opt_level")]
+    pub rejection_level: Option<RejectionLevel>,
+    /// Most rejection lines a second (default 10); the rest are counted and told in one
+    /// `N rejection lines suppressed` line.
+    pub rejections_per_second: Option<u32>,
+    /// How log lines show keys: plain (default), truncated or hashed.
+    #[serde(default, deserialize_with = "de_opt_key_display")]
+    pub keys: Option<KeyDisplay>,
+}
+
+/// `log.rejection_level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RejectionLevel(pub Option<tracing::Level>);
+
+impl LogSection {
+    /// The rejection log this section asks for.
+    pub fn rejection_log(&self) -> floodgate_http::RejectionLogConfig {
+        floodgate_http::RejectionLogConfig {
+            level: self
+                .rejection_level
+                .map_or(Some(tracing::Level::WARN), |l| l.0),
+            per_second: self.rejections_per_second.unwrap_or(10),
+            keys: self.keys.unwrap_or_default(),
+        }
+    }
+}
+
 /// Why a configured limiter could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildConfigError {
