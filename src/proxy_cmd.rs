@@ -263,15 +263,27 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         // SIGHUP and the file watch reload a config file; installed before the proxy says
         // it is ready, so that an early SIGHUP never ends it
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        if let Some(log) = proxy.access_log() {
+            reopen_on_sigusr1(log.clone(), stop_rx.clone())?;
+        }
         let mut _watcher = None;
         match (&args.config, cfg) {
             (Some(path), Some(cfg)) => {
-                let reloader = Arc::new(Reloader::new(
-                    path.clone(),
-                    cfg,
-                    proxy.generations().clone(),
-                    tokio::runtime::Handle::current(),
-                ));
+                let access_log = proxy.access_log().cloned();
+                let reloader = Arc::new(
+                    Reloader::new(
+                        path.clone(),
+                        cfg,
+                        proxy.generations().clone(),
+                        tokio::runtime::Handle::current(),
+                    )
+                    // after every reload attempt, as nginx's reopens its logs on one
+                    .after(move |_| {
+                        if let Some(log) = &access_log {
+                            log.reopen();
+                        }
+                    }),
+                );
                 let hup = watch::sighup().context("listening for SIGHUP")?;
                 let r = reloader.clone();
                 let certs = settings.tls.as_ref().map(|t| t.server.certs().clone());
@@ -323,6 +335,28 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         Ok::<(), anyhow::Error>(())
     })?;
     rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}
+
+/// Reopen the access log's file on every `SIGUSR1` (logrotate's `postrotate`) until
+/// `stop` changes.
+fn reopen_on_sigusr1(
+    log: floodgate_proxy::proxy::AccessLog,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut usr1 = signal(SignalKind::user_defined1()).context("listening for SIGUSR1")?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = usr1.recv() => {
+                    tracing::info!("SIGUSR1: reopening the access log");
+                    log.reopen();
+                }
+                _ = stop.changed() => return,
+            }
+        }
+    });
     Ok(())
 }
 

@@ -24,6 +24,7 @@
 //! | `floodgate_settle_abandoned_total` | counter | `outcome` = settled (the cost arrived after the client left), abort_cost (it did not: the route's abort cost was charged) |
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 //! | `floodgate_config_reloads_total` | counter | proxy: `result` = ok, error: configuration reloads (SIGHUP, file watch) |
+//! | `floodgate_access_log_dropped_total` | counter | proxy: access log lines dropped because the writer's queue was full (a slow disk) |
 
 pub mod striped;
 
@@ -260,6 +261,8 @@ pub struct Metrics {
     store_events: Family<EventLabels, Counter>,
     leases: Family<PolicyLabels, Gauge>,
     config_reloads: Family<ResultLabels, Counter>,
+    /// Proxy: access log lines dropped, the writer's queue full.
+    access_log_dropped: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -428,7 +431,14 @@ impl Metrics {
             "Proxy: configuration reload attempts by result",
             config_reloads.clone(),
         );
+        let access_log_dropped = Counter::default();
+        registry.register(
+            "floodgate_access_log_dropped",
+            "Proxy: access log lines dropped because the writer's queue was full",
+            access_log_dropped.clone(),
+        );
         Metrics {
+            access_log_dropped,
             leases,
             fleet,
             store_events,
@@ -493,7 +503,18 @@ impl Metrics {
             store_events: self.store_events.clone(),
             leases: self.leases.clone(),
             config_reloads: self.config_reloads.clone(),
+            access_log_dropped: self.access_log_dropped.clone(),
         }
+    }
+
+    /// Count an access log line dropped because the writer's queue was full.
+    pub fn access_log_dropped(&self) {
+        self.access_log_dropped.inc();
+    }
+
+    /// Access log lines dropped so far.
+    pub fn access_log_dropped_count(&self) -> u64 {
+        self.access_log_dropped.get()
     }
 
     /// Count a configuration reload (`ok`: it was applied).

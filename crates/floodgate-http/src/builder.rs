@@ -76,6 +76,7 @@ pub struct RateLimiterBuilder {
     surface: &'static str,
     key_display: KeyDisplay,
     rejection_log: RejectionLogConfig,
+    record_decisions: bool,
     /// The limiter this one replaces ([`RateLimiterBuilder::succeed`]).
     prev: Option<RateLimiter>,
 }
@@ -104,6 +105,7 @@ impl Default for RateLimiterBuilder {
             surface: "layer",
             key_display: KeyDisplay::Plain,
             rejection_log: RejectionLogConfig::default(),
+            record_decisions: false,
             prev: None,
         }
     }
@@ -257,6 +259,14 @@ impl RateLimiterBuilder {
     /// [`crate::rejection_log`]).
     pub fn rejection_log(mut self, config: RejectionLogConfig) -> Self {
         self.rejection_log = config;
+        self
+    }
+
+    /// Put a [`RecordedDecision`](crate::RecordedDecision) (outcome, policy, key as the rejection log
+    /// shows keys) in every limited response's extensions, for an access log (default:
+    /// off, nothing is allocated for it).
+    pub fn record_decisions(mut self, on: bool) -> Self {
+        self.record_decisions = on;
         self
     }
 
@@ -463,6 +473,7 @@ impl RateLimiterBuilder {
                     }
                     None => RejectionLog::new(self.rejection_log),
                 },
+                record_decisions: self.record_decisions,
             }),
         })
     }

@@ -25,6 +25,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::limiter::{Outcome, Prepared, RateLimiter};
+use crate::recorded::RecordedDecision;
 use crate::settle::SettleHandle;
 
 /// Applies a [`RateLimiter`] to a service.
@@ -92,9 +93,12 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let plan = match self.limiter.prepare(&req) {
-            Prepared::Bypass => {
+            Prepared::Bypass(decided) => {
                 return Box::pin(async move {
-                    let resp = inner.call(req).await?;
+                    let mut resp = inner.call(req).await?;
+                    if let Some(d) = decided {
+                        resp.extensions_mut().insert(d);
+                    }
                     Ok(resp.map(|b| Either::Left(LeaseBody::plain(b))))
                 });
             }
@@ -112,12 +116,18 @@ where
         let outcome = match self.limiter.local_store().filter(|_| !plan.has_leases()) {
             Some(local) => match self.limiter.check_now(local, plan, req.headers()) {
                 Outcome::Respond(r) => return Box::pin(async move { Ok(r.map(Either::Right)) }),
-                Outcome::Pass { headers, delay, .. } if delay.is_zero() => {
+                Outcome::Pass {
+                    headers,
+                    delay,
+                    decided,
+                    ..
+                } if delay.is_zero() => {
                     // called here: the future holds the inner one, not the request
                     let forwarded = inner.call(req);
                     return Box::pin(async move {
                         let mut resp = forwarded.await?;
                         headers.insert_into(resp.headers_mut());
+                        insert_decided(&mut resp, decided);
                         Ok(resp.map(|b| Either::Left(LeaseBody::plain(b))))
                     });
                 }
@@ -139,10 +149,12 @@ where
                     headers,
                     delay,
                     leases,
+                    decided,
                 } => {
                     if !delay.is_zero() && !limiter.hold(delay).await {
                         let mut r = limiter.queue_full_response(req.headers());
                         headers.insert_into(r.headers_mut());
+                        insert_decided(&mut r, decided.map(RecordedDecision::limited));
                         return Ok(r.map(Either::Right));
                     }
                     // the leases are held until the response body ends or is dropped
@@ -150,6 +162,7 @@ where
                     // the inner service answers, the body after
                     let mut resp = inner.call(req).await?;
                     headers.insert_into(resp.headers_mut());
+                    insert_decided(&mut resp, decided);
                     Ok(resp.map(|b| Either::Left(LeaseBody::new(b, leases))))
                 }
             }
@@ -171,13 +184,14 @@ where
 {
     let (spec, estimate) = plan.settle.take().expect("a settling plan");
     let (outcome, reservation) = limiter.reserve(plan, req.headers()).await;
-    let (headers, delay, leases) = match outcome {
+    let (headers, delay, leases, decided) = match outcome {
         Outcome::Respond(r) => return Ok(r.map(Either::Right)),
         Outcome::Pass {
             headers,
             delay,
             leases,
-        } => (headers, delay, leases),
+            decided,
+        } => (headers, delay, leases, decided),
     };
     if !delay.is_zero() && !limiter.hold(delay).await {
         // not forwarded: the reservation comes back whole
@@ -186,6 +200,7 @@ where
         }
         let mut r = limiter.queue_full_response(req.headers());
         headers.insert_into(r.headers_mut());
+        insert_decided(&mut r, decided.map(RecordedDecision::limited));
         return Ok(r.map(Either::Right));
     }
     let handle = SettleHandle::new(limiter, spec, estimate, reservation);
@@ -199,8 +214,16 @@ where
         Some(s) => handle.settled_headers(&s).insert_into(resp.headers_mut()),
         None => headers.insert_into(resp.headers_mut()),
     }
+    insert_decided(&mut resp, decided);
     // the leases are held until the response body ends or is dropped
     Ok(resp.map(|b| Either::Left(LeaseBody::new(b, leases))))
+}
+
+/// Put the recorded decision, if any, in `resp`'s extensions.
+fn insert_decided<B>(resp: &mut Response<B>, decided: Option<RecordedDecision>) {
+    if let Some(d) = decided {
+        resp.extensions_mut().insert(d);
+    }
 }
 
 impl RateLimiter {

@@ -6,6 +6,7 @@ pub mod key;
 pub mod layer;
 pub mod limiter;
 pub mod policy;
+pub mod recorded;
 pub mod rejection_log;
 pub mod settle;
 
@@ -29,5 +30,6 @@ pub use key::{
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{RateLimiter, Verdict};
 pub use policy::{InFlightSpec, Policy, PolicyInfo, Route};
+pub use recorded::{RecordedDecision, RecordedOutcome};
 pub use rejection_log::RejectionLogConfig;
 pub use settle::{SettleHandle, SettleOnTrailers, SettleSpec};

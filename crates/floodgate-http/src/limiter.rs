@@ -31,6 +31,7 @@ use crate::key::{
     ClientIpConfig, KeyError, MissingKey, PeerFn, RequestInfo, in_nets, resolve_client_ip,
 };
 use crate::policy::{CompiledRoute, Policy, PolicyInfo};
+use crate::recorded::{RecordedDecision, RecordedOutcome};
 use crate::rejection_log::{Rejection, RejectionLog};
 use smallvec::SmallVec;
 
@@ -64,6 +65,8 @@ pub(crate) struct Inner {
     pub(crate) fleet: Option<Fleet>,
     /// Where rejections are logged ([`crate::rejection_log`]).
     pub(crate) rejections: RejectionLog,
+    /// Whether responses carry a [`RecordedDecision`] ([`RateLimiterBuilder::record_decisions`](crate::RateLimiterBuilder::record_decisions)).
+    pub(crate) record_decisions: bool,
 }
 
 /// The shared rate-limiting engine. Cloning is cheap and every clone shares the same
@@ -125,8 +128,10 @@ pub(crate) enum Outcome {
         delay: Duration,
         /// In-flight leases to hold until the response ends.
         leases: Leases,
+        /// The decision, for the response's extensions (when recorded).
+        decided: Option<RecordedDecision>,
     },
-    /// As [`Verdict::Respond`].
+    /// As [`Verdict::Respond`] (a recorded [`RecordedDecision`] in its extensions).
     Respond(Response<Full<Bytes>>),
 }
 
@@ -137,6 +142,7 @@ impl Outcome {
                 headers,
                 delay,
                 leases,
+                ..
             } => Verdict::Pass {
                 headers: headers.into_map(),
                 delay,
@@ -149,8 +155,9 @@ impl Outcome {
 
 /// The synchronous first step: either a final answer or a plan to check.
 pub(crate) enum Prepared {
-    /// Let through untouched (no route, allowlisted, keyless and allowed).
-    Bypass,
+    /// Let through untouched (no route, allowlisted, keyless and allowed); the decision
+    /// of an allowlisted request when decisions are recorded.
+    Bypass(Option<RecordedDecision>),
     /// Answer with this response.
     Respond(Response<Full<Bytes>>),
     /// Ask the store.
@@ -339,7 +346,7 @@ impl RateLimiter {
     /// Decide on a request (extract keys, ask the store). The request is only read.
     pub async fn decide<B>(&self, req: &Request<B>) -> Verdict {
         match self.prepare(req) {
-            Prepared::Bypass => Verdict::Pass {
+            Prepared::Bypass(_) => Verdict::Pass {
                 headers: HeaderMap::new(),
                 delay: Duration::ZERO,
                 leases: Leases::new(),
@@ -358,7 +365,7 @@ impl RateLimiter {
             .find(|r| r.route.matches(req.method(), path))
         else {
             inner.metrics.request(RequestOutcome::Unlimited);
-            return Prepared::Bypass;
+            return Prepared::Bypass(None);
         };
         let start = std::time::Instant::now();
         let peer = (inner.peer)(req.extensions());
@@ -368,7 +375,7 @@ impl RateLimiter {
             && in_nets(*ip, &inner.allow_nets)
         {
             inner.metrics.request(RequestOutcome::Allowlisted);
-            return Prepared::Bypass;
+            return Prepared::Bypass(self.allowlisted());
         }
         let info = RequestInfo {
             method: req.method(),
@@ -411,7 +418,7 @@ impl RateLimiter {
                 Ok(k) => {
                     if policy.key.is_header() && inner.allow_keys.contains(&k) {
                         inner.metrics.request(RequestOutcome::Allowlisted);
-                        return Prepared::Bypass;
+                        return Prepared::Bypass(self.allowlisted());
                     }
                     k
                 }
@@ -438,7 +445,7 @@ impl RateLimiter {
         }
         if plan.enforced.is_empty() && plan.shadow.is_empty() && plan.leases.is_empty() {
             inner.metrics.request(RequestOutcome::MissingKeyAllowed);
-            return Prepared::Bypass;
+            return Prepared::Bypass(None);
         }
         Prepared::Check(plan)
     }
@@ -623,12 +630,16 @@ impl RateLimiter {
                     .chain(std::iter::once((&inner.infos[*idx], decision)))
                     .collect();
                 let headers = headers::render(&rendered, &inner.headers);
-                LeaseStep::Denied(Outcome::Respond(self.denial(
+                let mut r = self.denial(
                     Some(decision),
                     &policy.name,
                     headers,
                     ReplyFormat::of(req_headers),
-                )))
+                );
+                if let Some(d) = self.decided(RecordedOutcome::Limited, *idx, key) {
+                    r.extensions_mut().insert(d);
+                }
+                LeaseStep::Denied(Outcome::Respond(r))
             }
             Err(e) => match self.store_failed(&e, req_headers) {
                 Some(denied) => LeaseStep::Denied(denied),
@@ -785,6 +796,7 @@ impl RateLimiter {
                         headers: RateHeaders::default(),
                         delay: Duration::ZERO,
                         leases: Leases::new(),
+                        decided: None,
                     }
                 });
             }
@@ -833,6 +845,7 @@ impl RateLimiter {
                 headers,
                 delay: Duration::ZERO,
                 leases: Leases::new(),
+                decided: self.passed(&plan, shadow),
             };
         }
         if !decided.admitted {
@@ -850,12 +863,14 @@ impl RateLimiter {
                 .find(|(_, d)| !d.allowed)
                 .map_or(plan.enforced[0].0, |((i, _, _), _)| *i);
             let name = &inner.infos[idx].name;
-            return Outcome::Respond(self.denial(
-                binding,
-                name,
-                headers,
-                ReplyFormat::of(req_headers),
-            ));
+            let mut r = self.denial(binding, name, headers, ReplyFormat::of(req_headers));
+            if inner.record_decisions
+                && let Some((_, key, _)) = plan.enforced.iter().find(|(i, _, _)| *i == idx)
+                && let Some(d) = self.decided(RecordedOutcome::Limited, idx, key)
+            {
+                r.extensions_mut().insert(d);
+            }
+            return Outcome::Respond(r);
         }
         let delay = enforced.iter().map(|d| d.delay).max().unwrap_or_default();
         if delay.is_zero() {
@@ -867,7 +882,45 @@ impl RateLimiter {
             headers,
             delay,
             leases: Leases::new(),
+            decided: self.passed(&plan, shadow),
         }
+    }
+
+    /// The recorded decision of an allowlisted request (`None` when not recorded).
+    fn allowlisted(&self) -> Option<RecordedDecision> {
+        self.inner
+            .record_decisions
+            .then(RecordedDecision::allowlisted)
+    }
+
+    /// The recorded decision `outcome` by policy `idx` about `key` (`None` when not
+    /// recorded).
+    fn decided(
+        &self,
+        outcome: RecordedOutcome,
+        idx: usize,
+        key: &[u8],
+    ) -> Option<RecordedDecision> {
+        let inner = &*self.inner;
+        inner.record_decisions.then(|| RecordedDecision {
+            outcome,
+            policy: Some(Arc::from(inner.infos[idx].name.as_str())),
+            key: Some(inner.rejections.show_key(key)),
+        })
+    }
+
+    /// The recorded decision of an admitted `plan`, `shadow` its dry runs' decisions: a
+    /// shadow denial by the first dry-run policy that would have denied, else allowed by
+    /// the first enforced policy (the first dry-run one without).
+    fn passed(&self, plan: &Plan, shadow: &[Decision]) -> Option<RecordedDecision> {
+        if !self.inner.record_decisions {
+            return None;
+        }
+        if let Some(((idx, key, _), _)) = plan.shadow.iter().zip(shadow).find(|(_, d)| !d.allowed) {
+            return self.decided(RecordedOutcome::Shadow, *idx, key);
+        }
+        let (idx, key, _) = plan.enforced.first().or(plan.shadow.first())?;
+        self.decided(RecordedOutcome::Allowed, *idx, key)
     }
 
     fn denial(
@@ -1014,10 +1067,16 @@ impl LeasesAndRates for Request1<'_> {
 
 fn holding(outcome: Outcome, leases: Leases) -> Outcome {
     match outcome {
-        Outcome::Pass { headers, delay, .. } => Outcome::Pass {
+        Outcome::Pass {
+            headers,
+            delay,
+            decided,
+            ..
+        } => Outcome::Pass {
             headers,
             delay,
             leases,
+            decided,
         },
         denied => denied,
     }

@@ -104,6 +104,11 @@ impl RejectionLog {
         log
     }
 
+    /// `key` as this log shows keys (plain, truncated or its keyed hash).
+    pub(crate) fn show_key(&self, key: &[u8]) -> String {
+        self.shown.show_key(key)
+    }
+
     /// Most lines a second.
     pub fn per_second(&self) -> u32 {
         self.config.per_second

@@ -30,6 +30,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower_service::Service;
 
+use crate::access_log::{self, AccessLog};
 use crate::body::RequestBody;
 use crate::client_io::{ClientIo, ClientStream};
 use crate::forward::Forward;
@@ -72,6 +73,8 @@ pub(crate) struct Served {
     pub(crate) builder: auto::Builder<TokioExecutor>,
     /// TLS on the listener, if any.
     pub(crate) tls: Option<ListenerTls>,
+    /// The access log, if any.
+    pub(crate) access_log: Option<AccessLog>,
 }
 
 /// A generation's services, as one runtime serves them.
@@ -106,6 +109,7 @@ impl Served {
         forward: Forward,
         generations: Arc<Generations>,
         settings: &ProxySettings,
+        access_log: Option<AccessLog>,
     ) -> Result<Arc<Served>, ProxyError> {
         let generation = generations.load();
         let first = PerGen::new(&generation, &forward, settings)?;
@@ -119,6 +123,7 @@ impl Served {
             send_timeout: settings.send_timeout,
             builder: server_builder(),
             tls: settings.tls.clone(),
+            access_log,
         }))
     }
 
@@ -248,6 +253,7 @@ pub(crate) async fn serve(
             return hand_over(conn, peer, &served).await;
         };
         let start = std::time::Instant::now();
+        let logged = access_log::begin(served.access_log.as_ref(), &req, peer.ip(), start);
         if served.stale(generation.id) {
             // a reload: this request and the next ones are served by the new generation
             generation = served.current();
@@ -270,6 +276,7 @@ pub(crate) async fn serve(
             .metrics
             .proxy_seconds
             .observe(answered.saturating_duration_since(start));
+        let resp = access_log::respond(logged, resp);
         match conn.respond(resp, &meta, answered).await {
             Ok(true) => waiting.idle_since = tokio::time::Instant::from_std(answered),
             Ok(false) => {
@@ -313,6 +320,8 @@ pub(crate) async fn serve_hyper<I>(
         let generation = shared.current();
         let admission = &generation.admission;
         let in_flight = watch.start();
+        let start = Instant::now();
+        let logged = access_log::begin(shared.access_log.as_ref(), &req, peer.ip(), start);
         let mut req = req.map(RequestBody::Incoming);
         req.extensions_mut().insert(PeerAddr(peer));
         let refused = admission.admit(&mut req).err().map(|r| {
@@ -326,14 +335,15 @@ pub(crate) async fn serve_hyper<I>(
         });
         let mut svc = generation.svc.clone();
         let metrics = metrics.clone();
-        let start = Instant::now();
         async move {
             let r = match refused {
                 Some(resp) => Ok(resp),
                 None => svc.call(req).await,
             };
             metrics.proxy_seconds.observe(start.elapsed());
-            r.map(|resp| resp.map(|body| Watched::new(body, in_flight)))
+            r.map(|resp| {
+                access_log::respond(logged, resp).map(|body| Watched::new(body, in_flight))
+            })
         }
     });
     let conn = served.builder.serve_connection(TokioIo::new(io), hsvc);

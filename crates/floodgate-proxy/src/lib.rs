@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod access_log;
 mod body;
 mod client_io;
 pub mod config;

@@ -41,6 +41,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
+pub use crate::access_log::{AccessFormat, AccessLog, AccessLogConfig, AccessTarget};
 pub use crate::body::{ClientBody, RequestBody};
 use crate::connection::{self, Served, server_builder};
 pub use crate::forward::{Forward, ForwardBody};
@@ -62,6 +63,8 @@ pub struct Proxy {
     generations: Arc<Generations>,
     /// The metrics every generation shares.
     metrics: Arc<Metrics>,
+    /// The access log, if any.
+    access_log: Option<AccessLog>,
     serving: Serving,
     grace: Duration,
 }
@@ -108,6 +111,15 @@ impl Proxy {
         let generations = Generations::new(limiter);
         let forward = || Forward::with_tls(settings, metrics.clone(), upstream_tls.clone());
         let listener = bind(settings.listen).await?;
+        let access_log = match &settings.access_log {
+            Some(c) => Some(AccessLog::start(c, metrics.clone()).map_err(|source| {
+                ProxyError::AccessLog {
+                    target: c.target.to_string(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
         if let Some(tls) = &settings.tls {
             if let Some(every) = tls.reload_interval {
                 tls.server.certs().reload_every(every);
@@ -124,11 +136,21 @@ impl Proxy {
             None => None,
         };
         let serving = if settings.workers == 0 {
-            Serving::Here(Served::new(forward()?, generations.clone(), settings)?)
+            Serving::Here(Served::new(
+                forward()?,
+                generations.clone(),
+                settings,
+                access_log.clone(),
+            )?)
         } else {
             let mut workers = Vec::with_capacity(settings.workers);
             for i in 0..settings.workers {
-                let served = Served::new(forward()?, generations.clone(), settings)?;
+                let served = Served::new(
+                    forward()?,
+                    generations.clone(),
+                    settings,
+                    access_log.clone(),
+                )?;
                 let w = Worker::spawn(i, served, settings.shutdown_grace);
                 workers.push(w.map_err(ProxyError::Worker)?);
             }
@@ -145,8 +167,15 @@ impl Proxy {
             serving,
             generations,
             metrics,
+            access_log,
             grace: settings.shutdown_grace,
         })
+    }
+
+    /// The access log, if `settings.access_log` asked for one (to reopen its file on
+    /// `SIGUSR1` and after a reload).
+    pub fn access_log(&self) -> Option<&AccessLog> {
+        self.access_log.as_ref()
     }
 
     /// The proxy's address.

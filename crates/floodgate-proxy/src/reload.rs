@@ -12,7 +12,8 @@
 //! What a reload applies: `[[policy]]`, `[[route]]`, `[client_ip]`, `[deny]`,
 //! `[headers]`, `[delay]` and `[allowlist]`. What it cannot change ([`RESTART_ONLY`]):
 //! the listeners, the upstream and its timeouts, the connection caps, the store, the
-//! fleet, the admin settings and the worker count (a flag). A reload that changes one of
+//! fleet, the admin settings, the access log's file and format (its file is reopened
+//! after every reload) and the worker count (a flag). A reload that changes one of
 //! them applies the rest and names them in its log line as needing a restart.
 
 use std::path::{Path, PathBuf};
@@ -24,7 +25,7 @@ use crate::config::Config;
 use crate::generation::Generations;
 
 /// The top-level settings read at startup only, as the file names them.
-pub const RESTART_ONLY: [&str; 17] = [
+pub const RESTART_ONLY: [&str; 19] = [
     "listen",
     "upstream",
     "admin",
@@ -42,6 +43,8 @@ pub const RESTART_ONLY: [&str; 17] = [
     "shutdown_grace",
     "upstream_http2",
     "fleet",
+    "log.access_log",
+    "log.access_format",
 ];
 
 /// The [`RESTART_ONLY`] settings whose values differ between `old` and `new`.
@@ -66,6 +69,8 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
         old.shutdown_grace != new.shutdown_grace,
         old.upstream_http2 != new.upstream_http2,
         fleet(old) != fleet(new),
+        old.log.access_log != new.log.access_log,
+        old.log.access_format != new.log.access_format,
     ];
     RESTART_ONLY
         .iter()
@@ -160,10 +165,14 @@ impl Reloader {
             }
         };
         *last = Some(text.clone());
-        let cfg = match Config::parse(&text, &self.path) {
+        let mut cfg = match Config::parse(&text, &self.path) {
             Ok(c) => c,
             Err(e) => return fail(e.to_string()),
         };
+        let restart = restart_only_changes(&self.startup, &cfg);
+        // the access log runs as started: its decisions keep being recorded
+        cfg.log.access_log.clone_from(&self.startup.log.access_log);
+        cfg.log.access_format = self.startup.log.access_format;
         let limiter = match self.runtime.block_on(cfg.build_after(Some(prev))) {
             Ok(l) => l,
             Err(e) => return fail(format!("{}: {e}", self.path.display())),
@@ -177,7 +186,6 @@ impl Reloader {
             return fail(format!("{}: {e}", self.path.display()));
         }
         let id = self.generations.swap(limiter);
-        let restart = restart_only_changes(&self.startup, &cfg);
         if restart.is_empty() {
             tracing::info!(file = %self.path.display(), generation = id, "config reloaded");
         } else {

@@ -55,6 +55,8 @@ pub struct ProxySettings {
     pub max_connections_per_client: usize,
     /// Most idle upstream connections kept, per worker.
     pub upstream_max_idle: usize,
+    /// The access log (`[log] access_log`); `None`: none.
+    pub access_log: Option<crate::access_log::AccessLogConfig>,
 }
 
 impl ProxySettings {
@@ -81,6 +83,7 @@ impl ProxySettings {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
             upstream_max_idle: DEFAULT_UPSTREAM_MAX_IDLE,
+            access_log: None,
         }
     }
 }
@@ -152,4 +155,12 @@ pub enum ProxyError {
     /// A worker thread or its runtime could not be started.
     #[error("cannot start worker thread: {0}")]
     Worker(std::io::Error),
+    /// The access log's file could not be opened (or its writer thread started).
+    #[error("access_log {target}: {source}")]
+    AccessLog {
+        /// The file (or `stdout`).
+        target: String,
+        /// Why.
+        source: std::io::Error,
+    },
 }

@@ -68,6 +68,19 @@ pub(super) fn de_opt_key_display<'de, D: Deserializer<'de>>(
         .map_err(serde::de::Error::custom)
 }
 
+/// `log.access_log`: `"stdout"` or a file path, not empty.
+pub(super) fn de_opt_access_target<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<crate::access_log::AccessTarget>, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.trim().is_empty() {
+        return Err(serde::de::Error::custom(
+            "access_log is empty: give a file path or \"stdout\" (or leave it out for no access log)",
+        ));
+    }
+    Ok(Some(crate::access_log::AccessTarget::parse(&s)))
+}
+
 /// `log.rejection_level`: error, warn, info, debug or off.
 pub(super) fn de_opt_level<'de, D: Deserializer<'de>>(
     d: D,

@@ -180,6 +180,7 @@ impl Config {
         if let Some(u) = &self.upstream_tls {
             s.upstream_tls = u.options();
         }
+        s.access_log = self.log.access_log();
     }
 
     /// Load `[tls]`'s certificates and check `[upstream_tls]`'s CA bundle; an error is
@@ -560,7 +561,8 @@ impl Config {
             .headers(self.headers.options())
             .max_waiting(self.delay.max_waiting.unwrap_or(10_000))
             .max_keys(self.store.max_keys())
-            .rejection_log(self.log.rejection_log());
+            .rejection_log(self.log.rejection_log())
+            .record_decisions(self.log.access_log.is_some());
         for n in &self.allowlist.ips {
             b = b.allow_net(*n);
         }

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use floodgate_http::policy::InFlightSpec;
 use floodgate_net::tls::{CertFiles, TlsVersion, UpstreamTlsOptions};
 
+use crate::access_log::{AccessFormat, AccessLogConfig, AccessTarget};
+
 use super::*;
 
 /// `[client_ip]`.
@@ -80,8 +82,8 @@ pub struct AllowlistSection {
     pub keys: Vec<String>,
 }
 
-/// `[log]`: the rejection log (the process log's filter and format are the command's:
-/// `FLOODGATE_LOG`, `--log-format`).
+/// `[log]`: the rejection log and the access log (the process log's filter and format
+/// are the command's: `FLOODGATE_LOG`, `--log-format`).
 #[derive(Debug, Deserialize, Default, Clone, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct LogSection {
@@ -95,6 +97,13 @@ pub struct LogSection {
     /// How log lines show keys: plain (default), truncated or hashed.
     #[serde(default, deserialize_with = "de_opt_key_display")]
     pub keys: Option<KeyDisplay>,
+    /// The access log: a file (appended to, reopened on `SIGUSR1` and after a reload) or
+    /// `"stdout"`; absent: no access log. Read at startup.
+    #[serde(default, deserialize_with = "de_opt_access_target")]
+    pub access_log: Option<AccessTarget>,
+    /// The access log's format: `combined` (default: nginx's, then floodgate's fields)
+    /// or `json` (one object per line). Read at startup.
+    pub access_format: Option<AccessFormat>,
 }
 
 /// `log.rejection_level`.
@@ -111,6 +120,14 @@ impl LogSection {
             per_second: self.rejections_per_second.unwrap_or(10),
             keys: self.keys.unwrap_or_default(),
         }
+    }
+
+    /// The access log this section asks for, if any.
+    pub fn access_log(&self) -> Option<AccessLogConfig> {
+        self.access_log.clone().map(|target| AccessLogConfig {
+            target,
+            format: self.access_format.unwrap_or_default(),
+        })
     }
 }
 
