@@ -189,6 +189,7 @@ fn the_proxy_reference_shows_every_field_the_types_accept() {
         "fleet",
         "tls",
         "upstream_tls",
+        "log",
     ] {
         if !top
             .iter()
