@@ -182,3 +182,64 @@ fn write_out(sink: &mut Sink, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_drops_lines_and_counts_them_without_waiting() {
+        let metrics = Arc::new(Metrics::new(&[]));
+        // a queue of 2 whose reader is stalled (a disk that does not keep up)
+        let (lines, rx) = sync_channel(2);
+        let w = Writer {
+            lines,
+            reopen: Arc::new(AtomicBool::new(false)),
+            metrics: metrics.clone(),
+        };
+        let start = std::time::Instant::now();
+        for i in 0..5u8 {
+            w.send(vec![i]);
+        }
+        assert!(start.elapsed() < Duration::from_secs(1));
+        assert_eq!(metrics.access_log_dropped_count(), 3);
+        assert!(
+            metrics
+                .encode()
+                .contains("floodgate_access_log_dropped_total 3"),
+            "{}",
+            metrics.encode()
+        );
+        assert_eq!(rx.try_recv().unwrap(), vec![0]);
+        assert_eq!(rx.try_recv().unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn the_writer_thread_writes_lines_and_reopens_a_renamed_file() {
+        let dir = std::env::temp_dir().join(format!("fg-access-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.log");
+        let metrics = Arc::new(Metrics::new(&[]));
+        let w = Writer::start(AccessTarget::File(path.clone()), metrics).unwrap();
+        let wait = |p: &std::path::Path, want: &str| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let text = std::fs::read_to_string(p).unwrap_or_default();
+                if text == want {
+                    return;
+                }
+                assert!(std::time::Instant::now() < deadline, "{text:?} != {want:?}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        w.send(b"one\n".to_vec());
+        wait(&path, "one\n");
+        std::fs::rename(&path, dir.join("a.log.1")).unwrap();
+        w.reopen();
+        std::thread::sleep(IDLE_CHECK * 2);
+        w.send(b"two\n".to_vec());
+        wait(&path, "two\n");
+        wait(&dir.join("a.log.1"), "one\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
