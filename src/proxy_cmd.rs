@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Algorithm, Kind, Rate, Spec};
@@ -12,8 +12,22 @@ use floodgate_http::{KeyDisplay, Policy, RateLimiter, RateLimiterBuilder};
 use floodgate_proxy::config::{Config, parse_admin, parse_upstream};
 use floodgate_proxy::proxy::{Proxy, ProxySettings, shutdown_signal};
 
+use crate::exit::{UsageContext, usage};
+
+const EXAMPLES: &str = "\
+SIGTERM or Ctrl-C stops gracefully. FLOODGATE_LOG sets the log filter (default info).
+
+Examples:
+  floodgate proxy --config /etc/floodgate/proxy.toml
+  floodgate proxy --config proxy.toml --check-config        # validate the file and exit
+  floodgate proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 --rate 10/s --burst 20 --nodelay
+      one policy per client IP, as nginx limit_req zone=... rate=10r/s burst=20 nodelay
+  floodgate proxy --upstream http://127.0.0.1:9000 --rate 100/min --algorithm gcra --admin 9090
+      the admin page, /metrics and /healthz on 127.0.0.1:9090";
+
 /// Flags of `floodgate proxy`.
 #[derive(Args, Debug)]
+#[command(after_help = EXAMPLES)]
 pub struct ProxyArgs {
     /// TOML config file (every field: docs/proxy.md, "Configuration").
     #[arg(long, short)]
@@ -95,7 +109,7 @@ fn flags_builder(args: &ProxyArgs) -> Result<RateLimiterBuilder> {
 pub fn run(args: ProxyArgs) -> Result<()> {
     let (builder, mut settings, cfg) = match &args.config {
         Some(path) => {
-            let mut cfg = Config::load(path)?;
+            let mut cfg = Config::load(path).usage_err()?;
             // the log is not set up yet: the renamed keys go to stderr here
             for r in &cfg.renamed {
                 eprintln!("floodgate: warning: {}: {r}", path.display());
@@ -113,25 +127,25 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             (cfg.limiter_builder(), settings, Some(cfg))
         }
         None => (
-            flags_builder(&args)?,
+            flags_builder(&args).usage_err()?,
             ProxySettings::new(http::Uri::default()),
             None,
         ),
     };
     settings.workers = match args.threads {
-        Some(0) => bail!("--threads 0: give at least 1 worker thread"),
+        Some(0) => return Err(usage(anyhow!("--threads 0: give at least 1 worker thread"))),
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     if let Some(u) = &args.upstream {
         settings.upstream = parse_upstream(u)
             .map_err(anyhow::Error::msg)
-            .context("--upstream")?;
+            .usage("--upstream")?;
     }
     if settings.upstream.authority().is_none() {
-        bail!(
+        return Err(usage(anyhow!(
             "no upstream: set `upstream = \"http://host:port\"` in the config or pass --upstream"
-        );
+        )));
     }
     if let Some(l) = args.listen {
         settings.listen = l;
@@ -141,7 +155,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
     }
     if args.check_config {
         // validates everything but the Redis connection
-        let limiter = builder.build().context("invalid configuration")?;
+        let limiter = builder.build().usage("invalid configuration")?;
         println!(
             "configuration OK: {} policies ({}), upstream {}, listen {}",
             limiter.policies().len(),
@@ -190,7 +204,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             Some(cfg) if cfg.store.kind != floodgate_proxy::config::StoreKind::Memory => {
                 cfg.build().await.context("invalid configuration")?
             }
-            _ => builder.build().context("invalid configuration")?,
+            _ => builder.build().usage("invalid configuration")?,
         };
         let insight = limiter.insight();
         match &args.config {
