@@ -8,6 +8,8 @@
 #   - iproute2 (`ip`): the network namespaces of the network faults (as root)
 #   - curl: the command transcripts, the HTTP/2 checks and the server's TLS tests
 #   - redis-tools (`redis-cli`, built with TLS): the server's TLS tests
+#   - dpkg-dev, systemd (`systemd-analyze`), podman, buildah, groff-base: the packages'
+#     test (scripts/test-packages.sh) and the man pages' check
 #   - redis-cell 0.2.2, built from crates.io into target/: the differential test
 #     (tests/redis_cell_diff.rs)
 #   - a virtualenv under target/pyenv with grpcio, xds-protos, redis, pytest and maturin:
@@ -30,6 +32,11 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
+command -v groff >/dev/null 2>&1 || missing+=(groff-base)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/setup.sh: installing ${missing[*]} (Debian packages)" >&2
