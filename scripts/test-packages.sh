@@ -32,6 +32,7 @@ cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     dpkg --purge floodgate floodgate-redis-module >/dev/null 2>&1 || true
     podman rm -f floodgate-test-export >/dev/null 2>&1 || true
+    podman rmi -f "floodgate:$version" >/dev/null 2>&1 || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -226,7 +227,7 @@ assert blocks, "docs/install.md has no sh,install-test block"
 for b in blocks:
     print(b)
 PY
-CARGO_INSTALL_ROOT="$tmp/page-root" bash -euxo pipefail "$tmp/install-blocks.sh" >"$tmp/page.log" 2>&1 \
+CARGO_TARGET_DIR="$PWD/target" CARGO_INSTALL_ROOT="$tmp/page-root" bash -euxo pipefail "$tmp/install-blocks.sh" >"$tmp/page.log" 2>&1 \
     || fail "docs/install.md's commands: $(tail -20 "$tmp/page.log")"
 dpkg --purge floodgate floodgate-redis-module >/dev/null 2>&1 || true
 echo "test-packages: all checks passed"

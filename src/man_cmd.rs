@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, CommandFactory};
 
-use crate::exit::{EXIT_STATUS, UsageContext};
+use crate::exit::EXIT_STATUS;
 
 /// Arguments of `floodgate man`.
 #[derive(Args, Debug)]
@@ -24,10 +24,6 @@ pub struct ManArgs {
 pub fn run(args: &ManArgs) -> Result<()> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("{}: cannot create the directory", args.dir.display()))?;
-    if !args.dir.is_dir() {
-        return Err(std::io::Error::other("not a directory"))
-            .usage(&args.dir.display().to_string());
-    }
     let mut root = crate::Cli::command().disable_help_subcommand(true);
     root.build();
     let version = root.get_version().unwrap_or_default().to_string();
