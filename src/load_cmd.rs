@@ -11,6 +11,8 @@ use floodgate_core::rate::parse_duration;
 use floodgate_load::http::HeaderMap;
 use floodgate_load::{Bound, Jitter, Live, LoadConfig, Mode, PoliteConfig, Report, Stop};
 
+use crate::exit::UsageContext;
+
 pub(crate) const ABOUT: &str = "\
 Send HTTP load to URL and show what the server's rate limiter did: status counts, latency
 percentiles (HDR histograms) overall and by status, a timeline with window boundaries
@@ -246,7 +248,7 @@ pub(crate) fn progress_wanted(no_progress: bool) -> bool {
 }
 
 pub fn run(args: LoadArgs) -> Result<()> {
-    let cfg = args.config()?;
+    let cfg = args.config().usage_err()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
