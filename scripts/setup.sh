@@ -30,6 +30,7 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } || missing+=(nginx)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/setup.sh: installing ${missing[*]} (Debian packages)" >&2

@@ -5,6 +5,7 @@
 // not rustdoc links
 #![allow(rustdoc::broken_intra_doc_links)]
 
+mod convert_cmd;
 mod demo_cmd;
 mod load_cmd;
 mod proxy_cmd;
@@ -54,6 +55,9 @@ enum Command {
     /// The keys limited most, per policy, from a proxy's admin listener or a server's
     /// HTTP listener, refreshed every second: `floodgate top http://127.0.0.1:9090`.
     Top(top_cmd::TopArgs),
+    /// Another system's rate-limit configuration as floodgate's, printed to stdout:
+    /// `floodgate convert nginx nginx.conf > floodgate.toml`.
+    Convert(convert_cmd::ConvertArgs),
 }
 
 fn main() {
@@ -68,6 +72,7 @@ fn main() {
         Command::Server(args) => server_cmd::run(args),
         Command::Load(args) => load_cmd::run(args),
         Command::Top(args) => top_cmd::run(args),
+        Command::Convert(args) => convert_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("floodgate: error: {}", render(&e));

@@ -9,6 +9,7 @@ pub mod forward;
 mod h1;
 mod head_timeout;
 mod hop_by_hop;
+pub mod nginx;
 pub mod proxy;
 mod settings;
 pub mod sticky;
