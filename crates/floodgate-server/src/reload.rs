@@ -32,7 +32,7 @@ pub struct Reloader {
 impl Reloader {
     /// A reloader of `path` into `engine`; `startup` are the file's settings at startup.
     pub fn new(path: PathBuf, engine: Arc<Engine>, startup: Settings) -> Reloader {
-        let text = std::fs::read_to_string(&path).ok();
+        let text = config::text(&path);
         if let Some(t) = &text {
             let insight = &engine.metrics().insight;
             insight.set_config(config::shown(&path, t));
@@ -64,17 +64,8 @@ impl Reloader {
             metrics.last_reload_success.set(0);
             Err(message)
         };
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(t) => t,
-            Err(e) => {
-                return fail(format!(
-                    "{}: cannot read the config file: {e}",
-                    self.path.display()
-                ));
-            }
-        };
-        *self.last_text.lock().unwrap_or_else(|p| p.into_inner()) = Some(text.clone());
-        let cfg = match config::parse(&self.path, &text) {
+        *self.last_text.lock().unwrap_or_else(|p| p.into_inner()) = config::text(&self.path);
+        let (cfg, text) = match config::read(&self.path) {
             Ok(c) => c,
             Err(e) => return fail(e.to_string()),
         };
@@ -103,7 +94,7 @@ impl Reloader {
     /// writer's first event) and skipped; the write that follows reloads it. `SIGHUP`
     /// ([`Reloader::reload`]) loads an empty file as it is: no rules.
     pub fn reload_if_changed(&self) -> Option<Result<u64, String>> {
-        let now = std::fs::read_to_string(&self.path).ok();
+        let now = config::text(&self.path);
         if now.as_deref().is_some_and(|t| t.trim().is_empty()) {
             tracing::info!(
                 file = %self.path.display(),
@@ -149,10 +140,15 @@ pub fn watch_file(
 ) -> notify::Result<(notify::RecommendedWatcher, tokio::task::JoinHandle<()>)> {
     let path =
         std::path::absolute(reloader.path()).unwrap_or_else(|_| reloader.path().to_path_buf());
-    let dir = path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
+    // an Envoy layout directory: any change among its files
+    let layout = path.is_dir();
+    let dir = if layout {
+        config::layout_root(&path)
+    } else {
+        path.parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."))
+    };
     let name = path.file_name().map(|n| n.to_os_string());
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
@@ -160,10 +156,11 @@ pub fn watch_file(
         if matches!(ev.kind, EventKind::Access(_)) {
             return;
         }
-        if ev
-            .paths
-            .iter()
-            .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
+        if layout
+            || ev
+                .paths
+                .iter()
+                .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
         {
             let _ = tx.try_send(());
         }
