@@ -41,6 +41,7 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)
 command -v groff >/dev/null 2>&1 || missing+=(groff-base)
+{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } || missing+=(nginx)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/setup.sh: installing ${missing[*]} (Debian packages)" >&2

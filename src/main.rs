@@ -6,6 +6,7 @@
 #![allow(rustdoc::broken_intra_doc_links)]
 
 mod completions_cmd;
+mod convert_cmd;
 mod demo_cmd;
 mod exit;
 mod load_cmd;
@@ -78,6 +79,9 @@ enum Command {
     /// Write the man pages (floodgate.1, floodgate-SUBCOMMAND.1) into a directory.
     #[command(hide = true)]
     Man(man_cmd::ManArgs),
+    /// Another system's rate-limit configuration as floodgate's, printed to stdout:
+    /// `floodgate convert nginx nginx.conf > floodgate.toml`.
+    Convert(convert_cmd::ConvertArgs),
 }
 
 fn main() {
@@ -94,6 +98,7 @@ fn main() {
         Command::Top(args) => top_cmd::run(args),
         Command::Completions(args) => completions_cmd::run(&args),
         Command::Man(args) => man_cmd::run(&args),
+        Command::Convert(args) => convert_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("floodgate: error: {}", render(&e));

@@ -243,6 +243,11 @@ pub fn run(args: ProxyArgs) -> Result<()> {
                 f.self_node()
             );
         }
+        if let Some(c) = &cfg {
+            for line in skip_notes(&c.allowlist) {
+                println!("{line}");
+            }
+        }
         return Ok(());
     }
     crate::log_setup::init(args.log_format)?;
@@ -350,4 +355,31 @@ fn reload_certificates(certs: &CertStore) {
             tracing::error!(error = %e, "SIGHUP: the listener's certificates were not reloaded; the ones in use keep serving")
         }
     }
+}
+
+/// What `--check-config` says of the clients that skip every policy: the allowlisted
+/// addresses (loopback named, since a local test from it is never limited and gets no
+/// RateLimit fields) and how many allowlisted keys there are.
+fn skip_notes(a: &floodgate_proxy::config::AllowlistSection) -> Vec<String> {
+    let mut out = Vec::new();
+    if !a.ips.is_empty() {
+        let ips: Vec<String> = a.ips.iter().map(|n| n.to_string()).collect();
+        out.push(format!(
+            "skip every policy: clients from {} (allowlist.ips)",
+            ips.join(", ")
+        ));
+        if a.ips.iter().any(|n| {
+            n.contains(&std::net::IpAddr::from([127, 0, 0, 1]))
+                || n.contains(&std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST))
+        }) {
+            out.push("skip every policy: loopback is allowlisted, so requests sent from this host are never limited and carry no RateLimit fields".into());
+        }
+    }
+    if !a.keys.is_empty() {
+        out.push(format!(
+            "skip every policy: requests whose key is one of {} allowlisted keys (allowlist.keys)",
+            a.keys.len()
+        ));
+    }
+    out
 }

@@ -27,7 +27,8 @@ Examples:
 #[derive(Args, Debug)]
 #[command(after_help = EXAMPLES)]
 pub struct ServerArgs {
-    /// The config file: .yaml, .yml or .toml.
+    /// The config file (.yaml, .yml or .toml), or a directory in Envoy's layout (every
+    /// *.yaml of its config/ subdirectory, one domain per file or YAML document).
     #[arg(long, short)]
     config: PathBuf,
     /// gRPC listen address (overrides listen.grpc), or `off`.

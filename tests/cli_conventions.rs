@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
 
 /// The subcommands `floodgate --help` lists and the man pages cover.
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "demo",
     "simulate",
     "throttle",
@@ -16,6 +16,7 @@ const SUBCOMMANDS: [&str; 8] = [
     "load",
     "top",
     "completions",
+    "convert",
 ];
 
 fn floodgate(args: &[&str]) -> Output {
