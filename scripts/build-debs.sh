@@ -111,7 +111,7 @@ package "$r" floodgate "$(shlibdeps "$r" usr/bin/floodgate)" "rate limiting that
 
 # --- floodgate-redis-module
 r="$work/module"
-install -D -m 0644 "$bin_dir/libfloodgate_redis_module.so" "$r/usr/lib/redis/modules/floodgate.so"
+install -D -m 0755 "$bin_dir/libfloodgate_redis_module.so" "$r/usr/lib/redis/modules/floodgate.so"
 strip --strip-debug "$r/usr/lib/redis/modules/floodgate.so" 2>/dev/null || true
 copyright "$r/usr/share/doc/floodgate-redis-module"
 cat > "$r/usr/share/doc/floodgate-redis-module/README.Debian" <<'TXT'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # floodgate installed the way operators install it, checked end to end (called by .ci/run
-# after the tests; about 5 to 8 minutes on 2 cores, most of it the release build):
+# after the tests; its release build of the binary and the module is most of its time):
 #   1. the Debian packages (scripts/build-debs.sh): contents, control fields, conffiles;
 #      installed with apt-get (dpkg -i), their systemd units checked by
 #      `systemd-analyze verify`, the installed binary started with the packaged
@@ -37,13 +37,13 @@ cleanup() {
 }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# wait until TCP port $1 on loopback accepts, at most 20 s
+# wait until TCP port $1 on loopback accepts, at most 20 s; $2: the log to show if not
 wait_port() {
     for _ in $(seq 200); do
         (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
         sleep 0.1
     done
-    fail "nothing listens on 127.0.0.1:$1 after 20 s"
+    fail "nothing listens on 127.0.0.1:$1 after 20 s: $(cat "${2:-/dev/null}" 2>/dev/null)"
 }
 # a backend on $1 that answers every GET with 200 "backend"
 backend() {
@@ -67,7 +67,7 @@ proxy_answers() {
         >"$tmp/proxy.log" 2>&1 &
     local pid=$!
     pids+=($pid)
-    wait_port "$listen"
+    wait_port "$listen" "$tmp/proxy.log"
     curl -sS -D "$tmp/headers" -o "$tmp/body" "http://127.0.0.1:$listen/hello"
     grep -q '^HTTP/1.1 200' "$tmp/headers" || fail "proxy: $(cat "$tmp/headers" "$tmp/proxy.log")"
     [ "$(cat "$tmp/body")" = backend ] || fail "proxy body: $(cat "$tmp/body")"
@@ -109,18 +109,22 @@ for f in "${want[@]}"; do grep -qx "$f" "$tmp/main.list" || fail "$main_deb lack
 dpkg-deb --ctrl-tarfile "$main_deb" | tar -xO ./conffiles > "$tmp/conffiles"
 [ "$(cat "$tmp/conffiles")" = "$(printf '/etc/floodgate/proxy.toml\n/etc/floodgate/server.yaml')" ] \
     || fail "conffiles: $(cat "$tmp/conffiles")"
-dpkg-deb -c "$mod_deb" | grep -q ' ./usr/lib/redis/modules/floodgate.so$' || fail "$mod_deb lacks the module"
-dpkg-deb -c "$mod_deb" | grep -q 'README.Debian$' || fail "$mod_deb lacks README.Debian"
+dpkg-deb -c "$mod_deb" | awk '{print $6}' | sed 's|^\./|/|' > "$tmp/module.list"
+for f in /usr/lib/redis/modules/floodgate.so /usr/share/doc/floodgate-redis-module/README.Debian \
+    /usr/share/doc/floodgate-redis-module/copyright; do
+    grep -qx "$f" "$tmp/module.list" || fail "$mod_deb lacks $f"
+done
 ls -l "$main_deb" "$mod_deb" | awk '{print "  " $5 " bytes  " $9}'
 
 step "installed with apt-get, units verified"
 dpkg --purge floodgate floodgate-redis-module >/dev/null 2>&1 || true
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-download "./$main_deb" "./$mod_deb" >/dev/null \
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$PWD/$main_deb" "$PWD/$mod_deb" >/dev/null \
     || fail "apt-get install of the packages"
 [ -x /usr/bin/floodgate ] || fail "/usr/bin/floodgate not installed"
 man -w floodgate-proxy >/dev/null || fail "man floodgate-proxy finds no page"
-man floodgate-server 2>/dev/null | grep -q "EXIT STATUS" || fail "man floodgate-server has no EXIT STATUS"
-bash -c 'source /usr/share/bash-completion/completions/floodgate && complete -p floodgate' >/dev/null \
+man floodgate-server 2>/dev/null > "$tmp/man.txt" || true
+grep -q "EXIT STATUS" "$tmp/man.txt" || fail "man floodgate-server has no EXIT STATUS"
+bash -c 'source /usr/share/bash-completion/completions/floodgate && complete -p floodgate >/dev/null' \
     || fail "the bash completion does not load"
 if ! systemd-analyze verify /lib/systemd/system/floodgate-proxy.service \
     /lib/systemd/system/floodgate-server.service >"$tmp/verify" 2>&1; then
@@ -129,7 +133,7 @@ fi
 grep -q floodgate "$tmp/verify" && fail "systemd-analyze verify warned: $(cat "$tmp/verify")"
 for unit in floodgate-proxy floodgate-server; do
     systemd-analyze security --offline=yes "/lib/systemd/system/$unit.service" 2>/dev/null \
-        | tail -1 | sed "s/^/  $unit: /"
+        | grep -o 'Overall exposure level.*' | sed "s/^/  /"
 done
 # the units' own commands, as systemd would run them, with the packaged files
 /usr/bin/floodgate proxy --check-config --config /etc/floodgate/proxy.toml >/dev/null \
@@ -144,7 +148,7 @@ http=$(free_port)
 /usr/bin/floodgate server --config /etc/floodgate/server.yaml --grpc off --resp off \
     --http "127.0.0.1:$http" --no-watch >"$tmp/server.out" 2>"$tmp/server.log" &
 pids+=($!); server=$!
-wait_port "$http"
+wait_port "$http" "$tmp/server.log"
 answer=$(curl -sS -X POST -H 'Content-Type: application/json' \
     -d '{"domain":"edge","descriptors":[[{"key":"user_id","value":"alice"}]]}' \
     "http://127.0.0.1:$http/v1/check")
@@ -154,7 +158,7 @@ rport=$(free_port)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
     --loadmodule /usr/lib/redis/modules/floodgate.so >"$tmp/redis.log" 2>&1 &
 pids+=($!)
-wait_port "$rport"
+wait_port "$rport" "$tmp/redis.log"
 reply=$(redis-cli -p "$rport" CL.THROTTLE user123 15 30 60 | tr '\n' ' ')
 [ "$reply" = "0 16 15 -1 2 " ] || fail "CL.THROTTLE through the packaged module: $reply $(cat "$tmp/redis.log")"
 redis-cli -p "$rport" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
@@ -205,7 +209,8 @@ cargo package --quiet --allow-dirty --no-verify "${flags[@]}" 2>"$tmp/package.lo
     || fail "cargo package --no-verify: $(cat "$tmp/package.log")"
 for c in "${libs[@]}"; do
     [ -f "target/package/$c-$version.crate" ] || fail "no target/package/$c-$version.crate"
-    if tar -tzf "target/package/$c-$version.crate" | grep -E '/(tests|benches|fuzz|proptest-regressions)/'; then
+    tar -tzf "target/package/$c-$version.crate" > "$tmp/crate.list"
+    if grep -E '/(tests|benches|fuzz|proptest-regressions)/' "$tmp/crate.list"; then
         fail "$c's crate holds test files"
     fi
 done
