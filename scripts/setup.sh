@@ -10,6 +10,8 @@
 #   - redis-tools (`redis-cli`, built with TLS): the server's TLS tests
 #   - prometheus (for `promtool`): the alert rules' and the dashboard's PromQL
 #     (tests/python/test_dashboards.py)
+#   - dpkg-dev, systemd (`systemd-analyze`), podman, buildah, groff-base: the packages'
+#     test (scripts/test-packages.sh) and the man pages' check
 #   - redis-cell 0.2.2, built from crates.io into target/: the differential test
 #     (tests/redis_cell_diff.rs)
 #   - a virtualenv under target/pyenv with grpcio, xds-protos, redis, pytest and maturin:
@@ -34,6 +36,12 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
+command -v groff >/dev/null 2>&1 || missing+=(groff-base)
+{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } || missing+=(nginx)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/setup.sh: installing ${missing[*]} (Debian packages)" >&2

@@ -7,6 +7,8 @@ use clap::Args;
 use floodgate_core::Rate;
 use floodgate_demo::{DemoConfig, DemoStore};
 
+use crate::exit::UsageContext;
+
 pub(crate) const ABOUT: &str = "\
 One recording backend on loopback, one floodgate proxy in front of it per algorithm
 (fixed window, sliding log, sliding counter, token bucket, GCRA, leaky queue), all with
@@ -53,7 +55,8 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let rate: Rate = args
         .rate
         .parse()
-        .with_context(|| format!("invalid --rate {:?}", args.rate))?;
+        .with_context(|| format!("invalid --rate {:?}", args.rate))
+        .usage_err()?;
     let cfg = DemoConfig {
         rate,
         capacity: args.capacity,
@@ -62,7 +65,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
             None => DemoStore::Memory,
         },
     };
-    cfg.validate()?;
+    cfg.validate().usage_err()?;
     if let Some(dir) = &args.svg {
         check_writable(dir)?;
     }

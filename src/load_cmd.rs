@@ -11,6 +11,8 @@ use floodgate_core::rate::parse_duration;
 use floodgate_load::http::HeaderMap;
 use floodgate_load::{Bound, Jitter, Live, LoadConfig, Mode, PoliteConfig, Report, Stop};
 
+use crate::exit::UsageContext;
+
 pub(crate) const ABOUT: &str = "\
 Send HTTP load to URL and show what the server's rate limiter did: status counts, latency
 percentiles (HDR histograms) overall and by status, a timeline with window boundaries
@@ -240,13 +242,30 @@ impl LoadArgs {
     }
 }
 
+/// What a `-z` run's length is, said when it starts: requests still in flight (or, with
+/// --polite, held back) when the sending ends are waited for up to the timeout, so the
+/// run may last `-z` plus `-t`.
+fn bound_note(cfg: &LoadConfig) -> Option<String> {
+    let Bound::Duration(z) = cfg.bound else {
+        return None;
+    };
+    Some(format!(
+        "floodgate load: sending for {z:?}; what is still in flight then is waited for up to -t {:?}, so the run lasts at most {:?}",
+        cfg.timeout,
+        z + cfg.timeout
+    ))
+}
+
 /// Whether to draw a progress bar: stderr is a terminal and CI is not set.
 pub(crate) fn progress_wanted(no_progress: bool) -> bool {
     !no_progress && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
 }
 
 pub fn run(args: LoadArgs) -> Result<()> {
-    let cfg = args.config()?;
+    let cfg = args.config().usage_err()?;
+    if let Some(note) = bound_note(&cfg) {
+        eprintln!("{note}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -5,9 +5,13 @@
 // not rustdoc links
 #![allow(rustdoc::broken_intra_doc_links)]
 
+mod completions_cmd;
+mod convert_cmd;
 mod demo_cmd;
+mod exit;
 mod load_cmd;
 mod log_setup;
+mod man_cmd;
 mod proxy_cmd;
 mod server_cmd;
 mod simulate_cmd;
@@ -23,10 +27,25 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `floodgate --help`'s examples and exit statuses.
+const ROOT_AFTER_HELP: &str = "\
+Examples:
+  floodgate demo                                   # every algorithm behind floodgate proxy, no setup
+  floodgate proxy --config /etc/floodgate/proxy.toml
+  floodgate server --config /etc/floodgate/server.yaml
+  floodgate top http://127.0.0.1:9090
+  floodgate completions bash > /etc/bash_completion.d/floodgate
+  floodgate SUBCOMMAND --help                      # each subcommand's flags and examples
+
+Exit status:
+  0  success
+  1  runtime failure: Redis or an upstream unreachable, an address in use, a file not written
+  2  usage error: bad flags or arguments, a config file unreadable or invalid (nothing started)";
+
 /// Rate limiting that names its guarantee at the window boundary.
 #[derive(Parser)]
-#[command(name = "floodgate", version, about, long_about = None)]
-struct Cli {
+#[command(name = "floodgate", version, about, long_about = None, after_help = ROOT_AFTER_HELP)]
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -55,6 +74,14 @@ enum Command {
     /// The keys limited most, per policy, from a proxy's admin listener or a server's
     /// HTTP listener, refreshed every second: `floodgate top http://127.0.0.1:9090`.
     Top(top_cmd::TopArgs),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions(completions_cmd::CompletionsArgs),
+    /// Write the man pages (floodgate.1, floodgate-SUBCOMMAND.1) into a directory.
+    #[command(hide = true)]
+    Man(man_cmd::ManArgs),
+    /// Another system's rate-limit configuration as floodgate's, printed to stdout:
+    /// `floodgate convert nginx nginx.conf > floodgate.toml`.
+    Convert(convert_cmd::ConvertArgs),
 }
 
 fn main() {
@@ -69,10 +96,13 @@ fn main() {
         Command::Server(args) => server_cmd::run(args),
         Command::Load(args) => load_cmd::run(args),
         Command::Top(args) => top_cmd::run(args),
+        Command::Completions(args) => completions_cmd::run(&args),
+        Command::Man(args) => man_cmd::run(&args),
+        Command::Convert(args) => convert_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("floodgate: error: {}", render(&e));
-        std::process::exit(2);
+        std::process::exit(exit::status_of(&e));
     }
 }
 
@@ -114,7 +144,15 @@ fn render(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::render;
+    use super::{Cli, render};
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_exit_statuses_in_help_are_the_man_pages() {
+        assert!(super::ROOT_AFTER_HELP.ends_with(super::exit::EXIT_STATUS));
+        Cli::command().debug_assert();
+    }
+
     use anyhow::Context;
 
     #[test]

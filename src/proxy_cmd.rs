@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Algorithm, Kind, Rate, Spec};
@@ -21,8 +21,22 @@ use floodgate_proxy::reload::Reloader;
 /// How long the file watch waits for a burst of writes to settle before reading.
 const WATCH_DEBOUNCE: Duration = Duration::from_millis(200);
 
+use crate::exit::{UsageContext, usage};
+
+const EXAMPLES: &str = "\
+SIGTERM or Ctrl-C stops gracefully. FLOODGATE_LOG sets the log filter (default info).
+
+Examples:
+  floodgate proxy --config /etc/floodgate/proxy.toml
+  floodgate proxy --config proxy.toml --check-config        # validate the file and exit
+  floodgate proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 --rate 10/s --burst 20 --nodelay
+      one policy per client IP, as nginx limit_req zone=... rate=10r/s burst=20 nodelay
+  floodgate proxy --upstream http://127.0.0.1:9000 --rate 100/min --algorithm gcra --admin 9090
+      the admin page, /metrics and /healthz on 127.0.0.1:9090";
+
 /// Flags of `floodgate proxy`.
 #[derive(Args, Debug)]
+#[command(after_help = EXAMPLES)]
 pub struct ProxyArgs {
     /// TOML config file (every field: docs/proxy.md, "Configuration").
     #[arg(long, short)]
@@ -120,7 +134,7 @@ fn flags_builder(args: &ProxyArgs) -> Result<RateLimiterBuilder> {
 pub fn run(args: ProxyArgs) -> Result<()> {
     let (builder, mut settings, cfg) = match &args.config {
         Some(path) => {
-            let mut cfg = Config::load(path)?;
+            let mut cfg = Config::load(path).usage_err()?;
             // the log is not set up yet: the renamed keys go to stderr here
             for r in &cfg.renamed {
                 eprintln!("floodgate: warning: {}: {r}", path.display());
@@ -138,40 +152,40 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             (cfg.limiter_builder(), settings, Some(cfg))
         }
         None => (
-            flags_builder(&args)?,
+            flags_builder(&args).usage_err()?,
             ProxySettings::new(http::Uri::default()),
             None,
         ),
     };
     settings.workers = match args.threads {
-        Some(0) => bail!("--threads 0: give at least 1 worker thread"),
+        Some(0) => return Err(usage(anyhow!("--threads 0: give at least 1 worker thread"))),
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     if let Some(u) = &args.upstream {
         settings.upstream = parse_upstream(u)
             .map_err(anyhow::Error::msg)
-            .context("--upstream")?;
+            .usage("--upstream")?;
     }
     if settings.upstream.authority().is_none() {
-        bail!(
+        return Err(usage(anyhow!(
             "no upstream: set `upstream = \"http://host:port\"` in the config or pass --upstream"
-        );
+        )));
     }
     if settings.upstream.scheme_str() != Some("https")
         && cfg.as_ref().is_some_and(|c| c.upstream_tls.is_some())
     {
-        bail!(
+        return Err(usage(anyhow!(
             "[upstream_tls] is set but the upstream {} is not https://",
             settings.upstream
-        );
+        )));
     }
     if let (Some(cert_file), Some(key_file)) = (&args.tls_cert, &args.tls_key) {
         let certs = CertStore::load(vec![CertFiles {
             cert_file: cert_file.clone(),
             key_file: key_file.clone(),
         }])
-        .context("--tls-cert/--tls-key")?;
+        .usage("--tls-cert/--tls-key")?;
         let min = cfg
             .as_ref()
             .and_then(|c| c.tls.as_ref())
@@ -184,7 +198,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
                 (t.reload_interval, t.handshake_timeout)
             });
         settings.tls =
-            Some(ListenerTls::new(certs, min, reload, handshake).context("--tls-cert/--tls-key")?);
+            Some(ListenerTls::new(certs, min, reload, handshake).usage("--tls-cert/--tls-key")?);
     }
     if let Some(l) = args.listen {
         settings.listen = l;
@@ -194,7 +208,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
     }
     if args.check_config {
         // validates everything but the Redis connection
-        let limiter = builder.build().context("invalid configuration")?;
+        let limiter = builder.build().usage("invalid configuration")?;
         println!(
             "configuration OK: {} policies ({}), upstream {}, listen {}",
             limiter.policies().len(),
@@ -229,6 +243,11 @@ pub fn run(args: ProxyArgs) -> Result<()> {
                 f.self_node()
             );
         }
+        if let Some(c) = &cfg {
+            for line in skip_notes(&c.allowlist) {
+                println!("{line}");
+            }
+        }
         return Ok(());
     }
     crate::log_setup::init(args.log_format)?;
@@ -244,7 +263,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             Some(cfg) if cfg.store.kind != floodgate_proxy::config::StoreKind::Memory => {
                 cfg.build().await.context("invalid configuration")?
             }
-            _ => builder.build().context("invalid configuration")?,
+            _ => builder.build().usage("invalid configuration")?,
         };
         let insight = limiter.insight();
         match &args.config {
@@ -370,4 +389,31 @@ fn reload_certificates(certs: &CertStore) {
             tracing::error!(error = %e, "SIGHUP: the listener's certificates were not reloaded; the ones in use keep serving")
         }
     }
+}
+
+/// What `--check-config` says of the clients that skip every policy: the allowlisted
+/// addresses (loopback named, since a local test from it is never limited and gets no
+/// RateLimit fields) and how many allowlisted keys there are.
+fn skip_notes(a: &floodgate_proxy::config::AllowlistSection) -> Vec<String> {
+    let mut out = Vec::new();
+    if !a.ips.is_empty() {
+        let ips: Vec<String> = a.ips.iter().map(|n| n.to_string()).collect();
+        out.push(format!(
+            "skip every policy: clients from {} (allowlist.ips)",
+            ips.join(", ")
+        ));
+        if a.ips.iter().any(|n| {
+            n.contains(&std::net::IpAddr::from([127, 0, 0, 1]))
+                || n.contains(&std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST))
+        }) {
+            out.push("skip every policy: loopback is allowlisted, so requests sent from this host are never limited and carry no RateLimit fields".into());
+        }
+    }
+    if !a.keys.is_empty() {
+        out.push(format!(
+            "skip every policy: requests whose key is one of {} allowlisted keys (allowlist.keys)",
+            a.keys.len()
+        ));
+    }
+    out
 }

@@ -5,9 +5,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow};
 use clap::Args;
 use floodgate_server::{config, server};
+
+use crate::exit::{UsageContext, usage};
 
 const EXAMPLES: &str = "\
 Listens on gRPC (Envoy's RateLimitService and grpc.health.v1), HTTP (POST /v1/check,
@@ -25,7 +27,8 @@ Examples:
 #[derive(Args, Debug)]
 #[command(after_help = EXAMPLES)]
 pub struct ServerArgs {
-    /// The config file: .yaml, .yml or .toml.
+    /// The config file (.yaml, .yml or .toml), or a directory in Envoy's layout (every
+    /// *.yaml of its config/ subdirectory, one domain per file or YAML document).
     #[arg(long, short)]
     config: PathBuf,
     /// gRPC listen address (overrides listen.grpc), or `off`.
@@ -77,8 +80,8 @@ pub fn run(args: ServerArgs) -> Result<()> {
     crate::log_setup::init(args.log_format)?;
     crate::raise_descriptor_limit();
     let grace =
-        floodgate_core::rate::parse_duration(&args.shutdown_grace).context("--shutdown-grace")?;
-    let cfg = config::load(&args.config)?;
+        floodgate_core::rate::parse_duration(&args.shutdown_grace).usage("--shutdown-grace")?;
+    let cfg = config::load(&args.config).usage_err()?;
     if args.check {
         let limits: usize = cfg.rules.policies.len()
             + cfg
@@ -98,19 +101,21 @@ pub fn run(args: ServerArgs) -> Result<()> {
     }
     let mut settings = cfg.settings.clone();
     if let Some(s) = &args.grpc {
-        settings.grpc = address("grpc", s)?;
+        settings.grpc = address("grpc", s).usage_err()?;
     }
     if let Some(s) = &args.http {
-        settings.http = address("http", s)?;
+        settings.http = address("http", s).usage_err()?;
     }
     if let Some(s) = &args.resp {
-        settings.resp = address("resp", s)?;
+        settings.resp = address("resp", s).usage_err()?;
         if settings.resp.is_some_and(|a| a.port() == 6379) {
-            bail!("--resp: port 6379 is Redis's own port; pick another (the default is 16379)");
+            return Err(usage(anyhow!(
+                "--resp: port 6379 is Redis's own port; pick another (the default is 16379)"
+            )));
         }
     }
     let mut rt = match args.threads {
-        Some(0) => bail!("--threads must be at least 1"),
+        Some(0) => return Err(usage(anyhow!("--threads must be at least 1"))),
         Some(1) => tokio::runtime::Builder::new_current_thread(),
         Some(n) => {
             let mut rt = tokio::runtime::Builder::new_multi_thread();

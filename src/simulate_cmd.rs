@@ -11,6 +11,8 @@ use floodgate_core::simulate::{self, Burst, Outcome, Scenario};
 use floodgate_core::{Kind, Rate, Spec};
 use serde::Serialize;
 
+use crate::exit::UsageContext;
+
 const EXAMPLES: &str = "\
 Examples:
   floodgate simulate
@@ -135,10 +137,12 @@ pub(crate) struct Run {
 
 /// The algorithms on one simulated traffic (`--nodes` is [`crate::simulate_dist`]'s).
 pub fn run(args: SimulateArgs) -> Result<()> {
-    let runs = plan(&args)?
+    let runs = plan(&args)
+        .usage_err()?
         .into_iter()
         .map(|(scenario, rate, capacity)| execute(&args, scenario, rate, capacity))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()
+        .usage_err()?;
     if args.json {
         let rows: Vec<Row> = runs.iter().flat_map(rows_of).collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);

@@ -10,7 +10,11 @@ use floodgate_core::{Kind, Nanos, Rate, Spec};
 use floodgate_dist::{Config, Event, Report, Strategy};
 use serde::Serialize;
 
+use crate::exit::UsageContext;
 use crate::simulate_cmd::SimulateArgs;
+
+/// How long the simulated traffic runs without --duration.
+const DEFAULT_DURATION: Duration = Duration::from_secs(60);
 
 #[derive(Serialize)]
 struct Row {
@@ -30,81 +34,10 @@ struct Row {
 }
 
 pub fn run(args: &SimulateArgs) -> Result<()> {
-    let nodes = args.nodes.unwrap_or(1);
-    if nodes == 0 {
-        bail!("--nodes must be at least 1");
-    }
-    if nodes > 1000 {
-        bail!("--nodes {nodes} is above the 1000 the simulator runs");
-    }
-    let rate: Rate = args
-        .rate
-        .unwrap_or_else(|| "100/min".parse().expect("valid default"));
-    let kind = match args.algorithms.as_slice() {
-        [] => Kind::Gcra,
-        [k] => *k,
-        _ => bail!("distributed mode prices one algorithm at a time: give --algorithm once"),
-    };
-    let capacity = match (args.capacity, args.burst) {
-        (Some(c), _) => Some(c),
-        (None, Some(b)) => Some(b.checked_add(1).context("--burst is too large")?),
-        (None, None) => None,
-    };
-    let spec = Spec {
-        kind,
-        rate,
-        capacity,
-        delay: DelayMode::NoDelay,
-    };
-    let strategies: Vec<Strategy> =
-        if args.strategies.is_empty() || args.strategies.iter().any(|s| s == "all") {
-            Strategy::ALL.to_vec()
-        } else {
-            args.strategies
-                .iter()
-                .map(|s| s.parse())
-                .collect::<Result<_, _>>()?
-        };
-    let mut events = Vec::new();
-    for f in &args.fails {
-        let (node, at) = f
-            .split_once('@')
-            .with_context(|| format!("invalid --fail {f:?}: expected NODE@TIME such as 1@20s"))?;
-        let node: usize = node
-            .trim()
-            .parse()
-            .with_context(|| format!("invalid --fail {f:?}: node {node:?} is not a number"))?;
-        if node >= nodes {
-            bail!(
-                "invalid --fail {f:?}: node {node} does not exist (nodes are 0..{})",
-                nodes - 1
-            );
-        }
-        events.push(Event::Fail {
-            node,
-            at: Nanos::from(parse_duration(at)?),
-        });
-    }
-    for j in &args.joins {
-        events.push(Event::Join {
-            at: Nanos::from(*j),
-        });
-    }
-    let duration = args.duration.unwrap_or(Duration::from_secs(60));
-    let config = Config {
-        nodes,
-        spec,
-        keys: args.keys,
-        rps: args.rps.unwrap_or(200),
-        duration_ns: floodgate_core::time::duration_to_nanos(duration),
-        skew: args.skew,
-        rtt_ns: floodgate_core::time::duration_to_nanos(args.rtt),
-        events,
-        lease: args.lease,
-        lease_ttl_ns: floodgate_core::time::duration_to_nanos(args.lease_ttl),
-        seed: args.seed,
-    };
-    let reports = floodgate_dist::sim::run(&config, &strategies)?;
+    let (config, strategies) = plan(args).usage_err()?;
+    let reports = floodgate_dist::sim::run(&config, &strategies).usage_err()?;
+    let (nodes, kind, rate) = (config.nodes, config.spec.kind, config.spec.rate);
+    let duration = args.duration.unwrap_or(DEFAULT_DURATION);
     let skew = format!("{:?}", args.skew).to_lowercase();
     let rows: Vec<Row> = reports
         .iter()
@@ -174,6 +107,85 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The simulated run's configuration and strategies from the flags.
+fn plan(args: &SimulateArgs) -> Result<(Config, Vec<Strategy>)> {
+    let nodes = args.nodes.unwrap_or(1);
+    if nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    if nodes > 1000 {
+        bail!("--nodes {nodes} is above the 1000 the simulator runs");
+    }
+    let rate: Rate = args
+        .rate
+        .unwrap_or_else(|| "100/min".parse().expect("valid default"));
+    let kind = match args.algorithms.as_slice() {
+        [] => Kind::Gcra,
+        [k] => *k,
+        _ => bail!("distributed mode prices one algorithm at a time: give --algorithm once"),
+    };
+    let capacity = match (args.capacity, args.burst) {
+        (Some(c), _) => Some(c),
+        (None, Some(b)) => Some(b.checked_add(1).context("--burst is too large")?),
+        (None, None) => None,
+    };
+    let spec = Spec {
+        kind,
+        rate,
+        capacity,
+        delay: DelayMode::NoDelay,
+    };
+    let strategies: Vec<Strategy> =
+        if args.strategies.is_empty() || args.strategies.iter().any(|s| s == "all") {
+            Strategy::ALL.to_vec()
+        } else {
+            args.strategies
+                .iter()
+                .map(|s| s.parse())
+                .collect::<Result<_, _>>()?
+        };
+    let mut events = Vec::new();
+    for f in &args.fails {
+        let (node, at) = f
+            .split_once('@')
+            .with_context(|| format!("invalid --fail {f:?}: expected NODE@TIME such as 1@20s"))?;
+        let node: usize = node
+            .trim()
+            .parse()
+            .with_context(|| format!("invalid --fail {f:?}: node {node:?} is not a number"))?;
+        if node >= nodes {
+            bail!(
+                "invalid --fail {f:?}: node {node} does not exist (nodes are 0..{})",
+                nodes - 1
+            );
+        }
+        events.push(Event::Fail {
+            node,
+            at: Nanos::from(parse_duration(at)?),
+        });
+    }
+    for j in &args.joins {
+        events.push(Event::Join {
+            at: Nanos::from(*j),
+        });
+    }
+    let duration = args.duration.unwrap_or(DEFAULT_DURATION);
+    let config = Config {
+        nodes,
+        spec,
+        keys: args.keys,
+        rps: args.rps.unwrap_or(200),
+        duration_ns: floodgate_core::time::duration_to_nanos(duration),
+        skew: args.skew,
+        rtt_ns: floodgate_core::time::duration_to_nanos(args.rtt),
+        events,
+        lease: args.lease,
+        lease_ttl_ns: floodgate_core::time::duration_to_nanos(args.lease_ttl),
+        seed: args.seed,
+    };
+    Ok((config, strategies))
 }
 
 fn plot(path: &std::path::Path, reports: &[Report]) -> Result<()> {

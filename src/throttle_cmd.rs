@@ -4,6 +4,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use floodgate_redis::{RedisStore, StoreConfig, ThrottleArgs};
 
+use crate::exit::UsageContext;
+
 const EXAMPLES: &str = "\
 Prints the five integers of CL.THROTTLE: limited (0/1), limit, remaining,
 retry_after (seconds, -1 when allowed), reset_after (seconds).
@@ -49,7 +51,8 @@ pub fn run(args: ThrottleCmdArgs) -> Result<()> {
         &args.count,
         &args.period,
         args.quantity.as_deref(),
-    )?;
+    )
+    .usage_err()?;
     let config = StoreConfig {
         prefix: args.prefix.clone(),
         timeout: std::time::Duration::from_millis(args.timeout_ms),

@@ -5,15 +5,24 @@
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use clap::Args;
 use floodgate_engine::admin::text::{printable, top_table};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 
+use crate::exit::{UsageContext, usage};
+
+const EXAMPLES: &str = "\
+Examples:
+  floodgate top http://127.0.0.1:9090                  # a proxy's admin listener, every second
+  floodgate top http://127.0.0.1:8080 --policy per_user -n 20 --once
+      a server's HTTP listener, one policy, 20 keys, printed once";
+
 /// Flags of `floodgate top`.
 #[derive(Args, Debug)]
+#[command(after_help = EXAMPLES)]
 pub struct TopArgs {
     /// The admin listener (proxy) or HTTP listener (server): http://127.0.0.1:9090
     url: String,
@@ -85,9 +94,9 @@ async fn get(authority: &str, path: &str) -> Result<(u16, Bytes)> {
 /// Run `floodgate top`.
 pub fn run(args: TopArgs) -> Result<()> {
     if !(1..=100).contains(&args.keys) {
-        bail!("-n {}: give 1 to 100 keys", args.keys);
+        return Err(usage(anyhow!("-n {}: give 1 to 100 keys", args.keys)));
     }
-    let (authority, base) = split(&args.url)?;
+    let (authority, base) = split(&args.url).usage_err()?;
     let mut path = format!("{base}/admin/api/top?n={}", args.keys);
     if let Some(p) = &args.policy {
         path.push_str("&policy=");

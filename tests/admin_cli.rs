@@ -225,9 +225,10 @@ async fn bad_admin_input_is_a_400_with_a_message() {
     assert_eq!(status, 404);
     // still serving
     assert_eq!(http_get(admin, "/healthz").await.0, 200);
-    // floodgate top against an unknown policy: the API's message, exit status 2
+    // floodgate top against an unknown policy: the API's message, exit status 1 (a
+    // runtime failure: the listener refused the query)
     let out = top_once(admin, "nope");
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
 }
 

@@ -173,7 +173,10 @@ fn check(b: &Block, all: &[Block]) {
     let dir = tempfile::tempdir().unwrap();
     for f in all.iter().filter(|f| f.page == b.page) {
         if let Some(name) = f.attr("file") {
-            std::fs::write(dir.path().join(name), &f.body).unwrap();
+            // a name may hold directories (an Envoy runtime layout)
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, &f.body).unwrap();
         }
     }
     let _server = b.attr("server").map(|file| start_server(dir.path(), file));

@@ -157,9 +157,11 @@ fn the_table_names_every_algorithm_and_its_bound() {
     assert!(text.contains("fixed-window let "), "{text}");
 }
 
-fn fails_clearly(args: &[&str], needle: &str) {
+/// `floodgate ARGS` exits with `status` (2: usage error, 1: runtime failure) and says
+/// `needle` on stderr, without a panic.
+fn fails_clearly(args: &[&str], status: i32, needle: &str) {
     let out = floodgate(args);
-    assert_eq!(out.status.code(), Some(2), "{args:?} should fail");
+    assert_eq!(out.status.code(), Some(status), "{args:?} should fail");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(needle), "{args:?}: {err}");
     assert!(!err.contains("panicked"), "{args:?}: {err}");
@@ -169,30 +171,38 @@ fn fails_clearly(args: &[&str], needle: &str) {
 fn bad_input_is_a_clear_error() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let file = file.path().to_str().unwrap();
-    let cases: &[(&[&str], &str)] = &[
-        (&["--rate", "10/q"], "invalid --rate \"10/q\""),
+    // usage errors exit 2, runtime failures (Redis down, a directory not writable) 1
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["--rate", "10/q"], 2, "invalid --rate \"10/q\""),
         (
             &["--rate", "1000/1s"],
+            2,
             "a limit of 1000 per window; the demo runs 4 to 200",
         ),
-        (&["--rate", "20/100ms"], "a window of 100ms"),
-        (&["--rate", "20/1min"], "a window of 60s"),
-        (&["--capacity", "0"], "invalid --capacity: 0"),
+        (&["--rate", "20/100ms"], 2, "a window of 100ms"),
+        (&["--rate", "20/1min"], 2, "a window of 60s"),
+        (&["--capacity", "0"], 2, "invalid --capacity: 0"),
         (
             &["--capacity", "21"],
+            2,
             "invalid --capacity: 21; expected 1 to the limit (20)",
         ),
-        (&["--redis", "http://127.0.0.1:6379"], "is not a Redis URL"),
-        (&["--redis", "redis://127.0.0.1:1"], "Redis store:"),
-        (&["--svg", file], "cannot create the directory"),
+        (
+            &["--redis", "http://127.0.0.1:6379"],
+            2,
+            "is not a Redis URL",
+        ),
+        (&["--redis", "redis://127.0.0.1:1"], 1, "Redis store:"),
+        (&["--svg", file], 1, "cannot create the directory"),
         (
             &["--svg", "/proc/floodgate-demo"],
+            1,
             "cannot create the directory",
         ),
     ];
-    for (extra, needle) in cases {
+    for (extra, status, needle) in cases {
         let mut args = vec!["demo"];
         args.extend_from_slice(extra);
-        fails_clearly(&args, needle);
+        fails_clearly(&args, *status, needle);
     }
 }

@@ -235,3 +235,21 @@ fn polite_flags_json_and_clear_errors() {
         "--max-wait",
     );
 }
+
+#[test]
+fn a_duration_run_says_at_its_start_that_it_may_last_z_plus_t() {
+    let addr = server();
+    let url = format!("http://{addr}/");
+    let out = floodgate(&[
+        "load", &url, "-z", "300ms", "-t", "2s", "-q", "20", "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.lines().next(),
+        Some(
+            "floodgate load: sending for 300ms; what is still in flight then is waited for up to -t 2s, so the run lasts at most 2.3s"
+        ),
+        "{stderr}"
+    );
+}

@@ -367,3 +367,34 @@ async fn the_proxy_starts_while_redis_is_down_and_uses_it_once_it_answers() {
     let (_, metrics) = get(admin, "/metrics").await;
     assert!(metrics.contains("floodgate_store_up 1"), "{metrics}");
 }
+
+#[test]
+fn check_config_names_the_clients_that_skip_every_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("floodgate.toml");
+    std::fs::write(
+        &path,
+        "upstream = \"http://127.0.0.1:9000\"\n[allowlist]\nips = [\"127.0.0.1\", \"192.0.2.0/24\"]\nkeys = [\"a\", \"b\"]\n[[policy]]\nname = \"p\"\nrate = \"10/s\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["proxy", "--check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(
+        lines,
+        [
+            "skip every policy: clients from 127.0.0.1/32, 192.0.2.0/24 (allowlist.ips)",
+            "skip every policy: loopback is allowlisted, so requests sent from this host are never limited and carry no RateLimit fields",
+            "skip every policy: requests whose key is one of 2 allowlisted keys (allowlist.keys)",
+        ]
+    );
+}

@@ -315,7 +315,7 @@ fn check_flag_and_startup_errors_name_the_problem() {
         ],
         dir.path(),
     );
-    assert_eq!(code, 2);
+    assert_eq!(code, 1, "a runtime failure: {err}");
     assert!(
         err.contains(&format!("cannot listen for http on {addr}")),
         "{err}"

@@ -6,9 +6,11 @@
 //! `proxy-files` (the same for a `floodgate proxy` file: `[tls]` certificates and the
 //! upstream's CA bundle),
 //! `bad-example` (a file a transcript shows being refused; it must fail),
-//! `peer-config` (another product's file, shown beside floodgate's for comparison) or
+//! `peer-config` (another product's file, shown beside floodgate's for comparison),
 //! `envoy-config` (Envoy's bootstrap file: tests/python/test_wiring.py parses it into
-//! Envoy's own `Bootstrap` message and checks its descriptors against a real server).
+//! Envoy's own `Bootstrap` message and checks its descriptors against a real server) or
+//! `cargo-dependencies` (a `[dependencies]` table of floodgate's library crates). A block
+//! with `packaged=PATH` is the file PATH of the repository as the packages install it.
 
 use std::path::Path;
 
@@ -29,6 +31,42 @@ fn parse_proxy(b: &Block) -> Result<floodgate_proxy::config::Config, String> {
     Ok(cfg)
 }
 
+/// A `[dependencies]` table names only floodgate's publishable library crates, each at
+/// the workspace's version (`"0.1"` for 0.1.x).
+fn check_dependencies(b: &Block) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let version = workspace
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("the workspace's version");
+    let mut lines = b.body.lines().filter(|l| !l.trim().is_empty());
+    assert_eq!(lines.next(), Some("[dependencies]"), "{}", b.place());
+    let mut named = 0;
+    for line in lines {
+        let (name, rest) = line
+            .split_once(" = ")
+            .unwrap_or_else(|| panic!("{}: {line:?} is not NAME = \"VERSION\"", b.place()));
+        let name = name.trim();
+        let req = rest.split('#').next().unwrap().trim().trim_matches('"');
+        assert!(
+            version.starts_with(&format!("{req}.")) || version == req,
+            "{}: {name} = {req:?} does not match the crates' version {version}",
+            b.place()
+        );
+        let manifest = std::fs::read_to_string(root.join("crates").join(name).join("Cargo.toml"))
+            .unwrap_or_else(|e| panic!("{}: {name} is not a crate of crates/: {e}", b.place()));
+        assert!(
+            !manifest.contains("\npublish = false"),
+            "{}: {name} is not published",
+            b.place()
+        );
+        named += 1;
+    }
+    assert!(named > 0, "{}: no dependency", b.place());
+}
+
 fn parse_server(b: &Block) -> Result<(), String> {
     // the server picks YAML or TOML by the file's extension
     let path = format!("{}.{}", b.place(), b.lang());
@@ -42,6 +80,12 @@ fn every_config_example_names_what_it_configures_and_parses() {
     let blocks = config_blocks();
     assert!(blocks.len() >= 4, "{blocks:?}");
     for b in &blocks {
+        if let Some(path) = b.attr("packaged") {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let file = std::fs::read_to_string(root.join(path))
+                .unwrap_or_else(|e| panic!("{}: {path}: {e}", b.place()));
+            assert_eq!(b.body, file, "{}: differs from {path}", b.place());
+        }
         if b.has("proxy-config") {
             parse_proxy(b).unwrap_or_else(|e| panic!("{}: {e}", b.place()));
         } else if b.has("server-config") {
@@ -59,6 +103,8 @@ fn every_config_example_names_what_it_configures_and_parses() {
                 &b.body,
             )
             .unwrap_or_else(|e| panic!("{}: {e}", b.place()));
+        } else if b.has("cargo-dependencies") {
+            check_dependencies(b);
         } else if b.has("peer-config") {
             // a peer's file shown for comparison (Limitador's limits): not floodgate's
         } else if b.has("envoy-config") {
@@ -68,7 +114,7 @@ fn every_config_example_names_what_it_configures_and_parses() {
             assert!(proxy.is_err(), "{}: a bad example parses", b.place());
         } else {
             panic!(
-                "{}: a {} block must say what it configures (proxy-config, proxy-files, server-config, server-files, bad-example, peer-config or envoy-config)",
+                "{}: a {} block must say what it configures (proxy-config, proxy-files, server-config, server-files, bad-example, cargo-dependencies, peer-config or envoy-config)",
                 b.place(),
                 b.lang()
             );

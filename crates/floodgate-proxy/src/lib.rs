@@ -11,6 +11,7 @@ pub mod generation;
 mod h1;
 mod head_timeout;
 mod hop_by_hop;
+pub mod nginx;
 pub mod proxy;
 pub mod reload;
 mod settings;

@@ -31,7 +31,7 @@ pub struct Reloader {
 impl Reloader {
     /// A reloader of `path` into `engine`; `startup` are the file's settings at startup.
     pub fn new(path: PathBuf, engine: Arc<Engine>, startup: Settings) -> Reloader {
-        let text = std::fs::read_to_string(&path).ok();
+        let text = config::text(&path);
         if let Some(t) = &text {
             let insight = &engine.metrics().insight;
             insight.set_config(config::shown(&path, t));
@@ -63,17 +63,8 @@ impl Reloader {
             metrics.last_reload_success.set(0);
             Err(message)
         };
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(t) => t,
-            Err(e) => {
-                return fail(format!(
-                    "{}: cannot read the config file: {e}",
-                    self.path.display()
-                ));
-            }
-        };
-        *self.last_text.lock().unwrap_or_else(|p| p.into_inner()) = Some(text.clone());
-        let cfg = match config::parse(&self.path, &text) {
+        *self.last_text.lock().unwrap_or_else(|p| p.into_inner()) = config::text(&self.path);
+        let (cfg, text) = match config::read(&self.path) {
             Ok(c) => c,
             Err(e) => return fail(e.to_string()),
         };
@@ -102,7 +93,7 @@ impl Reloader {
     /// writer's first event) and skipped; the write that follows reloads it. `SIGHUP`
     /// ([`Reloader::reload`]) loads an empty file as it is: no rules.
     pub fn reload_if_changed(&self) -> Option<Result<u64, String>> {
-        let now = std::fs::read_to_string(&self.path).ok();
+        let now = config::text(&self.path);
         if now.as_deref().is_some_and(|t| t.trim().is_empty()) {
             tracing::info!(
                 file = %self.path.display(),
@@ -136,9 +127,17 @@ pub fn watch_file(
     debounce: Duration,
     shutdown: watch::Receiver<bool>,
 ) -> notify::Result<(notify::RecommendedWatcher, tokio::task::JoinHandle<()>)> {
-    let path = reloader.path().to_path_buf();
+    let path =
+        std::path::absolute(reloader.path()).unwrap_or_else(|_| reloader.path().to_path_buf());
+    let layout = path.is_dir();
     let changed = Arc::new(move || {
         let _ = reloader.reload_if_changed();
     });
-    floodgate_engine::config::watch::watch_file(&path, debounce, changed, shutdown)
+    if layout {
+        // an Envoy layout directory: any change among its files
+        let dir = config::layout_root(&path);
+        floodgate_engine::config::watch::watch_dir(&dir, debounce, changed, shutdown)
+    } else {
+        floodgate_engine::config::watch::watch_file(&path, debounce, changed, shutdown)
+    }
 }

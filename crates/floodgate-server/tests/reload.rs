@@ -232,3 +232,80 @@ async fn a_file_being_rewritten_in_place_is_not_loaded_empty() {
     );
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn an_envoy_layout_directory_reloads_when_one_of_its_files_changes() {
+    use floodgate_server::{config, server};
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("config");
+    std::fs::create_dir(&files).unwrap();
+    std::fs::write(files.join("edge.yaml"), config(3, "")).unwrap();
+    let auth = |n: u32| {
+        format!(
+            "domain: auth\ndescriptors:\n  - key: u\n    rate_limit: {{unit: minute, requests_per_unit: {n}}}\n"
+        )
+    };
+    std::fs::write(files.join("auth.yaml"), auth(2)).unwrap();
+    let cfg = config::load(dir.path()).unwrap();
+    let mut settings = cfg.settings.clone();
+    let any = Some("127.0.0.1:0".parse().unwrap());
+    (settings.grpc, settings.http, settings.resp) = (any, any, any);
+    let path = dir.path().to_path_buf();
+    let running = server::start(
+        cfg,
+        settings,
+        server::Options {
+            path: path.clone(),
+            watch: true,
+            sighup: false,
+            debounce: std::time::Duration::from_millis(30),
+        },
+    )
+    .await
+    .unwrap();
+    let srv = Srv { running, dir, path };
+    let mut c = srv.client().await;
+    let hit = || req("auth", vec![desc(&[("u", "x")])], 0);
+    let r = call(&mut c, hit()).await.unwrap();
+    assert_eq!(
+        r.statuses[0].limit_remaining, 1,
+        "auth.yaml's domain serves"
+    );
+    assert_eq!(
+        call(&mut c, req("edge", vec![desc(&[("a", "x")])], 0))
+            .await
+            .unwrap()
+            .overall_code,
+        OK,
+        "edge.yaml's domain serves"
+    );
+    std::fs::write(files.join("auth.yaml"), auth(9)).unwrap();
+    assert!(
+        eventually(10, || generation(&srv) == 2).await,
+        "a change of one file of the layout reloaded it"
+    );
+    let r = call(&mut c, hit()).await.unwrap();
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        9
+    );
+    // a domain in two files: rejected, the running rules keep serving
+    std::fs::write(files.join("more.yaml"), auth(1)).unwrap();
+    let rejected = || {
+        srv.running
+            .engine
+            .metrics()
+            .render()
+            .contains("floodgate_config_reloads_total{result=\"error\"} 1")
+    };
+    assert!(
+        eventually(10, rejected).await,
+        "the duplicate domain is rejected"
+    );
+    assert_eq!(generation(&srv), 2);
+    srv.stop().await;
+}

@@ -44,7 +44,7 @@ pub fn watch_file<F>(
     path: &Path,
     debounce: Duration,
     changed: Arc<F>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> notify::Result<(notify::RecommendedWatcher, tokio::task::JoinHandle<()>)>
 where
     F: Fn() + Send + Sync + 'static,
@@ -55,23 +55,55 @@ where
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     let name = path.file_name().map(|n| n.to_os_string());
+    watch_in(&dir, name, debounce, changed, shutdown)
+}
+
+/// As [`watch_file`], for every file of the directory `dir` (a configuration kept as
+/// several files, as Envoy's rate limit service keeps its domains): any change among them
+/// calls `changed` once per burst.
+pub fn watch_dir<F>(
+    dir: &Path,
+    debounce: Duration,
+    changed: Arc<F>,
+    shutdown: watch::Receiver<bool>,
+) -> notify::Result<(notify::RecommendedWatcher, tokio::task::JoinHandle<()>)>
+where
+    F: Fn() + Send + Sync + 'static,
+{
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    watch_in(&dir, None, debounce, changed, shutdown)
+}
+
+/// Watch `dir`; an event on the file `name` (any file: `None`) calls `changed`.
+fn watch_in<F>(
+    dir: &Path,
+    name: Option<std::ffi::OsString>,
+    debounce: Duration,
+    changed: Arc<F>,
+    mut shutdown: watch::Receiver<bool>,
+) -> notify::Result<(notify::RecommendedWatcher, tokio::task::JoinHandle<()>)>
+where
+    F: Fn() + Send + Sync + 'static,
+{
+    let any = name.is_none();
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         let Ok(ev) = res else { return };
         if matches!(ev.kind, EventKind::Access(_)) {
             return;
         }
-        if ev
-            .paths
-            .iter()
-            .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
+        if any
+            || ev
+                .paths
+                .iter()
+                .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
         {
             let _ = tx.try_send(());
         }
     })?;
     // Watch the directory, not the file: editors and config managers replace files by
     // renaming a new one over them, which a watch on the old inode would miss.
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    watcher.watch(dir, RecursiveMode::NonRecursive)?;
     let task = tokio::spawn(async move {
         loop {
             tokio::select! {

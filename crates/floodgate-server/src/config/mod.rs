@@ -10,6 +10,7 @@
 //! (`floodgate_engine::config`): checked while deserialized, their errors read
 //! `FILE:LINE:COLUMN: FIELD: MESSAGE` as the proxy's do.
 
+mod envoy_dir;
 mod rules;
 mod security;
 mod settings;
@@ -20,6 +21,7 @@ use thiserror::Error;
 
 use crate::file::FileConfig;
 
+pub use envoy_dir::root as layout_root;
 pub use rules::{
     Caps, DescriptorDef, HeaderSettings, LimitDef, Rules, Unit, UnknownDomain, ValueMatch,
 };
@@ -77,15 +79,42 @@ pub struct Config {
     pub renamed: Vec<floodgate_engine::config::Renamed>,
 }
 
-/// Read and check `path`.
+/// Read and check `path`: a file, or a directory in Envoy's layout (its `config/`
+/// subdirectory's `*.yaml` files, one domain per file or per YAML document).
 pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
+    let (cfg, _) = read(path)?;
+    floodgate_engine::config::warn_renamed(path, &cfg.renamed);
+    Ok(cfg)
+}
+
+/// Read and check `path` (a file or an Envoy layout directory): the config and the text
+/// it was read from (for a directory, every file's name and text), which a reload
+/// compares to see a change.
+pub fn read(path: &Path) -> Result<(Config, String), ConfigFileError> {
+    if path.is_dir() {
+        let (file, text) = envoy_dir::read(path)?;
+        let cfg = compile(file).map_err(|(at, message)| ConfigFileError::Invalid {
+            path: envoy_dir::root(path),
+            at,
+            message,
+        })?;
+        return Ok((cfg, text));
+    }
     let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    let cfg = parse(path, &text)?;
-    floodgate_engine::config::warn_renamed(path, &cfg.renamed);
-    Ok(cfg)
+    Ok((parse(path, &text)?, text))
+}
+
+/// The text [`read`] would read at `path` (`None` when it cannot be read), to see whether
+/// it changed without checking it.
+pub fn text(path: &Path) -> Option<String> {
+    if path.is_dir() {
+        envoy_dir::read(path).ok().map(|(_, t)| t)
+    } else {
+        std::fs::read_to_string(path).ok()
+    }
 }
 
 /// Check `text` as the content of `path` (the extension picks the format).
