@@ -128,9 +128,9 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             .map_err(anyhow::Error::msg)
             .context("--upstream")?;
     }
-    if settings.upstream.authority().is_none() {
+    if settings.upstream.authority().is_none() && settings.upstream_groups.is_empty() {
         bail!(
-            "no upstream: set `upstream = \"http://host:port\"` in the config or pass --upstream"
+            "no upstream: set `upstream = \"http://host:port\"` or [upstreams.NAME] groups in the config, or pass --upstream"
         );
     }
     if let Some(l) = args.listen {
@@ -160,6 +160,22 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             settings.upstream,
             settings.listen
         );
+        if !settings.upstream_groups.is_empty() {
+            println!(
+                "upstreams: {}",
+                settings
+                    .upstream_groups
+                    .iter()
+                    .map(|g| format!(
+                        "{} ({}, {} servers)",
+                        g.name,
+                        g.balance.name(),
+                        g.servers.len()
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if let Some(f) = cfg.as_ref().and_then(|c| c.fleet()) {
             println!(
                 "fleet: {} over {} nodes ({}), self {}",

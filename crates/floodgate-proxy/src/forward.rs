@@ -1,6 +1,8 @@
-//! [`Forward`]: the proxy's client to one upstream, over pooled connections (its own
-//! HTTP/1.1 pool, or hyper-util's client for h2c), with the request rewritten for the
-//! upstream: `X-Forwarded-For` appended, hop-by-hop headers dropped both ways.
+//! [`Forward`]: the proxy's client to its upstream servers, over pooled connections (its
+//! own HTTP/1.1 pool per server, or hyper-util's client for h2c), with the request
+//! rewritten for the upstream: `X-Forwarded-For` appended, hop-by-hop headers dropped both
+//! ways. Which server a request goes to, and what its outcome does to the server's health,
+//! is [`Upstreams`]'s.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,8 +14,9 @@ use floodgate_engine::deny::{ReplyFormat, is_grpc, short_response};
 use floodgate_engine::metrics::Metrics;
 use floodgate_http::SettleHandle;
 use floodgate_http::key::PeerAddr;
+use floodgate_http::limiter::RateLimiter;
 use http::header::{CONTENT_LENGTH, HOST, HeaderName};
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper_util::client::legacy::Client;
@@ -28,6 +31,7 @@ use crate::h1::upstream::{Http1Pool, UpstreamBody, UpstreamError, direct};
 use crate::h1::{encode_field, encode_request_line};
 use crate::hop_by_hop::{is_hop_by_hop, strip_hop_by_hop};
 use crate::settings::{ProxyError, ProxySettings};
+use crate::upstreams::{MAX_RETRIES, Upstreams};
 
 /// The body of a proxied response: the upstream's, or a short error body.
 pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
@@ -36,16 +40,18 @@ pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
 /// in-flight leases, or the limiter's own), or the fleet's.
 pub type FleetBody = Either<LeaseBody<ForwardBody>, Full<Bytes>>;
 
-/// How requests reach the upstream.
+/// How requests reach the upstream servers.
 #[derive(Clone)]
 enum Upstream {
-    /// HTTP/1.1 over this forwarder's own connection pool.
-    Http1(Arc<Http1Pool>),
-    /// HTTP/2 (h2c prior knowledge), multiplexed by hyper-util's client.
+    /// HTTP/1.1 over this forwarder's own connection pools: per group, per server (in
+    /// [`Upstreams`]' order).
+    Http1(Vec<Arc<[Arc<Http1Pool>]>>),
+    /// HTTP/2 (h2c prior knowledge), multiplexed by hyper-util's client (one for every
+    /// server: it pools by authority).
     Http2(Box<Client<HttpConnector, ClientBody>>),
 }
 
-/// Forwards requests to one upstream over pooled connections. Cloning shares it.
+/// Forwards requests to the upstream servers over pooled connections. Cloning shares it.
 #[derive(Clone)]
 pub struct Forward {
     inner: Arc<ForwardInner>,
@@ -53,8 +59,10 @@ pub struct Forward {
 
 struct ForwardInner {
     upstream: Upstream,
-    scheme: Scheme,
-    authority: Authority,
+    /// The groups, their servers and their health (shared by every worker).
+    upstreams: Arc<Upstreams>,
+    /// Matches a request's route (its upstream) and gives its policy key (hash groups).
+    limiter: RateLimiter,
     timeout: Duration,
     /// [`ProxySettings::body_timeout`].
     body_timeout: Duration,
@@ -66,7 +74,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 impl std::fmt::Debug for Forward {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Forward")
-            .field("authority", &self.inner.authority)
+            .field("upstreams", &self.inner.upstreams)
             .finish_non_exhaustive()
     }
 }
@@ -88,8 +96,9 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// How one request goes upstream.
 enum Route {
-    /// No body, HTTP/1.1: the encoded head, sent the direct way.
-    Direct(Arc<Http1Pool>, Vec<u8>, http::Method),
+    /// No body, HTTP/1.1: the encoded head, sent the direct way (the pools are the
+    /// group's, so that a failed connect may try another server).
+    Direct(Arc<[Arc<Http1Pool>]>, Vec<u8>, http::Method),
     /// Through hyper's client (a body to stream, or an HTTP/2 upstream).
     Hyper(Box<Request<ClientBody>>),
 }
@@ -151,13 +160,14 @@ fn upstream_fields(
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 impl Forward {
-    /// A forwarder to `settings.upstream`.
-    pub fn new(settings: &ProxySettings, metrics: Arc<Metrics>) -> Result<Forward, ProxyError> {
-        let parts = settings.upstream.clone().into_parts();
-        let scheme = parts.scheme.unwrap_or(Scheme::HTTP);
-        let authority = parts
-            .authority
-            .ok_or_else(|| ProxyError::Upstream(format!("{} has no host", settings.upstream)))?;
+    /// A forwarder to the servers of `upstreams`, with this forwarder's own connection
+    /// pools (one forwarder per worker); `limiter` matches requests to their routes.
+    pub fn new(
+        settings: &ProxySettings,
+        upstreams: Arc<Upstreams>,
+        limiter: RateLimiter,
+    ) -> Result<Forward, ProxyError> {
+        let metrics = limiter.metrics().clone();
         let upstream = if settings.upstream_http2 {
             let mut connector = HttpConnector::new();
             connector.set_connect_timeout(Some(settings.connect_timeout));
@@ -172,29 +182,31 @@ impl Forward {
                     .build(connector),
             ))
         } else {
-            if scheme != Scheme::HTTP {
-                return Err(ProxyError::Upstream(format!(
-                    "{}: only http:// upstreams are supported",
-                    settings.upstream
-                )));
-            }
-            let addr = format!(
-                "{}:{}",
-                authority.host(),
-                authority.port_u16().unwrap_or(80)
-            );
-            Upstream::Http1(Arc::new(Http1Pool::new(
-                addr,
-                settings.connect_timeout,
-                POOL_IDLE_TIMEOUT,
-                settings.upstream_max_idle,
-            )))
+            Upstream::Http1(
+                upstreams
+                    .groups()
+                    .iter()
+                    .map(|g| {
+                        g.servers
+                            .iter()
+                            .map(|s| {
+                                Arc::new(Http1Pool::new(
+                                    s.addr.clone(),
+                                    settings.connect_timeout,
+                                    POOL_IDLE_TIMEOUT,
+                                    settings.upstream_max_idle,
+                                ))
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            )
         };
         Ok(Forward {
             inner: Arc::new(ForwardInner {
                 upstream,
-                scheme,
-                authority,
+                upstreams,
+                limiter,
                 timeout: settings.upstream_timeout,
                 body_timeout: settings.body_timeout,
                 metrics,
@@ -245,13 +257,40 @@ impl Service<Request<RequestBody>> for Forward {
         // the head is prepared here, so that the future holds only what it waits with
         let settle = req.extensions().get::<SettleHandle>().cloned();
         let trailer = settle.as_ref().is_some_and(|h| h.cost_trailer().is_some());
-        let Some((route, body_watch)) = self.route(req, trailer) else {
+        let ups = &self.inner.upstreams;
+        let Some(g) = ups.group_for(self.inner.limiter.route_index(&req)) else {
+            let resp = self.error(
+                StatusCode::BAD_GATEWAY,
+                "no upstream for this request: its route names none and no upstream \"default\" is defined",
+                format,
+            );
+            return Box::pin(std::future::ready(Ok(resp)));
+        };
+        let key = if ups.wants_key(g) {
+            self.inner.limiter.routing_key(&req)
+        } else {
+            None
+        };
+        let first = match ups.pick(g, key.as_deref(), &[]) {
+            Ok(s) => s,
+            Err(down) => {
+                self.inner.metrics.upstream_error("connect");
+                tracing::warn!(%down, "no upstream server taken: 502");
+                let resp = self.error(StatusCode::BAD_GATEWAY, &down.to_string(), format);
+                return Box::pin(std::future::ready(Ok(resp)));
+            }
+        };
+        let may_retry = direct::idempotent(req.method());
+        let Some((route, body_watch)) = self.route(req, trailer, g, first) else {
             let resp = self.error(StatusCode::BAD_REQUEST, "unusable request target", format);
             return Box::pin(std::future::ready(Ok(resp)));
         };
         let this = self.clone();
         let for_body = settle.clone();
         let exchange = async move {
+            let ups = &this.inner.upstreams;
+            // the server the request went to last
+            let mut s = first;
             // Ok(response), Ok(error), or Err(()) when no response head came within the
             // upstream timeout (the direct way times itself, on its connection's timer)
             let timeout = this.inner.timeout;
@@ -262,16 +301,42 @@ impl Service<Request<RequestBody>> for Forward {
                 (BoxError::from(e), kind)
             };
             let sent: Result<Sent, ()> = match route {
-                Route::Direct(pool, head, method) => {
-                    match pool.send_head(&head, &method, timeout).await {
+                Route::Direct(pools, head, method) => {
+                    // a connect that failed sent nothing: an idempotent request tries
+                    // another server, at most MAX_RETRIES times
+                    let mut tried: Vec<usize> = Vec::new();
+                    let r = loop {
+                        let _in_flight = ups.start(g, s);
+                        match pools[s].send_head(&head, &method, timeout).await {
+                            Err(e)
+                                if e.kind() == "connect"
+                                    && may_retry
+                                    && tried.len() < MAX_RETRIES =>
+                            {
+                                tried.push(s);
+                                match ups.pick(g, key.as_deref(), &tried) {
+                                    Ok(next) => {
+                                        ups.record(g, s, Err(true));
+                                        this.inner.metrics.upstream_error("connect");
+                                        tracing::warn!(error = %e, upstream = %ups.server(g, s).authority, "upstream failed: trying another server");
+                                        s = next;
+                                    }
+                                    Err(_) => break Err(e),
+                                }
+                            }
+                            r => break r,
+                        }
+                    };
+                    match r {
                         Err(UpstreamError::Direct(direct::ExchangeError::TimedOut)) => Err(()),
                         r => Ok(r.map_err(failed)),
                     }
                 }
                 Route::Hyper(req) => {
+                    let _in_flight = ups.start(g, s);
                     let send = async {
                         match &this.inner.upstream {
-                            Upstream::Http1(pool) => pool.send(*req).await.map_err(failed),
+                            Upstream::Http1(pools) => pools[g][s].send(*req).await.map_err(failed),
                             Upstream::Http2(client) => client
                                 .request(*req)
                                 .await
@@ -292,58 +357,75 @@ impl Service<Request<RequestBody>> for Forward {
                         .map_err(|_| ())
                 }
             };
+            let authority = &ups.server(g, s).authority;
             let body_state = body_watch.as_ref().map(|w| w.state());
-            match sent {
+            // what the server did: a status, its failure (Err(true)) or the client's
+            let (outcome, resp) = match sent {
                 Ok(Ok(resp)) if length_over_i64(resp.headers()) => {
                     this.inner.metrics.upstream_error("response");
-                    tracing::warn!(upstream = %this.inner.authority, "upstream Content-Length over 2^63-1");
-                    Ok(this.error(
-                        StatusCode::BAD_GATEWAY,
-                        "upstream response is malformed",
-                        format,
-                    ))
+                    tracing::warn!(upstream = %authority, "upstream Content-Length over 2^63-1");
+                    (
+                        Err(true),
+                        this.error(
+                            StatusCode::BAD_GATEWAY,
+                            "upstream response is malformed",
+                            format,
+                        ),
+                    )
                 }
                 Ok(Ok(resp)) => {
+                    let status = resp.status().as_u16();
                     let (mut parts, body) = resp.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
                     let body = match for_body.filter(|h| h.cost_trailer().is_some()) {
                         Some(h) => body.settle_on_trailers(h),
                         None => body,
                     };
-                    Ok(Response::from_parts(parts, Either::Left(body)))
+                    (Ok(status), Response::from_parts(parts, Either::Left(body)))
                 }
                 // the client's body stalled (it timed out, or the upstream timed out
                 // while the proxy waited for the client's next bytes): the client's
                 // doing, 408; an upstream that stops reading the body is the upstream's
                 // (504)
                 Ok(Err(_)) if body_state == Some(BodyState::TimedOut) => {
-                    Ok(this.body_timed_out(format))
+                    (Err(false), this.body_timed_out(format))
                 }
                 Err(_)
                     if body_state
                         .is_some_and(|s| s == BodyState::Waiting || s == BodyState::TimedOut) =>
                 {
-                    Ok(this.body_timed_out(format))
+                    (Err(false), this.body_timed_out(format))
                 }
                 Ok(Err((e, _))) if body_state == Some(BodyState::Failed) => {
                     tracing::debug!(error = %e, "the client's request body failed");
-                    Ok(this.error(
-                        StatusCode::BAD_REQUEST,
-                        "the request body is malformed or ended early",
-                        format,
-                    ))
+                    (
+                        Err(false),
+                        this.error(
+                            StatusCode::BAD_REQUEST,
+                            "the request body is malformed or ended early",
+                            format,
+                        ),
+                    )
                 }
                 Ok(Err((e, kind))) => {
                     this.inner.metrics.upstream_error(kind);
-                    tracing::warn!(error = %e, upstream = %this.inner.authority, "upstream failed");
-                    Ok(this.error(StatusCode::BAD_GATEWAY, "upstream unavailable", format))
+                    tracing::warn!(error = %e, upstream = %authority, "upstream failed");
+                    (
+                        Err(true),
+                        this.error(StatusCode::BAD_GATEWAY, "upstream unavailable", format),
+                    )
                 }
                 Err(_) => {
                     this.inner.metrics.upstream_error("timeout");
-                    tracing::warn!(upstream = %this.inner.authority, timeout = ?this.inner.timeout, "upstream timed out");
-                    Ok(this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out", format))
+                    tracing::warn!(upstream = %authority, timeout = ?this.inner.timeout, "upstream timed out");
+                    (
+                        Err(true),
+                        this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out", format),
+                    )
                 }
-            }
+            };
+            ups.record(g, s, outcome);
+            Ok(resp)
         };
         match settle {
             Some(handle) => self.carried(exchange, handle, format),
@@ -389,11 +471,15 @@ impl Forward {
     /// to an HTTP/2 upstream. `trailer`: the request's route settles its cost from a
     /// trailer, so it takes hyper's way, which reads trailers (the direct way drops
     /// them), asking the upstream for them.
+    /// `g`, `s`: the group and server it goes to first.
     fn route(
         &self,
         req: Request<RequestBody>,
         trailer: bool,
+        g: usize,
+        s: usize,
     ) -> Option<(Route, Option<Arc<BodyWatch>>)> {
+        let authority = &self.inner.upstreams.server(g, s).authority;
         let (parts, body) = req.into_parts();
         let peer = parts
             .extensions
@@ -401,19 +487,13 @@ impl Forward {
             .map(|p| p.0.ip().to_canonical());
         let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
         // the client's Host (or HTTP/2 :authority) is kept
-        let host = Some(
-            parts
-                .uri
-                .authority()
-                .unwrap_or(&self.inner.authority)
-                .as_str(),
-        );
+        let host = Some(parts.uri.authority().unwrap_or(authority).as_str());
         // set when the client's request body fails (hyper's way only: the direct way
         // has no body to fail)
         let mut body_watch: Option<Arc<BodyWatch>> = None;
         let route = match &self.inner.upstream {
             // no body: the head is encoded straight from the client's
-            Upstream::Http1(pool) if http_body::Body::is_end_stream(&body) && !trailer => {
+            Upstream::Http1(pools) if http_body::Body::is_end_stream(&body) && !trailer => {
                 let mut head = Vec::with_capacity(256);
                 encode_request_line(&mut head, &parts.method, target);
                 // the body is known to be empty: a Content-Length the client sent
@@ -431,7 +511,7 @@ impl Forward {
                     }
                 });
                 head.extend_from_slice(b"\r\n");
-                Route::Direct(pool.clone(), head, parts.method)
+                Route::Direct(pools[g].clone(), head, parts.method)
             }
             upstream => {
                 let h2 = matches!(upstream, Upstream::Http2(_));
@@ -449,8 +529,8 @@ impl Forward {
                 let (uri, version) = if h2 {
                     // absolute form: hyper sends it as :scheme and :authority
                     let mut uri = http::uri::Parts::default();
-                    uri.scheme = Some(self.inner.scheme.clone());
-                    uri.authority = Some(self.inner.authority.clone());
+                    uri.scheme = Some(Scheme::HTTP);
+                    uri.authority = Some(authority.clone());
                     uri.path_and_query = Some(pq);
                     match Uri::from_parts(uri) {
                         Ok(u) => (u, Version::HTTP_2),

@@ -13,6 +13,7 @@ pub mod proxy;
 mod settings;
 pub mod sticky;
 pub mod target;
+pub mod upstreams;
 pub mod wire;
 
 pub use forward::Forward;

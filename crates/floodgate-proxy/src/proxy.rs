@@ -1,6 +1,7 @@
 //! The reverse proxy behind `floodgate proxy`: a server for HTTP/1.1 and HTTP/2 (h2c
 //! prior knowledge) whose service is [`RateLimitService`] around [`Forward`], a pooled
-//! client to one upstream. Bodies stream both ways; nothing is buffered.
+//! client to the upstream servers ([`crate::upstreams`]: groups, balancing, health).
+//! Bodies stream both ways; nothing is buffered.
 //!
 //! Client connections start on the proxy's own HTTP/1 path (`connection`, `h1::client`), which
 //! answers requests without a body; the first request it does not take (a body,
@@ -47,6 +48,8 @@ pub use crate::forward::{Forward, ForwardBody};
 pub use crate::h1::upstream::{UpstreamBody, UpstreamBodyError};
 pub use crate::settings::{DEFAULT_HEAD_TIMEOUT, ProxyError, ProxySettings};
 use crate::sticky::{FleetService, Sticky};
+use crate::upstreams::probe::{self, Probes};
+use crate::upstreams::{Upstreams, UpstreamsConfig};
 
 /// A bound proxy, ready to [`run`](Proxy::run).
 pub struct Proxy {
@@ -59,6 +62,10 @@ pub struct Proxy {
     limiter: RateLimiter,
     serving: Serving,
     grace: Duration,
+    /// The upstream groups and their servers' health, shared by the workers.
+    upstreams: Arc<Upstreams>,
+    /// The active health checks (stopped when the proxy is dropped).
+    _probes: Probes,
 }
 
 /// Where accepted connections are served.
@@ -88,10 +95,23 @@ impl Proxy {
     /// Bind the listeners (port 0 picks a free port) and start the worker threads, if
     /// `settings.workers` asks for any.
     pub async fn bind(limiter: RateLimiter, settings: &ProxySettings) -> Result<Proxy, ProxyError> {
+        let config = UpstreamsConfig {
+            upstream: &settings.upstream,
+            groups: &settings.upstream_groups,
+            routes: &settings.route_upstreams,
+        };
+        let upstreams = Upstreams::new(config, limiter.metrics(), None)
+            .map_err(|e| ProxyError::Upstream(e.to_string()))?;
+        let upstreams = Arc::new(upstreams);
+        if upstreams.is_empty() {
+            return Err(ProxyError::Upstream(
+                "no upstream: set `upstream = \"http://host:port\"` or define [upstreams.NAME] groups".into(),
+            ));
+        }
         let service = || -> Result<FleetService, ProxyError> {
             Ok(FleetService::new(
                 RateLimitService::new(
-                    Forward::new(settings, limiter.metrics().clone())?,
+                    Forward::new(settings, upstreams.clone(), limiter.clone())?,
                     limiter.clone(),
                 ),
                 Sticky::new(
@@ -132,6 +152,8 @@ impl Proxy {
             serving,
             limiter,
             grace: settings.shutdown_grace,
+            _probes: probe::start(&upstreams, settings.upstream_http2),
+            upstreams,
         })
     }
 
@@ -157,10 +179,12 @@ impl Proxy {
         let draining = Draining::new();
         let limiter = self.limiter.clone();
         let hosts = self.admin_hosts.clone();
+        let upstreams = self.upstreams.clone();
         let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let limiter = limiter.clone();
             let hosts = hosts.clone();
-            async move { Ok::<_, Infallible>(admin(&limiter, &hosts, &req).await) }
+            let upstreams = upstreams.clone();
+            async move { Ok::<_, Infallible>(admin(&limiter, &upstreams, &hosts, &req).await) }
         });
         let mut next = 0usize;
         tokio::pin!(shutdown);
@@ -360,10 +384,12 @@ async fn accept_opt(
 }
 
 /// The admin listener: `/metrics`, `/healthz`, and the admin API and page under `/admin`
-/// ([`floodgate_engine::admin`]), which answer only the `Host` names `hosts` allows
-/// (421 otherwise) and carry `nosniff` and a Content-Security-Policy.
+/// ([`floodgate_engine::admin`]; `/admin/upstreams`: the upstream servers' states as
+/// JSON), which answer only the `Host` names `hosts` allows (421 otherwise) and carry
+/// `nosniff` and a Content-Security-Policy.
 async fn admin<B>(
     limiter: &RateLimiter,
+    upstreams: &Upstreams,
     hosts: &AllowedHosts,
     req: &Request<B>,
 ) -> Response<Full<Bytes>> {
@@ -382,7 +408,13 @@ async fn admin<B>(
             .get(HOST)
             .map(HeaderValue::as_bytes)
             .or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()));
-        if hosts.allows(host) {
+        if hosts.allows(host) && path == "/admin/upstreams" {
+            Some(floodgate_engine::admin::AdminReply {
+                status: 200,
+                content_type: "application/json",
+                body: upstreams.status().to_string(),
+            })
+        } else if hosts.allows(host) {
             limiter.admin(&asked).await
         } else {
             Some(misdirected(host, "admin_allowed_hosts"))
@@ -400,11 +432,14 @@ async fn admin<B>(
         return r;
     }
     let (status, ctype, body) = match path {
-        "/metrics" => (
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            limiter.render_metrics(),
-        ),
+        "/metrics" => {
+            upstreams.refresh_gauges();
+            (
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                limiter.render_metrics(),
+            )
+        }
         // serving either way: while the store does not answer, the fault policy decides
         "/healthz" if limiter.store_reachable() => (
             StatusCode::OK,

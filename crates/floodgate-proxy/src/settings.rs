@@ -6,13 +6,22 @@ use std::time::Duration;
 use floodgate_engine::admin::AllowedHosts;
 use http::Uri;
 
+use crate::upstreams::GroupSpec;
+
 /// Proxy settings (the non-limiter part of the config).
 #[derive(Debug, Clone)]
 pub struct ProxySettings {
     /// Where clients connect.
     pub listen: SocketAddr,
-    /// The backend, `http://host:port`.
+    /// The backend, `http://host:port`: the upstream group `default`, of this one server
+    /// (none when it has no host: then `upstream_groups` must name one `default`, or
+    /// every route an upstream).
     pub upstream: Uri,
+    /// Named upstream groups (`[upstreams.NAME]`), besides `upstream`.
+    pub upstream_groups: Vec<GroupSpec>,
+    /// The upstream group each route sends to, in the limiter's route order (`None`:
+    /// the group `default`).
+    pub route_upstreams: Vec<Option<String>>,
     /// Admin listener for `/metrics`, `/healthz` and the admin API and page under
     /// `/admin`.
     pub admin: Option<SocketAddr>,
@@ -60,6 +69,8 @@ impl ProxySettings {
         ProxySettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             upstream,
+            upstream_groups: Vec::new(),
+            route_upstreams: Vec::new(),
             admin: None,
             admin_allowed_hosts: AllowedHosts::loopback(),
             upstream_timeout: Duration::from_secs(30),

@@ -47,10 +47,12 @@ mod de;
 mod sections;
 #[cfg(test)]
 mod tests;
+mod upstreams;
 
 use de::*;
 pub use de::{KeySpec, parse_admin, parse_upstream};
 pub use sections::*;
+pub use upstreams::{ProbeSection, ServerEntry, UpstreamSection};
 
 /// The whole file.
 #[derive(Debug, Deserialize)]
@@ -61,6 +63,10 @@ pub struct Config {
     /// The backend, `http://host:port`.
     #[serde(default, deserialize_with = "de_opt_upstream")]
     pub upstream: Option<Uri>,
+    /// Named groups of upstream servers, `[upstreams.NAME]`; a route sends to one with
+    /// `upstream = "NAME"`.
+    #[serde(default)]
+    pub upstreams: std::collections::BTreeMap<String, Spanned<UpstreamSection>>,
     /// Admin listener (`/metrics`, `/healthz`, `/admin`): `ip:port`, or a port alone,
     /// which binds 127.0.0.1.
     #[serde(default, deserialize_with = "de_admin")]
@@ -160,6 +166,16 @@ impl Config {
         s.shutdown_grace = self.shutdown_grace.unwrap_or(s.shutdown_grace);
         s.upstream_http2 = self.upstream_http2;
         s.admin_allowed_hosts = self.admin_allowed_hosts.clone();
+        s.upstream_groups = self
+            .upstreams
+            .iter()
+            .map(|(name, g)| g.get_ref().group(name))
+            .collect();
+        s.route_upstreams = self
+            .routes
+            .iter()
+            .map(|r| r.upstream.as_ref().map(|n| n.get_ref().clone()))
+            .collect();
     }
 
     /// Parse `src` (read from `path`, for messages).
@@ -238,6 +254,7 @@ impl Config {
                 }
             }
         }
+        upstreams::check(&cfg.upstreams, &cfg.routes, cfg.upstream.is_some(), invalid)?;
         if cfg.deny.missing_key == MissingKeyChoice::Fallback && cfg.deny.fallback_key.is_none() {
             return Err(invalid(
                 None,
