@@ -258,7 +258,12 @@ impl Service<Request<RequestBody>> for Forward {
         let settle = req.extensions().get::<SettleHandle>().cloned();
         let trailer = settle.as_ref().is_some_and(|h| h.cost_trailer().is_some());
         let ups = &self.inner.upstreams;
-        let Some(g) = ups.group_for(self.inner.limiter.route_index(&req)) else {
+        let route = if ups.routes_name_groups() {
+            self.inner.limiter.route_index(&req)
+        } else {
+            None
+        };
+        let Some(g) = ups.group_for(route) else {
             let resp = self.error(
                 StatusCode::BAD_GATEWAY,
                 "no upstream for this request: its route names none and no upstream \"default\" is defined",

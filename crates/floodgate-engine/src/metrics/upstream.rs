@@ -9,6 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use super::StripedCounter;
 use super::names;
 
 /// The `class` label of [`names::UPSTREAM_REQUESTS`]: the response's status class, or
@@ -38,7 +39,7 @@ pub struct ServerClassLabels {
 /// The registered families.
 #[derive(Default)]
 pub(super) struct UpstreamFamilies {
-    requests: Family<ServerClassLabels, Counter>,
+    requests: Family<ServerClassLabels, StripedCounter>,
     up: Family<ServerLabels, Gauge>,
     in_flight: Family<ServerLabels, Gauge>,
     ejections: Family<ServerLabels, Counter>,
@@ -93,10 +94,12 @@ impl UpstreamFamilies {
 /// One upstream server's metric handles (clones share the counts).
 #[derive(Clone, Debug)]
 pub struct ServerMetrics {
-    requests: [Counter; 6],
+    /// Striped per thread: the workers count without sharing a cache line.
+    requests: [StripedCounter; 6],
     /// 1 while taken, 0 while ejected or failing its probe.
     pub up: Gauge,
-    /// Requests waiting for their response head.
+    /// Requests waiting for their response head (set by the proxy when it renders the
+    /// metrics, from its own count).
     pub in_flight: Gauge,
     /// Ejections.
     pub ejections: Counter,

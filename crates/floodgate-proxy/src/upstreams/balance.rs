@@ -58,6 +58,9 @@ impl Picker {
         key: Option<&[u8]>,
         usable: impl Fn(usize) -> bool,
     ) -> Option<usize> {
+        if servers.len() == 1 {
+            return usable(0).then_some(0);
+        }
         match (self.balance, key) {
             (Balance::Hash, Some(k)) if !self.ring.is_empty() => self.by_hash(k, &usable),
             (Balance::LeastRequests, _) if servers.len() > 1 => self.least(servers, &usable),

@@ -257,6 +257,8 @@ pub struct Upstreams {
     /// Per limiter route (in the order they were added): its group, `None` for the
     /// default.
     routes: Vec<Option<usize>>,
+    /// Whether some route names a group.
+    named_routes: bool,
     clock: Arc<dyn Clock>,
 }
 
@@ -277,7 +279,6 @@ pub(crate) struct InFlight(Arc<Server>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.0.metrics.in_flight.dec();
     }
 }
 
@@ -361,6 +362,7 @@ impl Upstreams {
         Ok(Upstreams {
             groups,
             default,
+            named_routes: routes.iter().any(Option::is_some),
             routes,
             clock,
         })
@@ -380,6 +382,12 @@ impl Upstreams {
     }
 
     /// The group of a request on limiter route `route` (`None`: no route matched).
+    /// Whether some route names a group (else every request goes to the default, and
+    /// its route need not be matched).
+    pub(crate) fn routes_name_groups(&self) -> bool {
+        self.named_routes
+    }
+
     pub(crate) fn group_for(&self, route: Option<usize>) -> Option<usize> {
         route
             .and_then(|r| self.routes.get(r).copied().flatten())
@@ -422,7 +430,6 @@ impl Upstreams {
     pub(crate) fn start(&self, g: usize, s: usize) -> InFlight {
         let server = &self.groups[g].servers[s];
         server.in_flight.fetch_add(1, Ordering::Relaxed);
-        server.metrics.in_flight.inc();
         InFlight(server.clone())
     }
 
@@ -461,13 +468,15 @@ impl Upstreams {
         }
     }
 
-    /// Bring the `floodgate_upstream_up` gauges to the servers' states now (an ejection's
-    /// end is seen here, not by a timer).
+    /// Bring the `floodgate_upstream_up` and `floodgate_upstream_in_flight` gauges to the
+    /// servers' states now (an ejection's end is seen here, not by a timer; the request
+    /// path touches only the servers' own counts).
     pub fn refresh_gauges(&self) {
         let now = self.now();
         for g in &self.groups {
             for s in &g.servers {
                 s.metrics.up.set(i64::from(s.health.available(now)));
+                s.metrics.in_flight.set(s.in_flight());
             }
         }
     }
