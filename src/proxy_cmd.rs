@@ -157,7 +157,11 @@ pub fn run(args: ProxyArgs) -> Result<()> {
                 ))
                 .collect::<Vec<_>>()
                 .join(", "),
-            settings.upstream,
+            if settings.upstream.authority().is_some() {
+                settings.upstream.to_string()
+            } else {
+                "none (the groups below)".to_string()
+            },
             settings.listen
         );
         if !settings.upstream_groups.is_empty() {
@@ -167,7 +171,7 @@ pub fn run(args: ProxyArgs) -> Result<()> {
                     .upstream_groups
                     .iter()
                     .map(|g| format!(
-                        "{} ({}, {} servers)",
+                        "{} ({}, servers: {})",
                         g.name,
                         g.balance.name(),
                         g.servers.len()
