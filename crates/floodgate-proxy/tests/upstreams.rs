@@ -34,6 +34,8 @@ struct Named {
     name: &'static str,
     addr: SocketAddr,
     hits: Arc<AtomicUsize>,
+    /// When each client request arrived.
+    hit_times: Arc<std::sync::Mutex<Vec<Instant>>>,
     probes: Arc<AtomicUsize>,
     healthy: Arc<AtomicBool>,
     delay: Duration,
@@ -46,6 +48,7 @@ impl Named {
             name,
             addr: "127.0.0.1:0".parse().unwrap(),
             hits: Arc::default(),
+            hit_times: Arc::default(),
             probes: Arc::default(),
             healthy: Arc::new(AtomicBool::new(true)),
             delay,
@@ -57,6 +60,7 @@ impl Named {
 
     fn serve(&mut self, listener: TcpListener) {
         self.addr = listener.local_addr().unwrap();
+        let times = self.hit_times.clone();
         let (name, hits, probes, healthy, delay) = (
             self.name,
             self.hits.clone(),
@@ -72,8 +76,10 @@ impl Named {
                     continue;
                 };
                 let (hits, probes, healthy) = (hits.clone(), probes.clone(), healthy.clone());
+                let times = times.clone();
                 let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let (hits, probes, healthy) = (hits.clone(), probes.clone(), healthy.clone());
+                    let times = times.clone();
                     async move {
                         let path = req.uri().path().to_string();
                         let mut resp = Response::new(Full::new(Bytes::from(name)));
@@ -84,6 +90,7 @@ impl Named {
                             }
                             return Ok::<_, Infallible>(resp);
                         }
+                        times.lock().unwrap().push(Instant::now());
                         hits.fetch_add(1, Ordering::SeqCst);
                         if path.starts_with("/slow") {
                             tokio::time::sleep(delay).await;
@@ -336,6 +343,7 @@ async fn a_killed_server_is_ejected_and_taken_again_after_it_comes_back() {
     answers(&c, p.addr, "/x", 30).await;
     assert_eq!(c_srv.hits(), 10);
     c_srv.kill().await;
+    let killed_at = Instant::now();
     // every request still succeeds: a failed connect tries another server
     let seen = answers(&c, p.addr, "/x", 60).await;
     assert_eq!(seen.get("c"), None);
@@ -366,10 +374,12 @@ async fn a_killed_server_is_ejected_and_taken_again_after_it_comes_back() {
         answers(&c, p.addr, "/x", 3).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // ejected after the kill, for fail_timeout at least: no request came before
+    let back = c_srv.hit_times.lock().unwrap()[10];
     assert!(
-        start.elapsed() >= Duration::from_millis(500),
-        "taken again before its back-off: {:?}",
-        start.elapsed()
+        back >= killed_at + Duration::from_secs(1),
+        "taken again {:?} after the kill, before its back-off",
+        back - killed_at
     );
     let seen = answers(&c, p.addr, "/x", 30).await;
     assert_eq!(seen.get("c"), Some(&10), "{seen:?}");
@@ -430,7 +440,15 @@ async fn a_server_failing_its_probe_is_taken_out_without_client_traffic() {
     assert_eq!(seen, BTreeMap::from([("a".into(), 20)]));
     // healthy again: taken after the next probe
     b.healthy.store(true, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let up = format!("floodgate_upstream_up{{upstream=\"api\",server=\"{url}\"}} 1");
+    let start = Instant::now();
+    while !metrics(&c, p.admin).await.contains(&up) {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "b never shown up again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let seen = answers(&c, p.addr, "/x", 20).await;
     assert_eq!(seen, BTreeMap::from([("a".into(), 10), ("b".into(), 10)]));
 }
