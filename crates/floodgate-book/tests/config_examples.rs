@@ -116,6 +116,7 @@ fn shows_field(example: &str, field: &str) -> bool {
     example.lines().any(|line| {
         let line = line.trim_start().trim_start_matches('#').trim_start();
         line.starts_with(&format!("[{field}]"))
+            || line.starts_with(&format!("[{field}."))
             || line.starts_with(&format!("[[{field}]]"))
             || line
                 .strip_prefix(field)
@@ -189,6 +190,8 @@ fn the_proxy_reference_shows_every_field_the_types_accept() {
         "fleet",
         "tls",
         "upstream_tls",
+        "upstreams.api",
+        "upstreams.api.probe",
     ] {
         if !top
             .iter()

@@ -10,10 +10,12 @@
 //! requests already in flight finish on the generation they started on.
 //!
 //! What a reload applies: `[[policy]]`, `[[route]]`, `[client_ip]`, `[deny]`,
-//! `[headers]`, `[delay]` and `[allowlist]`. What it cannot change ([`RESTART_ONLY`]):
-//! the listeners, the upstream and its timeouts, the connection caps, the store, the
-//! fleet, the admin settings and the worker count (a flag). A reload that changes one of
-//! them applies the rest and names them in its log line as needing a restart.
+//! `[headers]`, `[delay]` and `[allowlist]`, and which upstream group each route sends
+//! to (`route.upstream`). What it cannot change ([`RESTART_ONLY`]): the listeners, the
+//! upstream, the upstream groups (`[upstreams.NAME]`) and the timeouts, the connection
+//! caps, the store, the fleet, the admin settings and the worker count (a flag). A reload
+//! that changes one of them applies the rest and names them in its log line as needing a
+//! restart; one whose route names a group the running proxy does not have is refused.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -24,9 +26,10 @@ use crate::config::Config;
 use crate::generation::Generations;
 
 /// The top-level settings read at startup only, as the file names them.
-pub const RESTART_ONLY: [&str; 17] = [
+pub const RESTART_ONLY: [&str; 18] = [
     "listen",
     "upstream",
+    "upstreams",
     "admin",
     "admin_keys",
     "admin_allowed_hosts",
@@ -51,6 +54,7 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     let changed = [
         old.listen != new.listen,
         old.upstream != new.upstream,
+        old.upstream_groups() != new.upstream_groups(),
         old.admin != new.admin,
         old.admin_keys != new.admin_keys,
         old.admin_allowed_hosts != new.admin_allowed_hosts,
@@ -164,6 +168,10 @@ impl Reloader {
             Ok(c) => c,
             Err(e) => return fail(e.to_string()),
         };
+        // the groups are the running proxy's: a route may name only those
+        if let Err(e) = cfg.check_route_upstreams(&self.startup, &self.path, &text) {
+            return fail(e.to_string());
+        }
         let limiter = match self.runtime.block_on(cfg.build_after(Some(prev))) {
             Ok(l) => l,
             Err(e) => return fail(format!("{}: {e}", self.path.display())),
@@ -176,7 +184,7 @@ impl Reloader {
         ) {
             return fail(format!("{}: {e}", self.path.display()));
         }
-        let id = self.generations.swap(limiter);
+        let id = self.generations.swap(limiter, cfg.route_upstreams());
         let restart = restart_only_changes(&self.startup, &cfg);
         if restart.is_empty() {
             tracing::info!(file = %self.path.display(), generation = id, "config reloaded");
