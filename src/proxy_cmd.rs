@@ -167,17 +167,34 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             .map_err(anyhow::Error::msg)
             .usage("--upstream")?;
     }
-    if settings.upstream.authority().is_none() {
+    if settings.upstream.authority().is_none() && settings.upstream_groups.is_empty() {
         return Err(usage(anyhow!(
-            "no upstream: set `upstream = \"http://host:port\"` in the config or pass --upstream"
+            "no upstream: set `upstream = \"http://host:port\"` or [upstreams.NAME] groups in the config, or pass --upstream"
         )));
     }
-    if settings.upstream.scheme_str() != Some("https")
-        && cfg.as_ref().is_some_and(|c| c.upstream_tls.is_some())
-    {
+    // [upstream_tls] applies to every https:// server: the top-level upstream's and the
+    // groups'
+    let any_https = settings.upstream.scheme_str() == Some("https")
+        || settings
+            .upstream_groups
+            .iter()
+            .flat_map(|g| &g.servers)
+            .any(|s| s.url.scheme_str() == Some("https"));
+    if !any_https && cfg.as_ref().is_some_and(|c| c.upstream_tls.is_some()) {
+        if settings.upstream_groups.is_empty() {
+            return Err(usage(anyhow!(
+                "[upstream_tls] is set but the upstream {} is not https://",
+                settings.upstream
+            )));
+        }
         return Err(usage(anyhow!(
-            "[upstream_tls] is set but the upstream {} is not https://",
-            settings.upstream
+            "[upstream_tls] is set but no upstream server is https:// (neither the top-level upstream nor a server of [upstreams.{}])",
+            settings
+                .upstream_groups
+                .iter()
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>()
+                .join("], [upstreams.")
         )));
     }
     if let (Some(cert_file), Some(key_file)) = (&args.tls_cert, &args.tls_key) {
@@ -224,7 +241,11 @@ pub fn run(args: ProxyArgs) -> Result<()> {
                 ))
                 .collect::<Vec<_>>()
                 .join(", "),
-            settings.upstream,
+            if settings.upstream.authority().is_some() {
+                settings.upstream.to_string()
+            } else {
+                "none (the groups below)".to_string()
+            },
             settings.listen
         );
         if let Some(t) = &settings.tls {
@@ -232,6 +253,22 @@ pub fn run(args: ProxyArgs) -> Result<()> {
                 "tls: {} certificate(s) for {:?}",
                 t.server.certs().files().len(),
                 t.server.certs().names()
+            );
+        }
+        if !settings.upstream_groups.is_empty() {
+            println!(
+                "upstreams: {}",
+                settings
+                    .upstream_groups
+                    .iter()
+                    .map(|g| format!(
+                        "{} ({}, servers: {})",
+                        g.name,
+                        g.balance.name(),
+                        g.servers.len()
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
         if let Some(f) = cfg.as_ref().and_then(|c| c.fleet()) {

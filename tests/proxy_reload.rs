@@ -331,3 +331,111 @@ async fn sighup_does_not_end_a_proxy_started_from_flags() {
     );
     assert_eq!(http_get(listen, "/").await.0, 200);
 }
+
+/// A backend answering `name` to everything.
+async fn named_backend(name: &'static str) -> SocketAddr {
+    common::serve(move |_req| async move {
+        hyper::Response::new(Full::new(Bytes::from_static(name.as_bytes())))
+    })
+    .await
+}
+
+/// Groups `a` and `b` (one server each) and the default; the route `/x` sends to
+/// `x_upstream`; `extra` is appended (more groups).
+fn groups_config(
+    [a, b, d]: [SocketAddr; 3],
+    listen: SocketAddr,
+    admin: SocketAddr,
+    x_upstream: &str,
+    extra: &str,
+) -> String {
+    format!(
+        r#"listen = "{listen}"
+upstream = "http://{d}"
+admin = "{admin}"
+
+[upstreams.a]
+servers = ["http://{a}"]
+
+[upstreams.b]
+servers = ["http://{b}"]
+{extra}
+[[policy]]
+name = "all"
+algorithm = "gcra"
+rate = "1000/s"
+burst = 100
+
+[[route]]
+prefix = "/x"
+policies = ["all"]
+upstream = "{x_upstream}"
+
+[[route]]
+prefix = "/"
+policies = ["all"]
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_sends_a_route_to_its_new_group_and_refuses_a_group_added_by_the_file() {
+    let servers = [
+        named_backend("a").await,
+        named_backend("b").await,
+        named_backend("d").await,
+    ];
+    let [listen, admin] = free_ports();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.toml");
+    std::fs::write(&path, groups_config(servers, listen, admin, "a", "")).unwrap();
+    let p = Running::start(&path, listen, admin, &["--no-watch"]).await;
+    assert_eq!(http_get(listen, "/x").await, (200, "a".to_string()));
+    assert_eq!(http_get(listen, "/y").await, (200, "d".to_string()));
+    // on a connection opened before the reload too (each worker builds the routing anew)
+    let mut conn = KeepAlive::open(listen).await;
+    assert_eq!(conn.get("/x").await, 200);
+
+    std::fs::write(&path, groups_config(servers, listen, admin, "b", "")).unwrap();
+    p.hup();
+    p.wait_log("config reloaded", Duration::from_secs(5)).await;
+    for _ in 0..4 {
+        // every worker: fresh connections are dealt to both
+        assert_eq!(http_get(listen, "/x").await, (200, "b".to_string()));
+    }
+    assert_eq!(http_get(listen, "/y").await, (200, "d".to_string()));
+    assert_eq!(conn.get("/x").await, 200);
+
+    // a group the running proxy does not have: refused at the route's name, the
+    // previous routing kept
+    let added = format!("\n[upstreams.c]\nservers = [\"http://{}\"]\n", servers[0]);
+    std::fs::write(&path, groups_config(servers, listen, admin, "c", &added)).unwrap();
+    p.hup();
+    p.wait_log("config reload refused", Duration::from_secs(5))
+        .await;
+    let log = p.log();
+    assert!(
+        log.contains("upstream \"c\" is not one of the running proxy's (default, a, b)"),
+        "{log}"
+    );
+    // line 23, column 12: the route's upstream value
+    let place = format!("{}:23:12", path.display());
+    assert!(log.contains(&place), "no {place} in:\n{log}");
+    assert_eq!(http_get(listen, "/x").await, (200, "b".to_string()));
+
+    // a group added but named by no route: applied, the group named as needing a restart
+    std::fs::write(&path, groups_config(servers, listen, admin, "a", &added)).unwrap();
+    p.hup();
+    p.wait_log("needs_restart=upstreams", Duration::from_secs(5))
+        .await;
+    assert_eq!(http_get(listen, "/x").await, (200, "a".to_string()));
+    let m = p.metrics().await;
+    assert!(
+        m.contains("floodgate_config_reloads_total{result=\"ok\"} 2"),
+        "{m}"
+    );
+    assert!(
+        m.contains("floodgate_config_reloads_total{result=\"error\"} 1"),
+        "{m}"
+    );
+}

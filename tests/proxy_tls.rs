@@ -671,6 +671,69 @@ async fn the_caps_hold_during_the_handshake_and_a_client_that_never_handshakes_i
 
 /// `floodgate proxy --check-config` on `config` (in `pki`'s dir as `name.toml`): its
 /// stderr, the run having failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_an_https_and_an_http_server_serves_both_and_probes_both() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf("grp", &["localhost"], false);
+    let secure = backend(Some((&cert, &key)), "tls-up").await;
+    let plain = backend(None, "plain").await;
+    let group = |h2: &str| {
+        format!(
+            "{h2}[upstreams.mixed]\nservers = [\"https://localhost:{}\", \"http://127.0.0.1:{}\"]\n\
+             [upstreams.mixed.probe]\npath = \"/\"\ninterval = \"100ms\"\n\
+             {POLICY}[[route]]\nprefix = \"/\"\npolicies = [\"per-ip\"]\nupstream = \"mixed\"\n\
+             [upstream_tls]\nca_file = {:?}\n",
+            secure.port(),
+            plain.port(),
+            pki.ca
+        )
+    };
+    for (name, h2, version) in [
+        ("mixed1", "", "HTTP/1.1"),
+        ("mixed2", "upstream_http2 = true\n", "HTTP/2.0"),
+    ] {
+        let p = start(&pki, name, &group(h2)).await;
+        // round robin over the two: each answers twice, in its own scheme
+        let mut answers: Vec<String> = (0..4).map(|_| get_plain(p.listen)).collect();
+        answers.sort();
+        assert_eq!(
+            answers,
+            [
+                format!("plain {version} 200"),
+                format!("plain {version} 200"),
+                format!("tls-up {version} 200"),
+                format!("tls-up {version} 200"),
+            ],
+            "{}",
+            p.log()
+        );
+        // the probes (TLS to the https server) pass: both shown up, none failing
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (status, body) = common::http_get(p.admin, "/admin/upstreams").await;
+        assert_eq!(status, 200);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let servers = v["mixed"]["servers"].as_array().unwrap();
+        assert_eq!(servers.len(), 2, "{body}");
+        for s in servers {
+            assert_eq!(s["up"], true, "{body}\n{}", p.log());
+            assert_eq!(s["probe_failing"], false, "{body}\n{}", p.log());
+        }
+        assert!(!p.log().contains("fails its probe"), "{}", p.log());
+    }
+    // [upstream_tls] with only http:// servers in the groups is refused
+    let e = check_fails(
+        &pki,
+        "plaingroup",
+        &format!(
+            "[upstreams.api]\nservers = [\"http://127.0.0.1:9\"]\n{POLICY}[[route]]\nprefix = \"/\"\npolicies = [\"per-ip\"]\nupstream = \"api\"\n[upstream_tls]\nserver_name = \"a.test\"\n"
+        ),
+    );
+    assert!(
+        e.contains("[upstream_tls] is set but no upstream server is https://"),
+        "{e}"
+    );
+}
+
 fn check_fails(pki: &Pki, name: &str, config: &str) -> String {
     let path = pki.path(&format!("{name}.toml"));
     std::fs::write(&path, config).unwrap();

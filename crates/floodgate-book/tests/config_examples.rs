@@ -162,6 +162,7 @@ fn shows_field(example: &str, field: &str) -> bool {
     example.lines().any(|line| {
         let line = line.trim_start().trim_start_matches('#').trim_start();
         line.starts_with(&format!("[{field}]"))
+            || line.starts_with(&format!("[{field}."))
             || line.starts_with(&format!("[[{field}]]"))
             || line
                 .strip_prefix(field)
@@ -236,6 +237,8 @@ fn the_proxy_reference_shows_every_field_the_types_accept() {
         "tls",
         "upstream_tls",
         "log",
+        "upstreams.api",
+        "upstreams.api.probe",
     ] {
         if !top
             .iter()

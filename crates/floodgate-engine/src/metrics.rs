@@ -17,6 +17,10 @@
 //! | `floodgate_inflight_leases` | gauge | `policy`: in-flight leases held through this node (`max_in_flight` policies) |
 //! | `floodgate_proxy_request_duration_seconds` | histogram | proxy: whole request, first byte in to response head out |
 //! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect (unreachable), response (closed, reset or malformed response), timeout (no response head in time) |
+//! | `floodgate_upstream_requests_total` | counter | proxy: `upstream` (group), `server` (URL), `class` = 1xx..5xx, error (no response head) |
+//! | `floodgate_upstream_up` | gauge | proxy: `upstream`, `server`: 1 taken, 0 ejected or failing its probe |
+//! | `floodgate_upstream_in_flight` | gauge | proxy: `upstream`, `server`: requests waiting for their response head |
+//! | `floodgate_upstream_ejections_total` | counter | proxy: `upstream`, `server`: ejections after consecutive failures |
 //! | `floodgate_store_events_total` | counter | `event`: the store's own counters (hybrid: `lease_admit` = checks admitted from a local lease, `round_trip` = calls to the shared counter) |
 //! | `floodgate_invalid_requests_total` | counter | proxy: `reason` a request was refused before the limiter looked (see [`INVALID_REASONS`]) |
 //! | `floodgate_client_timeouts_total` | counter | proxy: `kind` = send (the client did not read the response), body (the client's request body stalled), handshake (no TLS handshake in time) |
@@ -27,6 +31,7 @@
 //! | `floodgate_access_log_dropped_total` | counter | proxy: access log lines dropped because the writer's queue was full (a slow disk) |
 
 pub mod striped;
+pub mod upstream;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -62,6 +67,14 @@ pub mod names {
     pub const STORE_UP: &str = "floodgate_store_up";
     /// Gauge `{policy}`: in-flight leases held through this node.
     pub const INFLIGHT_LEASES: &str = "floodgate_inflight_leases";
+    /// Counter `{upstream, server, class}`: proxy, requests sent to each upstream server.
+    pub const UPSTREAM_REQUESTS: &str = "floodgate_upstream_requests";
+    /// Gauge `{upstream, server}`: proxy, 1 while the server is taken, 0 while ejected.
+    pub const UPSTREAM_UP: &str = "floodgate_upstream_up";
+    /// Gauge `{upstream, server}`: proxy, requests waiting for the server's response head.
+    pub const UPSTREAM_IN_FLIGHT: &str = "floodgate_upstream_in_flight";
+    /// Counter `{upstream, server}`: proxy, ejections after consecutive failures.
+    pub const UPSTREAM_EJECTIONS: &str = "floodgate_upstream_ejections";
 }
 
 /// Labels of [`names::DECISIONS`].
@@ -263,6 +276,7 @@ pub struct Metrics {
     config_reloads: Family<ResultLabels, Counter>,
     /// Proxy: access log lines dropped, the writer's queue full.
     access_log_dropped: Counter,
+    upstreams: upstream::UpstreamFamilies,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -437,8 +451,10 @@ impl Metrics {
             "Proxy: access log lines dropped because the writer's queue was full",
             access_log_dropped.clone(),
         );
+        let upstreams = upstream::UpstreamFamilies::register(&mut registry);
         Metrics {
             access_log_dropped,
+            upstreams,
             leases,
             fleet,
             store_events,
@@ -504,6 +520,7 @@ impl Metrics {
             leases: self.leases.clone(),
             config_reloads: self.config_reloads.clone(),
             access_log_dropped: self.access_log_dropped.clone(),
+            upstreams: self.upstreams.clone(),
         }
     }
 
@@ -573,6 +590,11 @@ impl Metrics {
     /// Store faults counted, all kinds.
     pub fn store_error_count(&self) -> u64 {
         self.store_errors.iter().map(Counter::get).sum()
+    }
+
+    /// The metric handles of server `server` (its URL) of upstream group `upstream`.
+    pub fn upstream_server(&self, upstream: &str, server: &str) -> upstream::ServerMetrics {
+        self.upstreams.server(upstream, server)
     }
 
     /// Count an upstream failure: `"connect"`, `"response"` or `"timeout"`.

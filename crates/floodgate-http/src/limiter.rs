@@ -264,6 +264,15 @@ impl RateLimiter {
         self.inner.fleet.as_ref()
     }
 
+    /// The index of the route `req` matches (the first whose prefix and methods fit, as
+    /// the limiter decides), in the order the routes were added; `None` when none does.
+    pub fn route_index<B>(&self, req: &Request<B>) -> Option<usize> {
+        self.inner
+            .routes
+            .iter()
+            .position(|r| r.route.matches(req.method(), req.uri().path()))
+    }
+
     /// The key a fleet routes `req` by: `policy name, 0x1f, key` of the first enforced
     /// policy of the matching route that is counted per key (not `global`), else of the
     /// route's first policy. `None` when no route matches, the client is allowlisted or the

@@ -33,7 +33,7 @@ use tower_service::Service;
 use crate::access_log::{self, AccessLog};
 use crate::body::RequestBody;
 use crate::client_io::{ClientIo, ClientStream};
-use crate::forward::Forward;
+use crate::forward::Pools;
 use crate::generation::{Generation, Generations};
 use crate::h1::client::{Conn, READ_BUF, Rewind, Wait, Waiting};
 use crate::h1::request_head::{Head, MAX_HEAD, Parsed, parse};
@@ -60,8 +60,8 @@ pub(crate) fn server_builder() -> auto::Builder<TokioExecutor> {
 /// the connections handed to hyper.
 pub(crate) struct Served {
     generations: Arc<Generations>,
-    /// This runtime's upstream pool, kept across generations.
-    forward: Forward,
+    /// This runtime's upstream pools, kept across generations.
+    pools: Pools,
     settings: ProxySettings,
     /// The services built for the generation this runtime last saw.
     cache: Mutex<Arc<PerGen>>,
@@ -88,12 +88,14 @@ pub(crate) struct PerGen {
 impl PerGen {
     fn new(
         generation: &Generation,
-        forward: &Forward,
+        pools: &Pools,
         s: &ProxySettings,
     ) -> Result<PerGen, ProxyError> {
         let limiter = &generation.limiter;
+        // the generation's routes send to their groups
+        let forward = pools.forward(limiter, &generation.route_upstreams)?;
         let svc = FleetService::new(
-            RateLimitService::new(forward.clone(), limiter.clone()),
+            RateLimitService::new(forward, limiter.clone()),
             Sticky::new(limiter, s.connect_timeout, s.upstream_timeout)?,
         );
         Ok(PerGen {
@@ -106,17 +108,17 @@ impl PerGen {
 
 impl Served {
     pub(crate) fn new(
-        forward: Forward,
+        pools: Pools,
         generations: Arc<Generations>,
         settings: &ProxySettings,
         access_log: Option<AccessLog>,
     ) -> Result<Arc<Served>, ProxyError> {
         let generation = generations.load();
-        let first = PerGen::new(&generation, &forward, settings)?;
+        let first = PerGen::new(&generation, &pools, settings)?;
         Ok(Arc::new(Served {
             metrics: generation.limiter.metrics().clone(),
             generations,
-            forward,
+            pools,
             settings: settings.clone(),
             cache: Mutex::new(Arc::new(first)),
             head_timeout: settings.head_timeout,
@@ -140,7 +142,7 @@ impl Served {
         let mut cached = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cached.id != id {
             let generation = self.generations.load();
-            *cached = match PerGen::new(&generation, &self.forward, &self.settings) {
+            *cached = match PerGen::new(&generation, &self.pools, &self.settings) {
                 Ok(p) => Arc::new(p),
                 Err(e) => {
                     tracing::error!(error = %e, generation = generation.id, "the reloaded configuration cannot be served here; the previous one keeps serving");

@@ -1,7 +1,12 @@
-//! [`Forward`]: the proxy's client to one upstream, over pooled connections (its own
-//! HTTP/1.1 pool, or hyper-util's client for HTTP/2), cleartext or TLS (`https://`,
-//! [`upstream_tls`]), with the request rewritten for the
-//! upstream: `X-Forwarded-For` appended, hop-by-hop headers dropped both ways.
+//! [`Forward`]: the proxy's client to its upstream servers, over pooled connections (its
+//! own HTTP/1.1 pool per server, or hyper-util's client for HTTP/2), cleartext or TLS
+//! (`https://` servers, [`upstream_tls`]), with the request rewritten for the upstream:
+//! `X-Forwarded-For` appended, hop-by-hop headers dropped both ways. Which server a
+//! request goes to, and what its outcome does to the server's health, is [`Upstreams`]'s.
+//!
+//! A worker's connections ([`Pools`]) outlive configurations; a [`Forward`] is those
+//! connections with one configuration's limiter and route groups ([`RouteGroups`]),
+//! built per generation, so that a reload's routes send to their groups at once.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,8 +18,9 @@ use floodgate_engine::deny::{ReplyFormat, is_grpc, short_response};
 use floodgate_engine::metrics::Metrics;
 use floodgate_http::SettleHandle;
 use floodgate_http::key::PeerAddr;
+use floodgate_http::limiter::RateLimiter;
 use http::header::{CONTENT_LENGTH, HOST, HeaderName};
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper_util::client::legacy::Client;
@@ -25,11 +31,13 @@ use tower_service::Service;
 use floodgate_engine::leases::LeaseBody;
 
 use crate::body::{BodyState, BodyWatch, ClientBody, RequestBody};
+use crate::error_text::with_sources;
 use crate::h1::upstream::{Http1Pool, UpstreamBody, UpstreamError, direct};
 use crate::h1::{encode_field, encode_request_line};
 use crate::hop_by_hop::{is_hop_by_hop, strip_hop_by_hop};
 use crate::settings::{ProxyError, ProxySettings};
 use crate::tls_connect::TlsConnector;
+use crate::upstreams::{MAX_RETRIES, RouteGroups, Upstreams};
 use floodgate_net::tls::ClientTls;
 
 /// The body of a proxied response: the upstream's, or a short error body.
@@ -39,15 +47,28 @@ pub type ForwardBody = Either<UpstreamBody, Full<Bytes>>;
 /// in-flight leases, or the limiter's own), or the fleet's.
 pub type FleetBody = Either<LeaseBody<ForwardBody>, Full<Bytes>>;
 
-/// How requests reach the upstream.
+/// How requests reach the upstream servers.
 #[derive(Clone)]
 enum Upstream {
-    /// HTTP/1.1 over this forwarder's own connection pool.
-    Http1(Arc<Http1Pool>),
-    /// HTTP/2 (h2c prior knowledge), multiplexed by hyper-util's client.
-    Http2(Box<Client<HttpConnector, ClientBody>>),
-    /// HTTP/2 over TLS (ALPN `h2`), multiplexed by hyper-util's client.
-    Http2Tls(Box<Client<TlsConnector, ClientBody>>),
+    /// HTTP/1.1 over this forwarder's own connection pools: per group, per server (in
+    /// [`Upstreams`]' order), TLS for an `https://` server.
+    Http1(Vec<Http1Group>),
+    /// HTTP/2, multiplexed by hyper-util's clients (each pools by authority): h2c prior
+    /// knowledge to `http://` servers, ALPN `h2` over TLS to `https://` ones (built when
+    /// some server is one).
+    Http2 {
+        h2c: Box<Client<HttpConnector, ClientBody>>,
+        tls: Option<Box<Client<TlsConnector, ClientBody>>>,
+    },
+}
+
+/// One group's HTTP/1.1 pools, in its servers' order.
+#[derive(Clone)]
+struct Http1Group {
+    pools: Arc<[Arc<Http1Pool>]>,
+    /// Every server is cleartext: a request without a body goes the direct way (which
+    /// may retry on another server of the group, cleartext too).
+    plain: bool,
 }
 
 /// `req` through hyper-util's client, its error with its kind for the metric.
@@ -72,32 +93,34 @@ where
         })
 }
 
-/// `e` and its sources, joined by ": " (hyper-util's error names only its kind; the
-/// reason, a refused certificate say, is in its sources).
-fn with_sources(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
+/// A worker's connections to every upstream server, kept across configurations (one per
+/// worker: each has its own pools). Cloning shares it.
+#[derive(Clone)]
+pub(crate) struct Pools {
+    inner: Arc<ForwardInner>,
 }
 
-/// Forwards requests to one upstream over pooled connections. Cloning shares it.
+/// Forwards requests to the upstream servers over a worker's [`Pools`], routing them as
+/// one configuration says (its limiter matches a request's route, its [`RouteGroups`]
+/// give the route's group). Cloning shares it.
 #[derive(Clone)]
 pub struct Forward {
     inner: Arc<ForwardInner>,
+    routing: Arc<Routing>,
+}
+
+/// One configuration's routing.
+struct Routing {
+    /// Matches a request's route (its upstream) and gives its policy key (hash groups).
+    limiter: RateLimiter,
+    /// The group of each of the limiter's routes.
+    routes: RouteGroups,
 }
 
 struct ForwardInner {
     upstream: Upstream,
-    scheme: Scheme,
-    authority: Authority,
+    /// The groups, their servers and their health (shared by every worker).
+    upstreams: Arc<Upstreams>,
     timeout: Duration,
     /// [`ProxySettings::body_timeout`].
     body_timeout: Duration,
@@ -109,7 +132,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 impl std::fmt::Debug for Forward {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Forward")
-            .field("authority", &self.inner.authority)
+            .field("upstreams", &self.inner.upstreams)
             .finish_non_exhaustive()
     }
 }
@@ -131,8 +154,9 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// How one request goes upstream.
 enum Route {
-    /// No body, HTTP/1.1: the encoded head, sent the direct way.
-    Direct(Arc<Http1Pool>, Vec<u8>, http::Method),
+    /// No body, HTTP/1.1, cleartext: the encoded head, sent the direct way (the pools are
+    /// the group's, so that a failed connect may try another server).
+    Direct(Arc<[Arc<Http1Pool>]>, Vec<u8>, http::Method),
     /// Through hyper's client (a body to stream, or an HTTP/2 upstream).
     Hyper(Box<Request<ClientBody>>),
 }
@@ -190,9 +214,9 @@ fn upstream_fields(
     }
 }
 
-/// The TLS connector to `settings.upstream` (`https://`), as `settings.upstream_tls`
-/// says, offering ALPN `h2` to an HTTP/2 upstream and `http/1.1` otherwise. Logs a
-/// warning when verification is off.
+/// The TLS connector to `https://` upstream servers, as `settings.upstream_tls` says,
+/// offering ALPN `h2` to HTTP/2 upstreams and `http/1.1` otherwise. Logs a warning when
+/// verification is off.
 pub fn upstream_tls(settings: &ProxySettings) -> Result<ClientTls, ProxyError> {
     let alpn: &[&[u8]] = if settings.upstream_http2 {
         &[b"h2"]
@@ -205,39 +229,19 @@ pub fn upstream_tls(settings: &ProxySettings) -> Result<ClientTls, ProxyError> {
 /// How long an upstream connection may sit unused before it is closed.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-impl Forward {
-    /// A forwarder to `settings.upstream`; for an `https://` one, verified as
-    /// `settings.upstream_tls` says (see [`Forward::with_tls`] to share one connector).
-    pub fn new(settings: &ProxySettings, metrics: Arc<Metrics>) -> Result<Forward, ProxyError> {
-        let tls = match settings.upstream.scheme() {
-            Some(s) if *s == Scheme::HTTPS => Some(upstream_tls(settings)?),
-            _ => None,
-        };
-        Forward::with_tls(settings, metrics, tls)
-    }
-
-    /// A forwarder to `settings.upstream`, over `tls` when it is `https://` (a
-    /// connector from [`upstream_tls`], built once and shared by the workers).
-    pub fn with_tls(
+impl Pools {
+    /// This worker's connection pools to the servers of `upstreams`; `tls`: the
+    /// connector to `https://` servers (from [`upstream_tls`], built once and shared by
+    /// the workers; built here when some server is `https://` and none is given).
+    pub(crate) fn new(
         settings: &ProxySettings,
+        upstreams: Arc<Upstreams>,
         metrics: Arc<Metrics>,
         tls: Option<ClientTls>,
-    ) -> Result<Forward, ProxyError> {
-        let parts = settings.upstream.clone().into_parts();
-        let scheme = parts.scheme.unwrap_or(Scheme::HTTP);
-        let authority = parts
-            .authority
-            .ok_or_else(|| ProxyError::Upstream(format!("{} has no host", settings.upstream)))?;
-        let tls = match (scheme.as_str(), tls) {
-            ("http", _) => None,
-            ("https", Some(t)) => Some(t),
-            ("https", None) => Some(upstream_tls(settings)?),
-            (other, _) => {
-                return Err(ProxyError::Upstream(format!(
-                    "{}: scheme {other:?} is not supported (http:// or https://)",
-                    settings.upstream
-                )));
-            }
+    ) -> Result<Pools, ProxyError> {
+        let tls = match tls {
+            None if upstreams.any_tls() => Some(upstream_tls(settings)?),
+            tls => tls,
         };
         let upstream = if settings.upstream_http2 {
             let mut connector = HttpConnector::new();
@@ -250,41 +254,56 @@ impl Forward {
                 .pool_timer(TokioTimer::new())
                 .timer(TokioTimer::new())
                 .http2_only(true);
-            match tls {
-                None => Upstream::Http2(Box::new(builder.build(connector))),
-                Some(tls) => {
-                    connector.enforce_http(false);
-                    Upstream::Http2Tls(Box::new(builder.build(TlsConnector {
-                        http: connector,
-                        tls,
-                        timeout: settings.connect_timeout,
-                    })))
-                }
+            let secure = tls.map(|tls| {
+                let mut http = connector.clone();
+                http.enforce_http(false);
+                Box::new(builder.build(TlsConnector {
+                    http,
+                    tls,
+                    timeout: settings.connect_timeout,
+                }))
+            });
+            Upstream::Http2 {
+                h2c: Box::new(builder.build(connector)),
+                tls: secure,
             }
         } else {
-            let default_port = if tls.is_some() { 443 } else { 80 };
-            let addr = format!(
-                "{}:{}",
-                authority.host(),
-                authority.port_u16().unwrap_or(default_port)
-            );
-            let pool = Http1Pool::new(
-                addr,
-                settings.connect_timeout,
-                POOL_IDLE_TIMEOUT,
-                settings.upstream_max_idle,
-            );
-            let pool = match tls {
-                Some(tls) => pool.with_tls(tls, authority.host().to_string()),
-                None => pool,
-            };
-            Upstream::Http1(Arc::new(pool))
+            let groups = upstreams
+                .groups()
+                .iter()
+                .map(|g| {
+                    let pools: Arc<[Arc<Http1Pool>]> = g
+                        .servers
+                        .iter()
+                        .map(|s| {
+                            let pool = Http1Pool::new(
+                                s.addr.clone(),
+                                settings.connect_timeout,
+                                POOL_IDLE_TIMEOUT,
+                                settings.upstream_max_idle,
+                            );
+                            // the server's host is the name verified ([upstream_tls]
+                            // server_name, when set, is the connector's)
+                            Arc::new(match (&tls, s.tls) {
+                                (Some(tls), true) => {
+                                    pool.with_tls(tls.clone(), s.authority.host().to_string())
+                                }
+                                _ => pool,
+                            })
+                        })
+                        .collect();
+                    Http1Group {
+                        plain: pools.iter().all(|p| p.is_plain()),
+                        pools,
+                    }
+                })
+                .collect();
+            Upstream::Http1(groups)
         };
-        Ok(Forward {
+        Ok(Pools {
             inner: Arc::new(ForwardInner {
                 upstream,
-                scheme,
-                authority,
+                upstreams,
                 timeout: settings.upstream_timeout,
                 body_timeout: settings.body_timeout,
                 metrics,
@@ -292,6 +311,30 @@ impl Forward {
         })
     }
 
+    /// A forwarder over these pools routing as `limiter` and `routes` (one
+    /// configuration's `route.upstream`, in the limiter's route order) say; an error
+    /// names a route whose group is not one of the running proxy's.
+    pub(crate) fn forward(
+        &self,
+        limiter: &RateLimiter,
+        routes: &[Option<String>],
+    ) -> Result<Forward, ProxyError> {
+        let routes = self
+            .inner
+            .upstreams
+            .route_groups(routes)
+            .map_err(|e| ProxyError::Upstream(e.to_string()))?;
+        Ok(Forward {
+            inner: self.inner.clone(),
+            routing: Arc::new(Routing {
+                limiter: limiter.clone(),
+                routes,
+            }),
+        })
+    }
+}
+
+impl Forward {
     /// 408 for a request whose body stalled, counted; the connection ends with it.
     fn body_timed_out(&self, format: ReplyFormat) -> Response<ForwardBody> {
         self.inner.metrics.client_timeout("body");
@@ -335,13 +378,46 @@ impl Service<Request<RequestBody>> for Forward {
         // the head is prepared here, so that the future holds only what it waits with
         let settle = req.extensions().get::<SettleHandle>().cloned();
         let trailer = settle.as_ref().is_some_and(|h| h.cost_trailer().is_some());
-        let Some((route, body_watch)) = self.route(req, trailer) else {
+        let ups = &self.inner.upstreams;
+        let routing = &self.routing;
+        let route = if routing.routes.name_groups() {
+            routing.limiter.route_index(&req)
+        } else {
+            None
+        };
+        let Some(g) = routing.routes.group_for(route) else {
+            let resp = self.error(
+                StatusCode::BAD_GATEWAY,
+                "no upstream for this request: its route names none and no upstream \"default\" is defined",
+                format,
+            );
+            return Box::pin(std::future::ready(Ok(resp)));
+        };
+        let key = if ups.wants_key(g) {
+            routing.limiter.routing_key(&req)
+        } else {
+            None
+        };
+        let first = match ups.pick(g, key.as_deref(), &[]) {
+            Ok(s) => s,
+            Err(down) => {
+                self.inner.metrics.upstream_error("connect");
+                tracing::warn!(%down, "no upstream server taken: 502");
+                let resp = self.error(StatusCode::BAD_GATEWAY, &down.to_string(), format);
+                return Box::pin(std::future::ready(Ok(resp)));
+            }
+        };
+        let may_retry = direct::idempotent(req.method());
+        let Some((route, body_watch)) = self.route(req, trailer, g, first) else {
             let resp = self.error(StatusCode::BAD_REQUEST, "unusable request target", format);
             return Box::pin(std::future::ready(Ok(resp)));
         };
         let this = self.clone();
         let for_body = settle.clone();
         let exchange = async move {
+            let ups = &this.inner.upstreams;
+            // the server the request went to last
+            let mut s = first;
             // Ok(response), Ok(error), or Err(()) when no response head came within the
             // upstream timeout (the direct way times itself, on its connection's timer)
             let timeout = this.inner.timeout;
@@ -352,18 +428,48 @@ impl Service<Request<RequestBody>> for Forward {
                 (BoxError::from(e), kind)
             };
             let sent: Result<Sent, ()> = match route {
-                Route::Direct(pool, head, method) => {
-                    match pool.send_head(&head, &method, timeout).await {
+                Route::Direct(pools, head, method) => {
+                    // a connect that failed sent nothing: an idempotent request tries
+                    // another server, at most MAX_RETRIES times
+                    let mut tried: Vec<usize> = Vec::new();
+                    let r = loop {
+                        let _in_flight = ups.start(g, s);
+                        match pools[s].send_head(&head, &method, timeout).await {
+                            Err(e)
+                                if e.kind() == "connect"
+                                    && may_retry
+                                    && tried.len() < MAX_RETRIES =>
+                            {
+                                tried.push(s);
+                                match ups.pick(g, key.as_deref(), &tried) {
+                                    Ok(next) => {
+                                        ups.record(g, s, Err(true));
+                                        this.inner.metrics.upstream_error("connect");
+                                        tracing::warn!(error = %with_sources(&e), upstream = %ups.server(g, s).authority, "upstream failed: trying another server");
+                                        s = next;
+                                    }
+                                    Err(_) => break Err(e),
+                                }
+                            }
+                            r => break r,
+                        }
+                    };
+                    match r {
                         Err(UpstreamError::Direct(direct::ExchangeError::TimedOut)) => Err(()),
                         r => Ok(r.map_err(failed)),
                     }
                 }
                 Route::Hyper(req) => {
+                    let _in_flight = ups.start(g, s);
                     let send = async {
                         match &this.inner.upstream {
-                            Upstream::Http1(pool) => pool.send(*req).await.map_err(failed),
-                            Upstream::Http2(client) => send_h2(client, *req).await,
-                            Upstream::Http2Tls(client) => send_h2(client, *req).await,
+                            Upstream::Http1(groups) => {
+                                groups[g].pools[s].send(*req).await.map_err(failed)
+                            }
+                            Upstream::Http2 { tls: Some(c), .. } if ups.server(g, s).tls => {
+                                send_h2(c, *req).await
+                            }
+                            Upstream::Http2 { h2c, .. } => send_h2(h2c, *req).await,
                         }
                     };
                     // boxed: the direct way's state, not this one's, sizes this future
@@ -372,58 +478,75 @@ impl Service<Request<RequestBody>> for Forward {
                         .map_err(|_| ())
                 }
             };
+            let authority = &ups.server(g, s).authority;
             let body_state = body_watch.as_ref().map(|w| w.state());
-            match sent {
+            // what the server did: a status, its failure (Err(true)) or the client's
+            let (outcome, resp) = match sent {
                 Ok(Ok(resp)) if length_over_i64(resp.headers()) => {
                     this.inner.metrics.upstream_error("response");
-                    tracing::warn!(upstream = %this.inner.authority, "upstream Content-Length over 2^63-1");
-                    Ok(this.error(
-                        StatusCode::BAD_GATEWAY,
-                        "upstream response is malformed",
-                        format,
-                    ))
+                    tracing::warn!(upstream = %authority, "upstream Content-Length over 2^63-1");
+                    (
+                        Err(true),
+                        this.error(
+                            StatusCode::BAD_GATEWAY,
+                            "upstream response is malformed",
+                            format,
+                        ),
+                    )
                 }
                 Ok(Ok(resp)) => {
+                    let status = resp.status().as_u16();
                     let (mut parts, body) = resp.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
                     let body = match for_body.filter(|h| h.cost_trailer().is_some()) {
                         Some(h) => body.settle_on_trailers(h),
                         None => body,
                     };
-                    Ok(Response::from_parts(parts, Either::Left(body)))
+                    (Ok(status), Response::from_parts(parts, Either::Left(body)))
                 }
                 // the client's body stalled (it timed out, or the upstream timed out
                 // while the proxy waited for the client's next bytes): the client's
                 // doing, 408; an upstream that stops reading the body is the upstream's
                 // (504)
                 Ok(Err(_)) if body_state == Some(BodyState::TimedOut) => {
-                    Ok(this.body_timed_out(format))
+                    (Err(false), this.body_timed_out(format))
                 }
                 Err(_)
                     if body_state
                         .is_some_and(|s| s == BodyState::Waiting || s == BodyState::TimedOut) =>
                 {
-                    Ok(this.body_timed_out(format))
+                    (Err(false), this.body_timed_out(format))
                 }
                 Ok(Err((e, _))) if body_state == Some(BodyState::Failed) => {
                     tracing::debug!(error = %e, "the client's request body failed");
-                    Ok(this.error(
-                        StatusCode::BAD_REQUEST,
-                        "the request body is malformed or ended early",
-                        format,
-                    ))
+                    (
+                        Err(false),
+                        this.error(
+                            StatusCode::BAD_REQUEST,
+                            "the request body is malformed or ended early",
+                            format,
+                        ),
+                    )
                 }
                 Ok(Err((e, kind))) => {
                     this.inner.metrics.upstream_error(kind);
-                    tracing::warn!(error = %with_sources(&*e), upstream = %this.inner.authority, "upstream failed");
-                    Ok(this.error(StatusCode::BAD_GATEWAY, "upstream unavailable", format))
+                    tracing::warn!(error = %with_sources(&*e), upstream = %authority, "upstream failed");
+                    (
+                        Err(true),
+                        this.error(StatusCode::BAD_GATEWAY, "upstream unavailable", format),
+                    )
                 }
                 Err(_) => {
                     this.inner.metrics.upstream_error("timeout");
-                    tracing::warn!(upstream = %this.inner.authority, timeout = ?this.inner.timeout, "upstream timed out");
-                    Ok(this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out", format))
+                    tracing::warn!(upstream = %authority, timeout = ?this.inner.timeout, "upstream timed out");
+                    (
+                        Err(true),
+                        this.error(StatusCode::GATEWAY_TIMEOUT, "upstream timed out", format),
+                    )
                 }
-            }
+            };
+            ups.record(g, s, outcome);
+            Ok(resp)
         };
         match settle {
             Some(handle) => self.carried(exchange, handle, format),
@@ -469,11 +592,16 @@ impl Forward {
     /// to an HTTP/2 upstream. `trailer`: the request's route settles its cost from a
     /// trailer, so it takes hyper's way, which reads trailers (the direct way drops
     /// them), asking the upstream for them.
+    /// `g`, `s`: the group and server it goes to first.
     fn route(
         &self,
         req: Request<RequestBody>,
         trailer: bool,
+        g: usize,
+        s: usize,
     ) -> Option<(Route, Option<Arc<BodyWatch>>)> {
+        let server = self.inner.upstreams.server(g, s);
+        let authority = &server.authority;
         let (parts, body) = req.into_parts();
         let peer = parts
             .extensions
@@ -481,20 +609,14 @@ impl Forward {
             .map(|p| p.0.ip().to_canonical());
         let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
         // the client's Host (or HTTP/2 :authority) is kept
-        let host = Some(
-            parts
-                .uri
-                .authority()
-                .unwrap_or(&self.inner.authority)
-                .as_str(),
-        );
+        let host = Some(parts.uri.authority().unwrap_or(authority).as_str());
         // set when the client's request body fails (hyper's way only: the direct way
         // has no body to fail)
         let mut body_watch: Option<Arc<BodyWatch>> = None;
         let route = match &self.inner.upstream {
             // no body: the head is encoded straight from the client's
-            Upstream::Http1(pool)
-                if pool.is_plain() && http_body::Body::is_end_stream(&body) && !trailer =>
+            Upstream::Http1(groups)
+                if groups[g].plain && http_body::Body::is_end_stream(&body) && !trailer =>
             {
                 let mut head = Vec::with_capacity(256);
                 encode_request_line(&mut head, &parts.method, target);
@@ -513,10 +635,10 @@ impl Forward {
                     }
                 });
                 head.extend_from_slice(b"\r\n");
-                Route::Direct(pool.clone(), head, parts.method)
+                Route::Direct(groups[g].pools.clone(), head, parts.method)
             }
             upstream => {
-                let h2 = !matches!(upstream, Upstream::Http1(_));
+                let h2 = matches!(upstream, Upstream::Http2 { .. });
                 let mut headers = HeaderMap::with_capacity(parts.headers.len() + 2);
                 upstream_fields(&parts.headers, host.filter(|_| !h2), peer, |name, value| {
                     if let Ok(v) = HeaderValue::from_bytes(value) {
@@ -531,8 +653,12 @@ impl Forward {
                 let (uri, version) = if h2 {
                     // absolute form: hyper sends it as :scheme and :authority
                     let mut uri = http::uri::Parts::default();
-                    uri.scheme = Some(self.inner.scheme.clone());
-                    uri.authority = Some(self.inner.authority.clone());
+                    uri.scheme = Some(if server.tls {
+                        Scheme::HTTPS
+                    } else {
+                        Scheme::HTTP
+                    });
+                    uri.authority = Some(authority.clone());
                     uri.path_and_query = Some(pq);
                     match Uri::from_parts(uri) {
                         Ok(u) => (u, Version::HTTP_2),

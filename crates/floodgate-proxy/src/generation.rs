@@ -8,8 +8,9 @@
 //! in flight finish on the generation they started on (their leases and held requests
 //! with it); open connections are kept and their next request sees the new generation.
 //!
-//! A future section swapped on reload (upstreams, TLS certificates) joins [`Generation`]
-//! and is swapped with the limiter.
+//! A future section swapped on reload (TLS certificates) joins [`Generation`] and is
+//! swapped with the limiter. The upstream groups are read at startup; which group each
+//! route sends to is the generation's ([`Generation::route_upstreams`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,9 @@ pub struct Generation {
     pub id: u64,
     /// The policies, routes, keys and store.
     pub limiter: RateLimiter,
+    /// The upstream group each of the limiter's routes names (in its route order; `None`:
+    /// the group `default`).
+    pub route_upstreams: Vec<Option<String>>,
 }
 
 /// The current generation, shared by the acceptor, the workers and the admin listener.
@@ -34,10 +38,14 @@ pub struct Generations {
 }
 
 impl Generations {
-    /// Generation 1, of `limiter`.
-    pub fn new(limiter: RateLimiter) -> Arc<Generations> {
+    /// Generation 1, of `limiter` and its routes' upstream groups.
+    pub fn new(limiter: RateLimiter, route_upstreams: Vec<Option<String>>) -> Arc<Generations> {
         Arc::new(Generations {
-            current: ArcSwap::from_pointee(Generation { id: 1, limiter }),
+            current: ArcSwap::from_pointee(Generation {
+                id: 1,
+                limiter,
+                route_upstreams,
+            }),
             id: AtomicU64::new(1),
         })
     }
@@ -52,11 +60,15 @@ impl Generations {
         self.id.load(Ordering::Acquire)
     }
 
-    /// Make `limiter` the current generation; returns its id. Callers serialize swaps
-    /// (the reloader holds a lock around build and swap).
-    pub fn swap(&self, limiter: RateLimiter) -> u64 {
+    /// Make `limiter`, with its routes' upstream groups, the current generation; returns
+    /// its id. Callers serialize swaps (the reloader holds a lock around build and swap).
+    pub fn swap(&self, limiter: RateLimiter, route_upstreams: Vec<Option<String>>) -> u64 {
         let id = self.current.load().id + 1;
-        self.current.store(Arc::new(Generation { id, limiter }));
+        self.current.store(Arc::new(Generation {
+            id,
+            limiter,
+            route_upstreams,
+        }));
         self.id.store(id, Ordering::Release);
         id
     }

@@ -6,6 +6,7 @@ mod body;
 mod client_io;
 pub mod config;
 mod connection;
+mod error_text;
 pub mod forward;
 pub mod generation;
 mod h1;
@@ -18,6 +19,7 @@ mod settings;
 pub mod sticky;
 pub mod target;
 mod tls_connect;
+pub mod upstreams;
 pub mod wire;
 
 pub use forward::Forward;

@@ -1,6 +1,7 @@
 //! The reverse proxy behind `floodgate proxy`: a server for HTTP/1.1 and HTTP/2 (h2c
 //! prior knowledge) whose service is [`RateLimitService`] around [`Forward`], a pooled
-//! client to one upstream. Bodies stream both ways; nothing is buffered.
+//! client to the upstream servers ([`crate::upstreams`]: groups, balancing, health).
+//! Bodies stream both ways; nothing is buffered.
 //!
 //! Client connections start on the proxy's own HTTP/1 path (`connection`, `h1::client`), which
 //! answers requests without a body; the first request it does not take (a body,
@@ -44,12 +45,15 @@ use tokio::net::TcpListener;
 pub use crate::access_log::{AccessFormat, AccessLog, AccessLogConfig, AccessTarget};
 pub use crate::body::{ClientBody, RequestBody};
 use crate::connection::{self, Served, server_builder};
+use crate::forward::Pools;
 pub use crate::forward::{Forward, ForwardBody};
 use crate::generation::Generations;
 pub use crate::h1::upstream::{UpstreamBody, UpstreamBodyError};
 pub use crate::settings::{
     DEFAULT_HEAD_TIMEOUT, DEFAULT_TLS_RELOAD, ListenerTls, ProxyError, ProxySettings,
 };
+use crate::upstreams::probe::{self, Probes};
+use crate::upstreams::{Upstreams, UpstreamsConfig};
 
 /// A bound proxy, ready to [`run`](Proxy::run).
 pub struct Proxy {
@@ -67,6 +71,10 @@ pub struct Proxy {
     access_log: Option<AccessLog>,
     serving: Serving,
     grace: Duration,
+    /// The upstream groups and their servers' health, shared by the workers.
+    upstreams: Arc<Upstreams>,
+    /// The active health checks (stopped when the proxy is dropped).
+    _probes: Probes,
 }
 
 /// Where accepted connections are served.
@@ -96,10 +104,25 @@ impl Proxy {
     /// Bind the listeners (port 0 picks a free port) and start the worker threads, if
     /// `settings.workers` asks for any.
     pub async fn bind(limiter: RateLimiter, settings: &ProxySettings) -> Result<Proxy, ProxyError> {
-        // one TLS connector for every worker (built, and an opt-out warned about, once)
-        let upstream_tls = match settings.upstream.scheme_str() {
-            Some("https") => Some(crate::forward::upstream_tls(settings)?),
-            _ => None,
+        let config = UpstreamsConfig {
+            upstream: &settings.upstream,
+            groups: &settings.upstream_groups,
+            routes: &settings.route_upstreams,
+        };
+        let upstreams = Upstreams::new(config, limiter.metrics(), None)
+            .map_err(|e| ProxyError::Upstream(e.to_string()))?;
+        let upstreams = Arc::new(upstreams);
+        if upstreams.is_empty() {
+            return Err(ProxyError::Upstream(
+                "no upstream: set `upstream = \"http://host:port\"` or define [upstreams.NAME] groups".into(),
+            ));
+        }
+        // one TLS connector for every worker and probe (built, and an opt-out warned
+        // about, once), when some server is https://
+        let upstream_tls = if upstreams.any_tls() {
+            Some(crate::forward::upstream_tls(settings)?)
+        } else {
+            None
         };
         let sticky = limiter
             .fleet()
@@ -108,8 +131,15 @@ impl Proxy {
             return Err(ProxyError::Fleet(crate::config::STICKY_TLS.into()));
         }
         let metrics = limiter.metrics().clone();
-        let generations = Generations::new(limiter);
-        let forward = || Forward::with_tls(settings, metrics.clone(), upstream_tls.clone());
+        let generations = Generations::new(limiter, settings.route_upstreams.clone());
+        let pools = || {
+            Pools::new(
+                settings,
+                upstreams.clone(),
+                metrics.clone(),
+                upstream_tls.clone(),
+            )
+        };
         let listener = bind(settings.listen).await?;
         let access_log = match &settings.access_log {
             Some(c) => Some(AccessLog::start(c, metrics.clone()).map_err(|source| {
@@ -137,7 +167,7 @@ impl Proxy {
         };
         let serving = if settings.workers == 0 {
             Serving::Here(Served::new(
-                forward()?,
+                pools()?,
                 generations.clone(),
                 settings,
                 access_log.clone(),
@@ -145,12 +175,8 @@ impl Proxy {
         } else {
             let mut workers = Vec::with_capacity(settings.workers);
             for i in 0..settings.workers {
-                let served = Served::new(
-                    forward()?,
-                    generations.clone(),
-                    settings,
-                    access_log.clone(),
-                )?;
+                let served =
+                    Served::new(pools()?, generations.clone(), settings, access_log.clone())?;
                 let w = Worker::spawn(i, served, settings.shutdown_grace);
                 workers.push(w.map_err(ProxyError::Worker)?);
             }
@@ -169,6 +195,8 @@ impl Proxy {
             metrics,
             access_log,
             grace: settings.shutdown_grace,
+            _probes: probe::start(&upstreams, settings.upstream_http2, upstream_tls.as_ref()),
+            upstreams,
         })
     }
 
@@ -205,10 +233,12 @@ impl Proxy {
         let draining = Draining::new();
         let generations = self.generations.clone();
         let hosts = self.admin_hosts.clone();
+        let upstreams = self.upstreams.clone();
         let admin_svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let limiter = generations.load().limiter.clone();
             let hosts = hosts.clone();
-            async move { Ok::<_, Infallible>(admin(&limiter, &hosts, &req).await) }
+            let upstreams = upstreams.clone();
+            async move { Ok::<_, Infallible>(admin(&limiter, &upstreams, &hosts, &req).await) }
         });
         let mut next = 0usize;
         tokio::pin!(shutdown);
@@ -402,10 +432,12 @@ async fn accept_opt(
 }
 
 /// The admin listener: `/metrics`, `/healthz`, and the admin API and page under `/admin`
-/// ([`floodgate_engine::admin`]), which answer only the `Host` names `hosts` allows
-/// (421 otherwise) and carry `nosniff` and a Content-Security-Policy.
+/// ([`floodgate_engine::admin`]; `/admin/upstreams`: the upstream servers' states as
+/// JSON), which answer only the `Host` names `hosts` allows (421 otherwise) and carry
+/// `nosniff` and a Content-Security-Policy.
 async fn admin<B>(
     limiter: &RateLimiter,
+    upstreams: &Upstreams,
     hosts: &AllowedHosts,
     req: &Request<B>,
 ) -> Response<Full<Bytes>> {
@@ -424,7 +456,13 @@ async fn admin<B>(
             .get(HOST)
             .map(HeaderValue::as_bytes)
             .or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()));
-        if hosts.allows(host) {
+        if hosts.allows(host) && path == "/admin/upstreams" {
+            Some(floodgate_engine::admin::AdminReply {
+                status: 200,
+                content_type: "application/json",
+                body: upstreams.status().to_string(),
+            })
+        } else if hosts.allows(host) {
             limiter.admin(&asked).await
         } else {
             Some(misdirected(host, "admin_allowed_hosts"))
@@ -442,11 +480,14 @@ async fn admin<B>(
         return r;
     }
     let (status, ctype, body) = match path {
-        "/metrics" => (
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            limiter.render_metrics(),
-        ),
+        "/metrics" => {
+            upstreams.refresh_gauges();
+            (
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                limiter.render_metrics(),
+            )
+        }
         // serving either way: while the store does not answer, the fault policy decides
         "/healthz" if limiter.store_reachable() => (
             StatusCode::OK,

@@ -10,11 +10,13 @@
 //! requests already in flight finish on the generation they started on.
 //!
 //! What a reload applies: `[[policy]]`, `[[route]]`, `[client_ip]`, `[deny]`,
-//! `[headers]`, `[delay]` and `[allowlist]`. What it cannot change ([`RESTART_ONLY`]):
-//! the listeners, the upstream and its timeouts, the connection caps, the store, the
-//! fleet, the admin settings, the access log's file and format (its file is reopened
-//! after every reload) and the worker count (a flag). A reload that changes one of
-//! them applies the rest and names them in its log line as needing a restart.
+//! `[headers]`, `[delay]` and `[allowlist]`, and which upstream group each route sends
+//! to (`route.upstream`). What it cannot change ([`RESTART_ONLY`]): the listeners, the
+//! upstream, the upstream groups (`[upstreams.NAME]`) and the timeouts, the connection
+//! caps, the store, the fleet, the admin settings, the access log's file and format (its
+//! file is reopened after every reload) and the worker count (a flag). A reload that
+//! changes one of them applies the rest and names them in its log line as needing a
+//! restart; one whose route names a group the running proxy does not have is refused.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -25,9 +27,10 @@ use crate::config::Config;
 use crate::generation::Generations;
 
 /// The top-level settings read at startup only, as the file names them.
-pub const RESTART_ONLY: [&str; 19] = [
+pub const RESTART_ONLY: [&str; 20] = [
     "listen",
     "upstream",
+    "upstreams",
     "admin",
     "admin_keys",
     "admin_allowed_hosts",
@@ -54,6 +57,7 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     let changed = [
         old.listen != new.listen,
         old.upstream != new.upstream,
+        old.upstream_groups() != new.upstream_groups(),
         old.admin != new.admin,
         old.admin_keys != new.admin_keys,
         old.admin_allowed_hosts != new.admin_allowed_hosts,
@@ -169,6 +173,10 @@ impl Reloader {
             Ok(c) => c,
             Err(e) => return fail(e.to_string()),
         };
+        // the groups are the running proxy's: a route may name only those
+        if let Err(e) = cfg.check_route_upstreams(&self.startup, &self.path, &text) {
+            return fail(e.to_string());
+        }
         let restart = restart_only_changes(&self.startup, &cfg);
         // the access log runs as started: its decisions keep being recorded
         cfg.log.access_log.clone_from(&self.startup.log.access_log);
@@ -185,7 +193,7 @@ impl Reloader {
         ) {
             return fail(format!("{}: {e}", self.path.display()));
         }
-        let id = self.generations.swap(limiter);
+        let id = self.generations.swap(limiter, cfg.route_upstreams());
         if restart.is_empty() {
             tracing::info!(file = %self.path.display(), generation = id, "config reloaded");
         } else {

@@ -7,18 +7,28 @@ use floodgate_engine::admin::AllowedHosts;
 use floodgate_net::tls::{ServerTls, UpstreamTlsOptions};
 use http::Uri;
 
+use crate::upstreams::GroupSpec;
+
 /// Proxy settings (the non-limiter part of the config).
 #[derive(Debug, Clone)]
 pub struct ProxySettings {
     /// Where clients connect.
     pub listen: SocketAddr,
-    /// The backend, `http://host:port` or `https://host:port`.
-    pub upstream: Uri,
     /// TLS on the listener (ALPN `h2` and `http/1.1`); `None`: cleartext (HTTP/1.1 and
     /// h2c).
     pub tls: Option<ListenerTls>,
     /// How an `https://` upstream is verified (ignored for `http://`).
     pub upstream_tls: UpstreamTlsOptions,
+    /// The backend, `http://host:port` or `https://host:port`: the upstream group
+    /// `default`, of this one server
+    /// (none when it has no host: then `upstream_groups` must name one `default`, or
+    /// every route an upstream).
+    pub upstream: Uri,
+    /// Named upstream groups (`[upstreams.NAME]`), besides `upstream`.
+    pub upstream_groups: Vec<GroupSpec>,
+    /// The upstream group each route sends to, in the limiter's route order (`None`:
+    /// the group `default`).
+    pub route_upstreams: Vec<Option<String>>,
     /// Admin listener for `/metrics`, `/healthz` and the admin API and page under
     /// `/admin`.
     pub admin: Option<SocketAddr>,
@@ -70,6 +80,8 @@ impl ProxySettings {
             upstream,
             tls: None,
             upstream_tls: UpstreamTlsOptions::default(),
+            upstream_groups: Vec::new(),
+            route_upstreams: Vec::new(),
             admin: None,
             admin_allowed_hosts: AllowedHosts::loopback(),
             upstream_timeout: Duration::from_secs(30),

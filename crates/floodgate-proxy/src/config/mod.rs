@@ -48,10 +48,12 @@ mod de;
 mod sections;
 #[cfg(test)]
 mod tests;
+mod upstreams;
 
 use de::*;
 pub use de::{KeySpec, parse_admin, parse_upstream};
 pub use sections::*;
+pub use upstreams::{ProbeSection, ServerEntry, UpstreamSection};
 
 /// Why `[tls]` and a sticky fleet do not go together.
 pub const STICKY_TLS: &str = "fleet strategy \"sticky\" forwards requests to the owning node's listener in cleartext, which a TLS listener does not take; use strategy \"shared\" or \"hybrid\" with [tls]";
@@ -72,6 +74,10 @@ pub struct Config {
     /// `[tls]` loaded (certificates read and checked) by [`Config::parse`].
     #[serde(skip)]
     pub listener_tls: Option<crate::settings::ListenerTls>,
+    /// Named groups of upstream servers, `[upstreams.NAME]`; a route sends to one with
+    /// `upstream = "NAME"`.
+    #[serde(default)]
+    pub upstreams: std::collections::BTreeMap<String, Spanned<UpstreamSection>>,
     /// Admin listener (`/metrics`, `/healthz`, `/admin`): `ip:port`, or a port alone,
     /// which binds 127.0.0.1.
     #[serde(default, deserialize_with = "de_admin")]
@@ -181,6 +187,73 @@ impl Config {
             s.upstream_tls = u.options();
         }
         s.access_log = self.log.access_log();
+        s.upstream_groups = self.upstream_groups();
+        s.route_upstreams = self.route_upstreams();
+    }
+
+    /// The upstream group each route names, in route order (`None`: the group `default`).
+    pub fn route_upstreams(&self) -> Vec<Option<String>> {
+        self.routes
+            .iter()
+            .map(|r| r.upstream.as_ref().map(|n| n.get_ref().clone()))
+            .collect()
+    }
+
+    /// The upstream groups this file defines, as [`UpstreamSection::group`] reads them
+    /// (the top-level `upstream` not among them).
+    pub fn upstream_groups(&self) -> Vec<crate::upstreams::GroupSpec> {
+        self.upstreams
+            .iter()
+            .map(|(name, g)| g.get_ref().group(name))
+            .collect()
+    }
+
+    /// The names of the upstream groups this file defines: `default` first when the
+    /// top-level `upstream` is set, then the `[upstreams.NAME]` tables.
+    pub fn upstream_names(&self) -> Vec<&str> {
+        let top = self
+            .upstream
+            .as_ref()
+            .filter(|u| u.authority().is_some())
+            .map(|_| crate::upstreams::DEFAULT_GROUP);
+        top.into_iter()
+            .chain(self.upstreams.keys().map(String::as_str))
+            .collect()
+    }
+
+    /// Check that every route of this file (a reload's) names a group of `running` (the
+    /// file the proxy started with: its groups are read at startup only); the error is
+    /// placed at the route's `upstream`.
+    pub fn check_route_upstreams(
+        &self,
+        running: &Config,
+        path: &Path,
+        src: &str,
+    ) -> Result<(), ConfigFileError> {
+        let known = running.upstream_names();
+        for r in &self.routes {
+            if let Some(n) = &r.upstream
+                && !known.contains(&n.get_ref().as_str())
+            {
+                return Err(ConfigFileError::at(
+                    path,
+                    src,
+                    n.span().start,
+                    "",
+                    format!(
+                        "route {:?}: upstream {:?} is not one of the running proxy's ({}); upstream groups are read at startup only: restart to add one",
+                        r.prefix,
+                        n.get_ref(),
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Load `[tls]`'s certificates and check `[upstream_tls]`'s CA bundle; an error is
@@ -310,6 +383,7 @@ impl Config {
                 }
             }
         }
+        upstreams::check(&cfg.upstreams, &cfg.routes, cfg.upstream.is_some(), invalid)?;
         if cfg.deny.missing_key == MissingKeyChoice::Fallback && cfg.deny.fallback_key.is_none() {
             return Err(invalid(
                 None,

@@ -206,6 +206,9 @@ pub struct RouteSection {
     pub methods: Vec<Method>,
     /// Policy names.
     pub policies: Vec<Spanned<String>>,
+    /// The upstream group its requests go to (default: the group `default`, the
+    /// top-level `upstream`).
+    pub upstream: Option<Spanned<String>>,
     /// Cost per request under every policy (default 1).
     pub cost: Option<u64>,
     /// Per-policy cost overrides.

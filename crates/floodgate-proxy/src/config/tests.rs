@@ -448,3 +448,72 @@ fn admin_allowed_hosts_are_names_or_addresses() {
     );
     assert!(parse(r#""admin.example""#).is_err());
 }
+
+#[test]
+fn upstream_groups_read_with_their_defaults_and_bad_ones_are_placed() {
+    const P: &str = "[[policy]]\nname = \"a\"\nrate = \"1/s\"\n";
+    let cfg = Config::parse(
+        &format!(
+            "[upstreams.api]\nservers = [\"http://10.0.0.1:80\", {{ url = \"http://10.0.0.2:80\", weight = 3 }}]\n\
+             balance = \"hash\"\n[upstreams.api.probe]\npath = \"/up\"\n{P}\
+             [[route]]\nprefix = \"/\"\npolicies = [\"a\"]\nupstream = \"api\"\n"
+        ),
+        Path::new("x.toml"),
+    )
+    .unwrap();
+    let mut s = crate::ProxySettings::new(Uri::default());
+    cfg.apply_to(&mut s);
+    let g = &s.upstream_groups[0];
+    assert_eq!(
+        (g.name.as_str(), g.balance),
+        ("api", crate::upstreams::Balance::Hash)
+    );
+    assert_eq!(g.servers[1].weight, 3);
+    assert_eq!((g.max_fails, g.fail_timeout), (3, Duration::from_secs(10)));
+    let probe = g.probe.as_ref().unwrap();
+    assert_eq!(
+        (probe.path.as_str(), probe.interval, probe.timeout),
+        ("/up", Duration::from_secs(5), Duration::from_secs(1))
+    );
+    assert_eq!(s.route_upstreams, vec![Some("api".to_string())]);
+    for (src, at, says) in [
+        (
+            "[upstreams.api]\nservers = [\"10.0.0.1:80\"]\n",
+            "floodgate.toml:2:",
+            "needs a scheme",
+        ),
+        (
+            "[upstreams.api]\nservers = [{ url = \"http://a:1\", weight = 0 }]\n",
+            "floodgate.toml:2:",
+            "weight 0 of http://a:1: must be 1..=100",
+        ),
+        (
+            "[upstreams.api]\nservers = []\n",
+            "floodgate.toml:1:1:",
+            "lists no servers",
+        ),
+        (
+            "[upstreams.api]\nservers = [\"http://a:1\", \"http://a:1\"]\n",
+            "floodgate.toml:1:1:",
+            "server[1] http://a:1/ is listed twice",
+        ),
+        (
+            "[upstreams.api]\nservers = [\"http://a:1\"]\nbalance = \"random\"\n",
+            "floodgate.toml:3:",
+            "unknown variant `random`",
+        ),
+        (
+            "[upstreams.api]\nservers = [\"http://a:1\"]\n[upstreams.api.probe]\npath = \"up\"\n",
+            "floodgate.toml:1:1:",
+            "probe.path \"up\" must start with /",
+        ),
+        (
+            "upstream = \"http://a:1\"\n[upstreams.default]\nservers = [\"http://b:1\"]\n",
+            "floodgate.toml:2:1:",
+            "not both",
+        ),
+    ] {
+        let e = err(&format!("{src}{P}"));
+        assert!(e.starts_with(at) && e.contains(says), "{src}: {e}");
+    }
+}
