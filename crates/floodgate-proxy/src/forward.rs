@@ -4,7 +4,7 @@
 //! `X-Forwarded-For` appended, hop-by-hop headers dropped both ways. Which server a
 //! request goes to, and what its outcome does to the server's health, is [`Upstreams`]'s.
 //!
-//! A worker's connections ([`Pools`]) outlive configurations; a [`Forward`] is those
+//! A worker's connections (`Pools`) outlive configurations; a [`Forward`] is those
 //! connections with one configuration's limiter and route groups ([`RouteGroups`]),
 //! built per generation, so that a reload's routes send to their groups at once.
 
@@ -100,7 +100,7 @@ pub(crate) struct Pools {
     inner: Arc<ForwardInner>,
 }
 
-/// Forwards requests to the upstream servers over a worker's [`Pools`], routing them as
+/// Forwards requests to the upstream servers over a worker's connection pools, routing them as
 /// one configuration says (its limiter matches a request's route, its [`RouteGroups`]
 /// give the route's group). Cloning shares it.
 #[derive(Clone)]

@@ -1,5 +1,5 @@
 //! The reverse proxy behind `floodgate proxy`: a server for HTTP/1.1 and HTTP/2 (h2c
-//! prior knowledge) whose service is [`RateLimitService`] around [`Forward`], a pooled
+//! prior knowledge) whose service is [`RateLimitService`](floodgate_http::RateLimitService) around [`Forward`], a pooled
 //! client to the upstream servers ([`crate::upstreams`]: groups, balancing, health).
 //! Bodies stream both ways; nothing is buffered.
 //!

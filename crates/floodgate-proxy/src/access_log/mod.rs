@@ -5,11 +5,11 @@
 //! policy, key as `[log] keys` shows keys) from the [`RecordedDecision`] the layer put in
 //! the response, not from a second decision.
 //!
-//! A request is noted when it arrives ([`AccessLog::begin`]: the request's fields are
+//! A request is noted when it arrives (`AccessLog::begin`: the request's fields are
 //! reference-counted copies, nothing is formatted); its line is formatted when the
 //! response's body ends or is dropped (its bytes counted: nginx's `$body_bytes_sent`),
 //! into a buffer each thread reuses, and handed to the writer thread through a bounded
-//! queue ([`writer`]): a full queue drops the line and counts it
+//! queue (the `writer` module): a full queue drops the line and counts it
 //! (`floodgate_access_log_dropped_total`), it never holds the request.
 
 mod format;
