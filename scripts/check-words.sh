@@ -10,8 +10,8 @@ files=()
 for f in "$@"; do files+=("$(realpath "$f")"); done
 cd "$(dirname "$0")/.."
 # How the project was written: who wrote it, in which round, for which ticket or aim; a
-# figure names the machine ("the project's 2-core VM"), not "this machine".
-pattern='\b(sessions?|helpers?|subagents?|this round|next round|earlier today|goals?|this ([0-9]+-core )?(machine|vm|host)|issue [0-9]+|the issue|aims? of)\b'
+# figure names the machine ("a 2-core Intel Xeon VM with 23 GB of memory"), not "this machine".
+pattern='\b(sessions?|helpers?|subagents?|this round|next round|earlier today|goals?|this ([0-9]+-core )?(machine|vm|host)|the project'"'"'s ([0-9]+-core )?(linux )?(machine|vm)|issue [0-9]+|the issue|aims? of)\b'
 # Changes tried and not kept: recorded in design/, out of the guide.
 kept='\b(measured and not kept|not kept|not landed)\b'
 if [ "${#files[@]}" -gt 0 ]; then

@@ -37,6 +37,7 @@ fn each_phrase_fails_the_check_and_the_plain_page_passes() {
         "on this machine",
         "on this 2-core machine",
         "on this VM",
+        "on the project's 2-core VM",
         "in this session",
         "a helper wrote it",
         "against the aims of the review",
