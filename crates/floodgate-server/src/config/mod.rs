@@ -11,6 +11,7 @@
 //! `FILE:LINE:COLUMN: FIELD: MESSAGE` as the proxy's do.
 
 mod envoy_dir;
+mod quota;
 mod rules;
 mod security;
 mod settings;
@@ -22,6 +23,7 @@ use thiserror::Error;
 use crate::file::FileConfig;
 
 pub use envoy_dir::root as layout_root;
+pub use quota::{BucketValue, DEFAULT_REPORT_INTERVAL, QuotaBucketDef, QuotaRules, UnknownBucket};
 pub use rules::{
     Caps, DescriptorDef, HeaderSettings, LimitDef, Rules, Unit, UnknownDomain, ValueMatch,
 };

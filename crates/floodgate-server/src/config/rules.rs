@@ -71,6 +71,8 @@ pub struct Rules {
     pub caps: Caps,
     /// Unknown domains.
     pub unknown_domain: UnknownDomain,
+    /// The buckets of the Rate Limit Quota Service.
+    pub quota: super::quota::QuotaRules,
 }
 
 impl Rules {
@@ -258,6 +260,7 @@ pub(super) fn rules(file: FileConfig) -> Result<Rules, Invalid> {
         }
     };
 
+    let quota = super::quota::quota(file.quota)?;
     let mut domain_files = file.domains;
     if let Some(domain) = file.domain {
         domain_files.push(crate::file::DomainFile {
@@ -299,6 +302,7 @@ pub(super) fn rules(file: FileConfig) -> Result<Rules, Invalid> {
         headers,
         caps,
         unknown_domain,
+        quota,
     })
 }
 
