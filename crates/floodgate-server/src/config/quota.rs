@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Invalid, Unit, invalid};
+use super::{Invalid, invalid};
 use crate::file::{FallbackFile, QuotaBucketFile, QuotaFile, StrategyFile, UnknownBucketFile};
-use crate::quota::{ClientFallback, Division, StrategyKind};
+use crate::quota::{ClientFallback, Division, QuotaUnit, StrategyKind};
 
 /// How often clients report when the rules do not say.
 pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(5);
@@ -74,8 +74,9 @@ pub struct QuotaBucketDef {
     pub capacity: u64,
     /// How shares are sent.
     pub strategy: StrategyKind,
-    /// The unit of `requests_per_time_unit` (the rate's period).
-    pub unit: Unit,
+    /// The unit of `requests_per_time_unit` (the rate's period; `Second` for a token
+    /// bucket of another period).
+    pub unit: QuotaUnit,
     /// How often clients report.
     pub report_interval: Duration,
     /// How long an assignment holds, and how long a client's last report counts.
@@ -210,11 +211,11 @@ fn bucket(at: &str, domain: &str, b: &QuotaBucketFile) -> Result<QuotaBucketDef,
             .checked_add(1)
             .ok_or_else(|| invalid(at, "burst is too large"))?,
     };
-    let unit = Unit::of_window(rate.period());
+    let unit = QuotaUnit::of_period(rate.period());
     let strategy = match b.strategy {
         None | Some(StrategyFile::TokenBucket) => StrategyKind::TokenBucket,
         Some(StrategyFile::RequestsPerTimeUnit) => {
-            if !matches!(unit, Unit::Second | Unit::Minute | Unit::Hour | Unit::Day) {
+            if unit.is_none() {
                 return Err(invalid(
                     at,
                     format!(
@@ -260,7 +261,7 @@ fn bucket(at: &str, domain: &str, b: &QuotaBucketFile) -> Result<QuotaBucketDef,
         division,
         capacity,
         strategy,
-        unit,
+        unit: unit.unwrap_or(QuotaUnit::Second),
         report_interval,
         assignment_ttl,
         no_assignment,
@@ -295,7 +296,7 @@ mod tests {
         assert_eq!(api.capacity, 100);
         assert_eq!(
             (api.strategy, api.unit),
-            (StrategyKind::RequestsPerTimeUnit, Unit::Minute)
+            (StrategyKind::RequestsPerTimeUnit, QuotaUnit::Minute)
         );
         assert_eq!(api.report_interval, Duration::from_secs(2));
         assert_eq!(api.assignment_ttl, Duration::from_secs(5));

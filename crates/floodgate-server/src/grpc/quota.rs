@@ -48,11 +48,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::config::{Caps, QuotaBucketDef, QuotaRules, Unit, UnknownBucket};
+use crate::config::{Caps, QuotaBucketDef, QuotaRules, UnknownBucket};
 use crate::descriptors::Engine;
 use crate::quota::{
-    Assignment, BookError, BucketView, ClientView, DemandBook, QuotaStrategy, QuotaView, Report,
-    demand_of, strategy_for,
+    Assignment, BookError, BucketView, ClientView, DemandBook, QuotaStrategy, QuotaUnit as Unit,
+    QuotaView, Report, demand_of, strategy_for,
 };
 
 use super::pb_duration;
@@ -365,9 +365,6 @@ fn rate_limit_unit(unit: Unit) -> RateLimitUnit {
         Unit::Minute => RateLimitUnit::Minute,
         Unit::Hour => RateLimitUnit::Hour,
         Unit::Day => RateLimitUnit::Day,
-        Unit::Month => RateLimitUnit::Month,
-        Unit::Year => RateLimitUnit::Year,
-        Unit::Week | Unit::Unknown => RateLimitUnit::Unknown,
     }
 }
 

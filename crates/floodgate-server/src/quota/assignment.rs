@@ -6,7 +6,37 @@
 
 use std::time::Duration;
 
-use crate::config::Unit;
+/// The time units of a requests-per-time-unit strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// 1 s.
+    Second,
+    /// 60 s.
+    Minute,
+    /// 3600 s.
+    Hour,
+    /// 86 400 s.
+    Day,
+}
+
+impl Unit {
+    /// Seconds in the unit.
+    pub fn secs(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3600,
+            Unit::Day => 86_400,
+        }
+    }
+
+    /// The unit exactly `period` long, if any.
+    pub fn of_period(period: Duration) -> Option<Unit> {
+        [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day]
+            .into_iter()
+            .find(|u| Duration::from_secs(u.secs()) == period)
+    }
+}
 
 /// How a client limits the requests of one bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +165,7 @@ impl QuotaStrategy {
             QuotaStrategy::AllowAll => None,
             QuotaStrategy::DenyAll => Some(0.0),
             QuotaStrategy::RequestsPerUnit { requests, unit } => {
-                Some(requests as f64 / unit.secs().max(1) as f64)
+                Some(requests as f64 / unit.secs() as f64)
             }
             QuotaStrategy::TokenBucket {
                 tokens_per_fill,

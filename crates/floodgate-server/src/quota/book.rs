@@ -60,12 +60,15 @@ pub struct Recorded {
     pub clients: Vec<ClientDemand>,
 }
 
+/// One bucket's reports in process: client -> (demand per second, reported ms).
+type Ledger = HashMap<String, (f64, u64)>;
+
 /// Where reports are kept.
 pub enum DemandBook {
     /// In process.
     Memory {
         /// Bucket -> client -> (demand, reported ms).
-        buckets: Mutex<HashMap<String, HashMap<String, (f64, u64)>>>,
+        buckets: Mutex<HashMap<String, Ledger>>,
         /// Wall-clock time.
         clock: Arc<dyn Clock>,
     },
@@ -126,7 +129,7 @@ impl DemandBook {
 }
 
 fn record_in(
-    all: &mut HashMap<String, HashMap<String, (f64, u64)>>,
+    all: &mut HashMap<String, Ledger>,
     r: Report<'_>,
     now_ms: u64,
 ) -> Result<Recorded, BookError> {

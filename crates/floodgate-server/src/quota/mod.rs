@@ -18,7 +18,9 @@ pub mod book;
 pub mod share;
 pub mod view;
 
-pub use assignment::{Assignment, ClientFallback, QuotaStrategy, StrategyKind, strategy_for};
+pub use assignment::{
+    Assignment, ClientFallback, QuotaStrategy, StrategyKind, Unit as QuotaUnit, strategy_for,
+};
 pub use book::{BookError, DemandBook, Recorded, Report};
 pub use share::{ClientDemand, Division, ShareError, demand_of};
 pub use view::{BucketView, ClientView, QuotaCollector, QuotaView};
