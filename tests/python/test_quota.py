@@ -311,6 +311,15 @@ def test_skewed_demand_gets_skewed_shares_within_the_limit(server):
         assert len(division) == 2, division
         assert sum(s for _, s in division.values()) <= 100 * (1 + 1e-9), division
         assert a + b <= 100 * 1.01, (a, b)
+        # the admin API shows the same division
+        import json
+        import urllib.request
+        shown = json.load(urllib.request.urlopen(f"http://{server.http}/admin/api/quota", timeout=5))
+        bucket = shown["envoy|name=api"]
+        assert bucket["limit"] == 100 and bucket["rule"] == "envoy|name=api"
+        assert sorted(c["client"] for c in bucket["clients"]) == sorted(division)
+        for c in bucket["clients"]:
+            assert [c["demand"], c["share"]] == pytest.approx(division[c["client"]])
         # both busy: equal halves
         a, b = rounds([busy, quiet], [400, 400])
         assert a == pytest.approx(50, rel=0.02) and b == pytest.approx(50, rel=0.02), (a, b)
