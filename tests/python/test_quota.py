@@ -411,6 +411,23 @@ def test_bad_streams_end_with_a_clear_status(server):
         channel.close()
 
 
+def test_a_stopping_server_ends_its_streams_so_clients_reconnect(tmp_path):
+    s = Server(tmp_path)
+    f = Filter(s.grpc)
+    f.hit(API)
+    f.wait(lambda: f.assignment(API) is not None)
+    s.proc.terminate()
+    assert s.proc.wait(timeout=30) == 0, s.log()
+    f.reader.join(timeout=5)
+    # the stream ended with UNAVAILABLE (the filter reconnects), not held to the grace
+    assert f.error is not None and f.error.code() == grpc.StatusCode.UNAVAILABLE, f.error
+    assert "grace period over" not in s.log(), s.log()
+    # the assignment held keeps being enforced until its time to live
+    assert f.buckets[frozenset(API.items())]["expires"] > time.monotonic()
+    f.close()
+    s.stderr.close()
+
+
 def test_two_replicas_on_one_redis_share_the_limit(tmp_path):
     prefix = f"fgtest-quota-{uuid.uuid4().hex[:8]}:"
     config = CONFIG + f"store: {{type: redis, redis: {{url: 'redis://127.0.0.1:6379', prefix: '{prefix}'}}}}\n"

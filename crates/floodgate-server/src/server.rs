@@ -227,6 +227,7 @@ pub async fn start(
             book,
             metrics.quota.clone(),
             settings.connections.idle_timeout,
+            shutdown_rx.clone(),
         );
         let routes = tonic::service::Routes::new(health_service)
             .add_service(rls.clone().into_server(max_bytes))

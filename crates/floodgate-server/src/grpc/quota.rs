@@ -24,7 +24,8 @@
 //! streams per connection, `quota.max_buckets_per_stream` (past it the stream ends with
 //! `RESOURCE_EXHAUSTED`), `limits.max_entries` and `limits.max_value_bytes` on each
 //! `BucketId`, and a stream with no report for the door's idle timeout is ended
-//! (`DEADLINE_EXCEEDED`).
+//! (`DEADLINE_EXCEEDED`). When the server stops, every stream ends with `UNAVAILABLE`, so
+//! that clients reconnect (to another server) rather than hold the shutdown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use envoy_types::pb::google::protobuf::UInt32Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -76,16 +77,20 @@ struct Inner {
     replica: String,
     streams: AtomicU64,
     idle: Duration,
+    /// Turns true when the server stops: every stream ends with `UNAVAILABLE` (the client
+    /// reconnects, to another server behind its cluster).
+    stop: watch::Receiver<bool>,
 }
 
 impl QuotaService {
     /// The service: reports kept in `book`, divisions shown in `view`; a stream with no
-    /// report for `idle` is ended.
+    /// report for `idle` is ended, and every stream when `stop` turns true.
     pub fn new(
         engine: Arc<Engine>,
         book: DemandBook,
         view: Arc<QuotaView>,
         idle: Duration,
+        stop: watch::Receiver<bool>,
     ) -> QuotaService {
         QuotaService {
             inner: Arc::new(Inner {
@@ -95,6 +100,7 @@ impl QuotaService {
                 replica: format!("{:08x}", fastrand::u32(..)),
                 streams: AtomicU64::new(0),
                 idle,
+                stop,
             }),
         }
     }
@@ -124,10 +130,19 @@ impl RateLimitQuotaService for QuotaService {
                 buckets: HashMap::new(),
             };
             let mut reports = request.into_inner();
+            let mut stop = inner.stop.clone();
             loop {
                 let next = tokio::select! {
                     next = tokio::time::timeout(inner.idle, reports.message()) => next,
                     () = tx.closed() => return,
+                    () = async { drop(stop.wait_for(|s| *s).await) } => {
+                        let _ = tx
+                            .send(Err(Status::unavailable(
+                                "the server is stopping; reconnect to report again",
+                            )))
+                            .await;
+                        return;
+                    }
                 };
                 let reports = match next {
                     Err(_) => {
