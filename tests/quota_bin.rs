@@ -1,6 +1,7 @@
 //! `floodgate server` as a Rate Limit Quota Service, the real binary driven over gRPC by
-//! tonic clients of Envoy's `StreamRateLimitQuotas`: one server in process memory, and
-//! two servers sharing one Redis (127.0.0.1:6379, keys under a prefix of their own).
+//! tonic clients of Envoy's `StreamRateLimitQuotas`: one server in process memory, two
+//! servers sharing one Redis (127.0.0.1:6379, keys under a prefix of their own), and a
+//! server whose Redis (its own, on a free port) goes away.
 
 mod common;
 
@@ -84,6 +85,11 @@ impl Stream {
 
     /// Report `allowed` requests of bucket `name` over one second; the answer.
     async fn report(&mut self, name: &str, allowed: u64) -> Action {
+        self.report_all(name, allowed).await[0]
+    }
+
+    /// Report as [`Stream::report`] does; every action of the answer.
+    async fn report_all(&mut self, name: &str, allowed: u64) -> Vec<Action> {
         let msg = RateLimitQuotaUsageReports {
             domain: if self.first {
                 "envoy".into()
@@ -109,7 +115,11 @@ impl Stream {
             .expect("an answer within 10 s")
             .unwrap()
             .expect("an open stream");
-        reply.bucket_action[0].bucket_action.unwrap()
+        reply
+            .bucket_action
+            .into_iter()
+            .map(|a| a.bucket_action.unwrap())
+            .collect()
     }
 }
 
@@ -176,4 +186,22 @@ async fn two_servers_on_one_redis_share_the_division() {
     let z = rate(a2.report("api", 400).await);
     assert!(z > 0.0 && z <= 100.0, "{z}");
     common::delete_redis_keys(&prefix);
+}
+
+#[tokio::test]
+async fn when_redis_fails_no_assignment_is_sent_and_the_client_keeps_its_own() {
+    let port = common::free_port().port();
+    let redis = common::start_redis(port);
+    let rules =
+        format!("{RULES}store: {{type: redis, redis: {{url: 'redis://127.0.0.1:{port}'}}}}\n");
+    let s = spawn(&rules);
+    let mut a = Stream::open(&s.grpc).await;
+    assert!((rate(a.report("api", 10).await) - 100.0).abs() < 1e-6);
+    drop(redis);
+    // the store fails: the answer carries no action for the bucket, so the client's
+    // assignment runs to its time to live (then its expired-assignment behaviour)
+    assert!(a.report_all("api", 10).await.is_empty());
+    // a bucket that needs no store is still answered (unknown: deny all)
+    assert_eq!(a.report_all("other", 1).await.len(), 1);
+    drop(s.proc);
 }
