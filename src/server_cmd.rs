@@ -21,14 +21,16 @@ gracefully.
 Examples:
   floodgate server --config limits.yaml
   floodgate server --config limits.toml --grpc 10.0.0.5:8081 --resp off   # beyond loopback: set tls (docs/security.md)
-  floodgate server --config limits.yaml --check      # validate the file and exit";
+  floodgate server --config limits.yaml --check      # validate the file and exit
+  floodgate server --config limitador-limits.yaml    # Limitador's limits file as it is";
 
 /// Arguments of `floodgate server`.
 #[derive(Args, Debug)]
 #[command(after_help = EXAMPLES)]
 pub struct ServerArgs {
     /// The config file (.yaml, .yml or .toml), or a directory in Envoy's layout (every
-    /// *.yaml of its config/ subdirectory, one domain per file or YAML document).
+    /// *.yaml of its config/ subdirectory, one domain per file or YAML document), or
+    /// Limitador's limits file (a YAML list of limits, read as it is).
     #[arg(long, short)]
     config: PathBuf,
     /// gRPC listen address (overrides listen.grpc), or `off`.
@@ -89,7 +91,8 @@ pub fn run(args: ServerArgs) -> Result<()> {
                 .domains
                 .values()
                 .map(|d| count_limits(d))
-                .sum::<usize>();
+                .sum::<usize>()
+            + cfg.rules.selectors.values().map(Vec::len).sum::<usize>();
         println!(
             "{}: ok ({} domains, {} limits, {} policies)",
             args.config.display(),
@@ -97,6 +100,9 @@ pub fn run(args: ServerArgs) -> Result<()> {
             limits,
             cfg.rules.policies.len()
         );
+        for note in &cfg.notes {
+            println!("note: {note}");
+        }
         return Ok(());
     }
     let mut settings = cfg.settings.clone();
