@@ -80,7 +80,6 @@ fn fmt_addr(a: Option<SocketAddr>) -> String {
 /// Run the command.
 pub fn run(args: ServerArgs) -> Result<()> {
     crate::log_setup::init(args.log_format)?;
-    crate::raise_descriptor_limit();
     let grace =
         floodgate_core::rate::parse_duration(&args.shutdown_grace).usage("--shutdown-grace")?;
     let cfg = config::load(&args.config).usage_err()?;
@@ -105,6 +104,8 @@ pub fn run(args: ServerArgs) -> Result<()> {
         }
         return Ok(());
     }
+    // serving only: checking a file opens no connection (and logs nothing about it)
+    crate::raise_descriptor_limit();
     let mut settings = cfg.settings.clone();
     if let Some(s) = &args.grpc {
         settings.grpc = address("grpc", s).usage_err()?;
