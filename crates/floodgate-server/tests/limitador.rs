@@ -290,3 +290,31 @@ async fn not_equal_conditions_need_the_entry_with_another_value() {
     assert_eq!(r.overall_code, OK);
     assert!(r.statuses[0].current_limit.is_none(), "{r:?}");
 }
+
+/// A Limitador file is reloaded on change as any config file, and a limit whose
+/// `max_value` alone changed keeps its counters (its identity is its namespace,
+/// conditions, variables, window and name).
+#[tokio::test]
+async fn a_changed_max_value_reloads_and_keeps_the_count() {
+    let file = |max: u32| {
+        format!(
+            "- {{namespace: n, max_value: {max}, seconds: 86400, conditions: [], variables: [user]}}\n"
+        )
+    };
+    let srv = start_with(&file(3), "limits.yaml", true).await;
+    let mut c = srv.client().await;
+    let hit = || req("n", vec![desc(&[("user", "ann")])], 0);
+    for _ in 0..2 {
+        assert_eq!(call(&mut c, hit()).await.unwrap().overall_code, OK);
+    }
+    std::fs::write(&srv.path, file(10)).unwrap();
+    assert!(
+        eventually(10, || srv.running.engine.current().id == 2).await,
+        "the file watcher reloaded"
+    );
+    let r = call(&mut c, hit()).await.unwrap();
+    let s = &r.statuses[0];
+    assert_eq!(s.current_limit.as_ref().unwrap().requests_per_unit, 10);
+    assert_eq!(s.limit_remaining, 7, "two hits kept, one more: {s:?}");
+    srv.stop().await;
+}
