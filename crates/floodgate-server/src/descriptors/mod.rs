@@ -319,7 +319,6 @@ impl Engine {
         } else {
             HashSet::new()
         };
-        // an item's `desc` is the position of its hit until the statuses are made
         let mut items = Vec::new();
         for (slot, hit) in hits.iter().enumerate() {
             let node = &tree.nodes[hit.node];
