@@ -73,6 +73,9 @@ pub struct Rules {
     pub unknown_domain: UnknownDomain,
     /// The buckets of the Rate Limit Quota Service.
     pub quota: super::quota::QuotaRules,
+    /// Rules that select a request by the entries it holds, in any order and beside other
+    /// entries (Limitador's limits), by domain; their domains are in `domains` too.
+    pub selectors: BTreeMap<String, Vec<super::SelectorDef>>,
 }
 
 impl Rules {
@@ -303,6 +306,7 @@ pub(super) fn rules(file: FileConfig) -> Result<Rules, Invalid> {
         caps,
         unknown_domain,
         quota,
+        selectors: BTreeMap::new(),
     })
 }
 
@@ -445,7 +449,7 @@ fn in_flight(
         .map_err(|e| invalid(at, format!("max_in_flight/lease_ttl: {e}")))
 }
 
-fn limit(
+pub(super) fn limit(
     at: &str,
     rl: &RateLimitFile,
     default_kind: Kind,
