@@ -122,6 +122,7 @@ retry_after_jitter = "0s"
 name = "api"
 algorithm = "gcra"
 rate = "4/min"
+capacity = 4
 key = "header:x-user"
 "#
         ),

@@ -244,6 +244,7 @@ rate = "3/min"
 name = "global"
 algorithm = "gcra"
 rate = "100/min"
+capacity = 100
 key = "global"
 "#,
     );
@@ -314,6 +315,7 @@ async fn multi_policy_all_or_nothing_and_route_costs() {
 name = "per-key"
 algorithm = "gcra"
 rate = "100/min"
+capacity = 100
 key = "header:x-api-key"
 [[policy]]
 name = "global"
@@ -367,7 +369,7 @@ policies = ["per-key", "global"]
 #[tokio::test(start_paused = true)]
 async fn dry_run_never_rejects_but_shows_headers() {
     let l = limiter(
-        "[[policy]]\nname = \"shadow\"\nalgorithm = \"gcra\"\nrate = \"2/min\"\ndry_run = true\n",
+        "[[policy]]\nname = \"shadow\"\nalgorithm = \"gcra\"\nrate = \"2/min\"\nburst = 1\ndry_run = true\n",
     );
     let arr = Arrivals::default();
     let out = burst(&l, &arr, 10, |_| req("192.0.2.1", "/", &[])).await;

@@ -361,7 +361,7 @@ async fn redis_store_all_or_nothing_and_fault_outcome() {
     let cfg = format!(
         "store = \"redis://127.0.0.1:6379/\"\n[redis]\nprefix = \"{prefix}\"\ntimeout = \"500ms\"\n\
          [headers]\nlegacy = \"delta\"\n\
-         [[policy]]\nname = \"per-key\"\nalgorithm = \"gcra\"\nrate = \"100/10s\"\nkey = \"header:x-api-key\"\n\
+         [[policy]]\nname = \"per-key\"\nalgorithm = \"gcra\"\nrate = \"100/10s\"\ncapacity = 100\nkey = \"header:x-api-key\"\n\
          [[policy]]\nname = \"global\"\nalgorithm = \"sliding-log\"\nrate = \"3/10s\"\nkey = \"global\"\n\
          [[route]]\nprefix = \"/only-key\"\npolicies = [\"per-key\"]\n\
          [[route]]\nprefix = \"/\"\npolicies = [\"per-key\", \"global\"]\n"
