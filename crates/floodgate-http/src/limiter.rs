@@ -635,6 +635,7 @@ impl RateLimiter {
                 });
                 let rendered: SmallVec<[(&PolicyInfo, Decision); 2]> = held
                     .iter()
+                    .filter(|(i, _, _)| inner.policies[*i].advertised())
                     .map(|(i, d, _)| (&inner.infos[*i], *d))
                     .chain(std::iter::once((&inner.infos[*idx], decision)))
                     .collect();
@@ -811,7 +812,7 @@ impl RateLimiter {
             }
         };
         let (enforced, shadow) = decided.decisions.split_at(plan.enforced.len());
-        // every policy's decision, enforced first, for the headers
+        // every advertised policy's decision, enforced first, for the headers
         let mut items: SmallVec<[(&PolicyInfo, Decision); 2]> = SmallVec::new();
         for ((idx, key, cost), d) in plan.enforced.iter().zip(enforced) {
             let outcome = if !d.allowed {
@@ -831,7 +832,9 @@ impl RateLimiter {
             items.push((&inner.infos[*idx], *d));
         }
         for (idx, d) in leased {
-            items.push((&inner.infos[*idx], *d));
+            if inner.policies[*idx].advertised() {
+                items.push((&inner.infos[*idx], *d));
+            }
         }
         for ((idx, key, cost), d) in plan.shadow.iter().zip(shadow) {
             let outcome = if !d.allowed {
@@ -845,7 +848,9 @@ impl RateLimiter {
                 DecisionOutcome::Passed
             };
             self.record(*idx, key, outcome, *cost);
-            items.push((&inner.infos[*idx], *d));
+            if inner.policies[*idx].advertised() {
+                items.push((&inner.infos[*idx], *d));
+            }
         }
         let mut headers = headers::render(&items, &inner.headers);
         if enforced.is_empty() {

@@ -170,9 +170,12 @@ pub struct PolicySection {
     pub delay: Option<u64>,
     /// What to count by (default ip).
     pub key: Option<KeySpec>,
-    /// Shadow mode.
+    /// Shadow mode: decided, counted and logged, never enforced.
     #[serde(default)]
     pub dry_run: bool,
+    /// A dry-run policy shows in the response's rate-limit headers (default false).
+    #[serde(default)]
+    pub advertise: bool,
     /// At most this many requests of one key in flight at once (instead of a rate).
     pub max_in_flight: Option<u64>,
     /// max_in_flight: how long a lease lives unless its response ends first (default 30 s).
@@ -295,6 +298,12 @@ fn default_prefix() -> String {
 impl PolicySection {
     /// The policy this table defines, validated (its key and dry-run flag not yet set).
     pub(super) fn policy(&self) -> Result<Policy, String> {
+        if self.advertise && !self.dry_run {
+            return Err(
+                "advertise applies to a dry_run policy (an enforced policy is always advertised)"
+                    .into(),
+            );
+        }
         let Some(n) = self.max_in_flight else {
             if self.lease_ttl.is_some() || self.queue.is_some() || self.queue_timeout.is_some() {
                 return Err(
