@@ -186,8 +186,15 @@ impl RateLimiter {
         &self.inner.metrics
     }
 
-    /// The Prometheus text exposition, with the store's key gauges refreshed.
+    /// The OpenMetrics text exposition, with the store's key gauges refreshed.
     pub fn render_metrics(&self) -> String {
+        self.render_metrics_as(floodgate_engine::metrics::Exposition::OpenMetrics)
+    }
+
+    /// The text exposition in `format` (the one a scraper's `Accept` asks for:
+    /// [`Exposition::negotiate`](floodgate_engine::metrics::Exposition::negotiate)),
+    /// with the store's key gauges refreshed.
+    pub fn render_metrics_as(&self, format: floodgate_engine::metrics::Exposition) -> String {
         self.inner.metrics.update_store(&self.inner.store.stats());
         self.inner
             .metrics
@@ -195,7 +202,7 @@ impl RateLimiter {
         self.inner
             .metrics
             .update_store_events(&self.inner.store.events());
-        self.inner.metrics.encode()
+        self.inner.metrics.encode_as(format)
     }
 
     /// Whether the decision store answers ([`DecisionStore::reachable`]): false while

@@ -90,6 +90,25 @@ async fn nginx_nodelay_over_loopback_and_metrics() {
     );
     assert!(text.contains("floodgate_proxy_request_duration_seconds_bucket"));
     assert!(text.contains("floodgate_decision_duration_seconds_count"));
+    // without Accept: the Prometheus text 0.0.4 (tests/surfaces_agree.rs runs promtool on it)
+    assert_eq!(
+        m.headers["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    assert!(!text.contains("# EOF"), "{text}");
+    // a scraper asking for OpenMetrics gets it
+    let om = get(
+        &c,
+        p.admin,
+        "/metrics",
+        &[("accept", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5")],
+    )
+    .await;
+    assert_eq!(
+        om.headers["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(String::from_utf8_lossy(&om.body).ends_with("# EOF\n"));
     assert_eq!(get(&c, p.admin, "/healthz", &[]).await.body, "ok\n");
 }
 
