@@ -101,7 +101,10 @@ async fn nginx_nodelay_over_loopback_and_metrics() {
         &c,
         p.admin,
         "/metrics",
-        &[("accept", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5")],
+        &[(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+        )],
     )
     .await;
     assert_eq!(

@@ -354,8 +354,14 @@ mod tests {
         m.request(RequestOutcome::Passed);
         m.config_reload(true);
         let text = m.encode_as(Exposition::Prometheus);
-        assert!(text.contains("# TYPE floodgate_requests_total counter\n"), "{text}");
-        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+        assert!(
+            text.contains("# TYPE floodgate_requests_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
         assert_eq!(promtool(&text), "", "{text}");
         // the check can fail: OpenMetrics' counter family names are not 0.0.4's
         let om = m.encode_as(Exposition::OpenMetrics);
