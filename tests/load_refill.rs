@@ -6,27 +6,13 @@
 use std::process::{Command, Stdio};
 
 mod common;
-use common::{Proc, free_port, wait_listening};
+use common::{Proc, free_port, serve_axum, wait_listening};
 
 const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
 
 /// An upstream answering every GET with 200 `ok`.
 fn upstream() -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    listener.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    addr
+    serve_axum(axum::Router::new().route("/", axum::routing::get(|| async { "ok" })))
 }
 
 fn load(args: &[&str]) -> serde_json::Value {
