@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
-use floodgate_core::algorithms::DelayMode;
-use floodgate_core::{Algorithm, Kind, Rate, Spec};
+use floodgate_core::{Algorithm, Kind, Rate};
 use floodgate_engine::config::watch;
 use floodgate_http::{KeyDisplay, Policy, RateLimiter, RateLimiterBuilder};
 use floodgate_net::tls::{CertFiles, CertStore, HANDSHAKE_TIMEOUT};
-use floodgate_proxy::config::{Config, parse_admin, parse_upstream};
+use floodgate_proxy::config::{Config, RateShape, parse_admin, parse_upstream, rate_spec};
 use floodgate_proxy::proxy::{
     DEFAULT_TLS_RELOAD, ListenerTls, Proxy, ProxySettings, shutdown_signal,
 };
@@ -70,9 +69,10 @@ pub struct ProxyArgs {
     /// Without --config: one policy "default" per client IP at this rate (e.g. 10/s).
     #[arg(long, conflicts_with = "config")]
     rate: Option<String>,
-    /// Without --config: nginx burst (excess requests admitted; capacity = burst + 1).
-    #[arg(long, conflicts_with = "config", default_value_t = 0)]
-    burst: u64,
+    /// Without --config: nginx burst (excess requests admitted; capacity = burst + 1;
+    /// default 0, as nginx and a [[policy]] without burst or capacity).
+    #[arg(long, conflicts_with = "config")]
+    burst: Option<u64>,
     /// Without --config: admitted excess requests pass at once (nginx nodelay).
     #[arg(long, conflicts_with_all = ["config", "delay"])]
     nodelay: bool,
@@ -105,17 +105,14 @@ fn flags_builder(args: &ProxyArgs) -> Result<RateLimiterBuilder> {
     };
     let rate: Rate = rate.parse().context("--rate")?;
     let kind: Kind = args.algorithm.parse().context("--algorithm")?;
-    if kind != Kind::LeakyQueue && (args.nodelay || args.delay.is_some()) {
-        bail!("--nodelay and --delay apply only to --algorithm leaky-queue");
-    }
-    let mut spec = Spec::new(kind, rate);
-    spec.capacity = Some(args.burst.checked_add(1).context("--burst is too large")?);
-    spec.delay = match (args.nodelay, args.delay) {
-        (true, _) => DelayMode::NoDelay,
-        (false, Some(n)) => DelayMode::After(n),
-        (false, None) => DelayMode::After(0),
+    let shape = RateShape {
+        burst: args.burst,
+        capacity: None,
+        nodelay: args.nodelay,
+        delay: args.delay,
     };
-    spec.build().context("invalid --rate/--burst/--delay")?;
+    let spec = rate_spec(kind, rate, shape)
+        .map_err(|e| anyhow!("invalid --rate/--burst/--nodelay/--delay/--algorithm: {e}"))?;
     let mut b = RateLimiter::builder()
         .admin_keys("proxy", args.admin_keys.unwrap_or_default())
         .rejection_log(floodgate_proxy::config::LogSection::default().rejection_log())

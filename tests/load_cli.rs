@@ -2,6 +2,9 @@
 
 use std::process::{Command, Output};
 
+mod common;
+use common::serve_axum;
+
 fn floodgate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_floodgate"))
         .args(args)
@@ -20,29 +23,15 @@ fn fails_with(args: &[&str], needle: &str) {
 
 /// A server answering 200 to every request, on a free loopback port, in its own thread.
 fn server() -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    listener.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            let app = axum::Router::new().route(
-                "/",
-                axum::routing::post(|body: String| async move {
-                    (
-                        [("ratelimit", "\"d\";r=1;t=1")],
-                        format!("got {}", body.len()),
-                    )
-                }),
-            );
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    addr
+    serve_axum(axum::Router::new().route(
+        "/",
+        axum::routing::post(|body: String| async move {
+            (
+                [("ratelimit", "\"d\";r=1;t=1")],
+                format!("got {}", body.len()),
+            )
+        }),
+    ))
 }
 
 #[test]

@@ -117,6 +117,60 @@ async fn binary_proxies_limits_and_stops_on_sigterm() {
     assert!(status.success(), "{status:?}");
 }
 
+/// The capacity `floodgate proxy --check-config` reports for its one policy.
+fn checked_capacity(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(["proxy", "--check-config"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, rest) = stdout
+        .split_once(" capacity ")
+        .unwrap_or_else(|| panic!("{args:?}: no capacity in {stdout:?}"));
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_bare_rate_admits_the_same_from_flags_and_from_a_file() {
+    let dir = std::env::temp_dir().join(format!("floodgate-cap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("p.toml");
+    for algorithm in ["leaky-queue", "leaky-meter", "token-bucket", "gcra"] {
+        for (burst, want) in [(None, "1"), (Some("20"), "21")] {
+            let mut flags = vec![
+                "--upstream",
+                "http://127.0.0.1:9",
+                "--rate",
+                "10/s",
+                "--algorithm",
+                algorithm,
+            ];
+            let mut toml = format!(
+                "upstream = \"http://127.0.0.1:9\"\n[[policy]]\nname = \"default\"\nalgorithm = \"{algorithm}\"\nrate = \"10/s\"\n"
+            );
+            if let Some(b) = burst {
+                flags.extend(["--burst", b]);
+                toml.push_str(&format!("burst = {b}\n"));
+            }
+            std::fs::write(&file, &toml).unwrap();
+            let from_flags = checked_capacity(&flags);
+            let from_file = checked_capacity(&["--config", file.to_str().unwrap()]);
+            assert_eq!(from_flags, want, "{algorithm} burst {burst:?} from flags");
+            assert_eq!(from_file, want, "{algorithm} burst {burst:?} from a file");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn check_config_reports_file_line_and_field() {
     let dir = std::env::temp_dir().join(format!("floodgate-cfg-{}", std::process::id()));
@@ -253,7 +307,7 @@ async fn two_proxy_processes_sharing_redis_admit_the_limit_once() {
             "upstream = \"http://{upstream}\"\nstore = \"redis://127.0.0.1:6379/\"\n\
              [redis]\nprefix = \"{prefix}\"\ntimeout = \"500ms\"\n\
              [deny]\nstore_error = \"deny\"\n\
-             [[policy]]\nname = \"shared\"\nalgorithm = \"gcra\"\nrate = \"5/10s\"\nkey = \"global\"\n"
+             [[policy]]\nname = \"shared\"\nalgorithm = \"gcra\"\nrate = \"5/10s\"\ncapacity = 5\nkey = \"global\"\n"
         ),
     )
     .unwrap();
@@ -318,7 +372,7 @@ async fn the_proxy_starts_while_redis_is_down_and_uses_it_once_it_answers() {
             "upstream = \"http://{upstream}\"\n\
              [store]\ntype = \"redis\"\n\
              [store.redis]\nurl = \"redis://127.0.0.1:{redis_port}/\"\nconnect_timeout = \"200ms\"\nbreaker_open_for = \"100ms\"\nfault_policy = \"fail-open\"\n\
-             [[policy]]\nname = \"late\"\nalgorithm = \"gcra\"\nrate = \"2/m\"\nkey = \"global\"\n"
+             [[policy]]\nname = \"late\"\nalgorithm = \"gcra\"\nrate = \"2/m\"\ncapacity = 2\nkey = \"global\"\n"
         ),
     )
     .unwrap();

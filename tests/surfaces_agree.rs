@@ -1,7 +1,8 @@
 //! `floodgate proxy` and `floodgate server`, as real processes on loopback, decide through
 //! one engine: with the same policy and the same traffic they write the same `RateLimit`,
 //! `RateLimit-Policy` and `Retry-After` fields on every response, and export the same
-//! metric names with the same label sets (docs/metrics.md) and the same decision counts.
+//! metric names with the same label sets (docs/metrics.md) and the same decision counts,
+//! in the format the scraper's `Accept` asks for.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
@@ -63,11 +64,46 @@ async fn send(c: &HttpClient, req: hyper::Request<Full<Bytes>>) -> (Fields, Byte
     (fields, r.into_body().collect().await.unwrap().to_bytes())
 }
 
+/// `/metrics` at `url` as a scraper with no `Accept` gets it: the Prometheus text 0.0.4,
+/// checked by Prometheus' own `promtool check metrics`.
 async fn metrics(c: &HttpClient, url: String) -> String {
     let r = c.get(url.parse().unwrap()).await.unwrap();
     assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8",
+        "{url}"
+    );
     let body = r.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8(body.to_vec()).unwrap()
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed");
+    std::io::Write::write_all(&mut promtool.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{url}: promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// `/metrics` at `url` asked for OpenMetrics: its `Content-Type` and body.
+async fn openmetrics(c: &HttpClient, url: String) -> (String, String) {
+    let req = hyper::Request::get(url)
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let r = c.request(req).await.unwrap();
+    let ctype = r.headers()["content-type"].to_str().unwrap().to_string();
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    (ctype, String::from_utf8(body.to_vec()).unwrap())
 }
 
 /// Metric name to the label-key sets of its series.
@@ -122,6 +158,7 @@ retry_after_jitter = "0s"
 name = "api"
 algorithm = "gcra"
 rate = "4/min"
+capacity = 4
 key = "header:x-user"
 "#
         ),
@@ -216,6 +253,14 @@ descriptors:
 
     let (p_names, p_values) = series(&metrics(&c, format!("http://{admin}/metrics")).await);
     let (s_names, s_values) = series(&metrics(&c, format!("http://{http}/metrics")).await);
+    for at in [admin, http] {
+        let (ctype, body) = openmetrics(&c, format!("http://{at}/metrics")).await;
+        assert_eq!(
+            ctype, "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "{at}"
+        );
+        assert!(body.ends_with("# EOF\n"), "{at}: {body}");
+    }
     let shared: Vec<&String> = p_names
         .keys()
         .filter(|n| s_names.contains_key(*n))

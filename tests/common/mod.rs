@@ -186,3 +186,22 @@ pub fn start_redis(port: u16) -> Proc {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `app` served on a free loopback port from a thread of its own (a current-thread
+/// runtime), for as long as the test runs: its address.
+pub fn serve_axum(app: axum::Router) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    addr
+}

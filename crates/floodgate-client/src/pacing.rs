@@ -107,6 +107,12 @@ fn stretch(ns: u64, f: f64) -> u64 {
     ns.saturating_add((ns as f64 * f).ceil() as u64)
 }
 
+/// Whether two spacings differ by more than an eighth of the longer: a plan booked at
+/// one is stale under the other (closer ones are the ordinary drift of `t / r`).
+fn far_apart(a: u64, b: u64) -> bool {
+    a.abs_diff(b) > a.max(b) / 8
+}
+
 /// The settings in the units the schedule works in.
 #[derive(Debug, Clone, Copy)]
 struct Tuning {
@@ -160,6 +166,9 @@ struct Slot {
     went: Option<Nanos>,
     /// Held by an `r = 0` until a reset: the next advice with `r > 0` rebooks.
     held: bool,
+    /// The spacing the latest send was booked at ([`Pacer::reserve`]): an answer that
+    /// gives one far from it (more than an eighth) makes the plan again.
+    booked_at: u64,
 }
 
 impl Slot {
@@ -178,6 +187,7 @@ impl Slot {
             since_429: u64::MAX,
             went: None,
             held: false,
+            booked_at: 0,
         }
     }
 
@@ -232,6 +242,11 @@ impl Slot {
 struct HostState {
     blocked_until: Nanos,
     slots: Vec<Slot>,
+    /// Bumped each time a fresh answer re-plans the host's sends ([`Pacer::plan`]).
+    plan: u64,
+    /// When the latest send actually went out ([`Pacer::confirm`]): what a re-plan
+    /// spaces the next send after, instead of sends booked on the plan it replaces.
+    departed: Option<Nanos>,
 }
 
 impl HostState {
@@ -317,6 +332,8 @@ impl Pacer {
         let Some(state) = self.host_mut(host, now) else {
             return;
         };
+        let departed = state.departed;
+        let mut replanned = false;
         for r in advice.iter().take(cfg.max_policies) {
             let Some(reset) = r.reset else { continue };
             // a concurrency cap is not a rate: not paced (inflight_cap holds it)
@@ -361,19 +378,40 @@ impl Pacer {
                     0
                 };
                 let at = Nanos(now.0.saturating_add(t).saturating_add(extra));
+                replanned |= at > slot.next;
                 slot.next = slot.next.max(at);
                 slot.spread = 0;
                 slot.held = true;
             } else {
                 slot.spread = t.div_ceil(r.remaining).min(tu.max_wait);
-                // the sends already booked stand; on a new spacing (or after a hold from an
-                // earlier r = 0) the next one goes that spacing after the last of them
-                if slot.held || slot.interval(now, &tu) != before {
+                // on a new spacing (or after a hold from an earlier r = 0) the plan is
+                // made again from this answer: the next send goes that spacing after the
+                // latest one that went out, and sends booked on the old plan but not yet
+                // gone are booked again ([`Pacer::plan`]); without a send known to have
+                // gone, after the last one booked
+                let spacing = slot.interval(now, &tu);
+                let stale = far_apart(spacing, slot.booked_at);
+                if slot.held || spacing != before || stale {
+                    if stale && departed.is_some() {
+                        slot.last = departed;
+                        replanned = true;
+                    }
                     slot.rebook(now, &tu, false);
                 }
                 slot.held = false;
             }
         }
+        if replanned {
+            state.plan = state.plan.wrapping_add(1);
+        }
+    }
+
+    /// The plan `host`'s sends are booked on: it changes each time a fresh answer makes
+    /// the plan again (a new spacing, a hold lifted or imposed). A caller waiting on a
+    /// send booked under an older plan books it again ([`Pacer::reserve`]), so a plan
+    /// made from a stale answer does not hold sends the server would now take.
+    pub fn plan(&self, host: &str) -> u64 {
+        self.hosts.get(host).map_or(0, |h| h.plan)
     }
 
     /// A send to `host` booked for `sent` (`None`: not known) was answered 429 at `now`.
@@ -432,6 +470,7 @@ impl Pacer {
         for s in state.slots.iter_mut().filter(|s| s.strict) {
             s.went = Some(at);
         }
+        state.departed = Some(at);
         at.saturating_since(now)
     }
 
@@ -459,7 +498,8 @@ impl Pacer {
         let at = at.min(Nanos(now.0.saturating_add(tu.max_wait)));
         for s in &mut state.slots {
             s.last = Some(at);
-            s.next = Nanos(at.0.saturating_add(s.interval(now, &tu)));
+            s.booked_at = s.interval(now, &tu);
+            s.next = Nanos(at.0.saturating_add(s.booked_at));
             s.since_429 = s.since_429.saturating_add(1);
         }
         at.saturating_since(now)
@@ -589,6 +629,37 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         p.observe("h", &[rem("default", 3, 1)], now, &mut rng);
         assert_eq!(p.reserve("h", now), Duration::from_nanos(333_333_334));
+    }
+
+    #[test]
+    fn a_fresh_answer_replans_the_sends_booked_on_a_stale_one() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut p = Pacer::new(PacerConfig::default());
+        let pol = [policy(10, 1, Some(10))];
+        let now = Nanos::from_secs(100);
+        // a stale answer: 1 left over 3 s (a key another client had emptied)
+        p.observe_with_policies("h", &[rem("default", 1, 3)], &pol, now, &mut rng);
+        let plan = p.plan("h");
+        let stale: Vec<_> = (0..3).map(|_| p.reserve("h", now)).collect();
+        assert_eq!(stale, [3, 6, 9].map(Duration::from_secs).to_vec());
+        // the first of them goes out 3 s on; its answer: the key has refilled
+        let went = Nanos::from_secs(103);
+        assert_eq!(p.confirm("h", went), Duration::ZERO);
+        let fresh = Nanos::from_secs(103).saturating_add(Duration::from_millis(20));
+        p.observe_with_policies("h", &[rem("default", 10, 1)], &pol, fresh, &mut rng);
+        assert_ne!(p.plan("h"), plan, "the plan is made again");
+        // the sends still waiting book again: at the policy's 10/s from the one that went
+        // (100 ms after it, then 100 ms apart), not 6 s and 9 s on
+        let again: Vec<_> = (0..3).map(|_| p.reserve("h", fresh)).collect();
+        assert_eq!(again, [80, 180, 280].map(Duration::from_millis).to_vec());
+        // an answer that changes nothing keeps the plan
+        let plan = p.plan("h");
+        p.observe_with_policies("h", &[rem("default", 10, 1)], &pol, fresh, &mut rng);
+        assert_eq!(p.plan("h"), plan);
+        // an r = 0 holds the sends booked on the plan before it: a new plan
+        p.observe_with_policies("h", &[rem("default", 0, 2)], &pol, fresh, &mut rng);
+        assert_ne!(p.plan("h"), plan);
+        assert!(p.reserve("h", fresh) >= Duration::from_secs(2));
     }
 
     fn policy(q: u64, w: u64, capacity: Option<u64>) -> Policy {

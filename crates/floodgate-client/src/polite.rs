@@ -249,6 +249,8 @@ pub struct Polite {
     counters: Arc<Counters>,
     first_contacts: FirstContacts,
     caps: HostCaps,
+    /// Woken when an answer re-plans a host's sends ([`Pacer::plan`]).
+    replans: Arc<Notify>,
 }
 
 impl std::fmt::Debug for Polite {
@@ -310,6 +312,7 @@ impl Polite {
             counters: Arc::default(),
             first_contacts: Arc::default(),
             caps: HostCaps::default(),
+            replans: Arc::default(),
         })
     }
 
@@ -358,20 +361,66 @@ impl Polite {
     /// Book the next send to `host` and return how long to wait before it (zero when
     /// pacing is off or there is no advice). Call before every attempt.
     pub fn pace(&self, host: &str) -> Duration {
-        self.book(host).0
+        self.counters.attempts.fetch_add(1, Ordering::Relaxed);
+        let (w, _, _) = self.book(host);
+        self.counters.paced_nanos.fetch_add(
+            floodgate_core::time::duration_to_nanos(w),
+            Ordering::Relaxed,
+        );
+        w
     }
 
-    /// [`Polite::pace`], also returning the instant booked (`None` when not pacing).
-    fn book(&self, host: &str) -> (Duration, Option<Nanos>) {
-        self.counters.attempts.fetch_add(1, Ordering::Relaxed);
+    /// Book the next send to `host`: the wait, the instant booked (`None` when not
+    /// pacing) and the plan it was booked on ([`Pacer::plan`]).
+    fn book(&self, host: &str) -> (Duration, Option<Nanos>, u64) {
         if !self.cfg.pacing {
-            return (Duration::ZERO, None);
+            return (Duration::ZERO, None, 0);
         }
         let now = self.clock.now();
-        let w = self.pacer.lock().reserve(host, now);
-        let wait = floodgate_core::time::duration_to_nanos(w);
-        self.counters.paced_nanos.fetch_add(wait, Ordering::Relaxed);
-        (w, Some(now.saturating_add(w)))
+        let mut pacer = self.pacer.lock();
+        let w = pacer.reserve(host, now);
+        (w, Some(now.saturating_add(w)), pacer.plan(host))
+    }
+
+    /// Wait `wait` for a send booked on `plan`: `true` when the wait ran out, `false`
+    /// as soon as a fresh answer has re-planned `host` (the send is to be booked again).
+    async fn wait_on_plan(&self, host: &str, wait: Duration, plan: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let replanned = self.replans.notified();
+            tokio::pin!(replanned);
+            replanned.as_mut().enable();
+            if self.pacer.lock().plan(host) != plan {
+                return false;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return true,
+                _ = replanned => {}
+            }
+        }
+    }
+
+    /// Book a send to `host` and wait for it; booked again each time a fresh answer
+    /// re-plans the host while it waits. The instant it was last booked for.
+    async fn paced(&self, host: &str) -> Option<Nanos> {
+        loop {
+            let (wait, booked, plan) = self.book(host);
+            let started = tokio::time::Instant::now();
+            let done = wait.is_zero() || self.wait_on_plan(host, wait, plan).await;
+            // the wait booked, or as much of it as passed before the plan changed
+            let waited = if done {
+                wait
+            } else {
+                started.elapsed().min(wait)
+            };
+            self.counters.paced_nanos.fetch_add(
+                floodgate_core::time::duration_to_nanos(waited),
+                Ordering::Relaxed,
+            );
+            if done {
+                return booked;
+            }
+        }
     }
 
     fn wall_now(&self) -> SystemTime {
@@ -434,6 +483,7 @@ impl Polite {
                     pacer.throttled(host, booked, now);
                 }
                 let mut rng = self.rng.lock();
+                let plan = pacer.plan(host);
                 pacer.observe_with_policies(
                     host,
                     &advice.remaining,
@@ -441,6 +491,10 @@ impl Polite {
                     now,
                     &mut *rng,
                 );
+                if pacer.plan(host) != plan {
+                    // the sends waiting on the old plan book again on this one
+                    self.replans.notify_waiters();
+                }
             }
             if let Some(ra) = retry_after.filter(|_| !miss) {
                 // Retry-After takes precedence and holds every request to this host.
@@ -464,10 +518,8 @@ impl Polite {
     /// adaptive-concurrency permit (when configured). Pair with [`Polite::after_send`].
     pub async fn before_send(&self, host: &str) -> Sending {
         let probe = self.first_contact(host).await;
-        let (wait, booked) = self.book(host);
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
+        self.counters.attempts.fetch_add(1, Ordering::Relaxed);
+        let booked = self.paced(host).await;
         if self.cfg.pacing {
             // a policy with no tolerance: not too close after a send that left late
             let extra = self.pacer.lock().confirm(host, self.clock.now());

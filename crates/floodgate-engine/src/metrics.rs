@@ -30,6 +30,8 @@
 //! | `floodgate_config_reloads_total` | counter | proxy: `result` = ok, error: configuration reloads (SIGHUP, file watch) |
 //! | `floodgate_access_log_dropped_total` | counter | proxy: access log lines dropped because the writer's queue was full (a slow disk) |
 
+pub mod exposition;
+pub use exposition::Exposition;
 pub mod striped;
 pub mod upstream;
 
@@ -705,12 +707,14 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition.
+    /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
+        self.encode_as(Exposition::OpenMetrics)
+    }
+
+    /// The text exposition in `format` (the one a scraper's `Accept` asks for:
+    /// [`Exposition::negotiate`]).
+    pub fn encode_as(&self, format: Exposition) -> String {
+        format.encode(&self.registry)
     }
 }

@@ -186,8 +186,15 @@ impl RateLimiter {
         &self.inner.metrics
     }
 
-    /// The Prometheus text exposition, with the store's key gauges refreshed.
+    /// The OpenMetrics text exposition, with the store's key gauges refreshed.
     pub fn render_metrics(&self) -> String {
+        self.render_metrics_as(floodgate_engine::metrics::Exposition::OpenMetrics)
+    }
+
+    /// The text exposition in `format` (the one a scraper's `Accept` asks for:
+    /// [`Exposition::negotiate`](floodgate_engine::metrics::Exposition::negotiate)),
+    /// with the store's key gauges refreshed.
+    pub fn render_metrics_as(&self, format: floodgate_engine::metrics::Exposition) -> String {
         self.inner.metrics.update_store(&self.inner.store.stats());
         self.inner
             .metrics
@@ -195,7 +202,7 @@ impl RateLimiter {
         self.inner
             .metrics
             .update_store_events(&self.inner.store.events());
-        self.inner.metrics.encode()
+        self.inner.metrics.encode_as(format)
     }
 
     /// Whether the decision store answers ([`DecisionStore::reachable`]): false while
@@ -635,6 +642,7 @@ impl RateLimiter {
                 });
                 let rendered: SmallVec<[(&PolicyInfo, Decision); 2]> = held
                     .iter()
+                    .filter(|(i, _, _)| inner.policies[*i].advertised())
                     .map(|(i, d, _)| (&inner.infos[*i], *d))
                     .chain(std::iter::once((&inner.infos[*idx], decision)))
                     .collect();
@@ -811,7 +819,7 @@ impl RateLimiter {
             }
         };
         let (enforced, shadow) = decided.decisions.split_at(plan.enforced.len());
-        // every policy's decision, enforced first, for the headers
+        // every advertised policy's decision, enforced first, for the headers
         let mut items: SmallVec<[(&PolicyInfo, Decision); 2]> = SmallVec::new();
         for ((idx, key, cost), d) in plan.enforced.iter().zip(enforced) {
             let outcome = if !d.allowed {
@@ -831,7 +839,9 @@ impl RateLimiter {
             items.push((&inner.infos[*idx], *d));
         }
         for (idx, d) in leased {
-            items.push((&inner.infos[*idx], *d));
+            if inner.policies[*idx].advertised() {
+                items.push((&inner.infos[*idx], *d));
+            }
         }
         for ((idx, key, cost), d) in plan.shadow.iter().zip(shadow) {
             let outcome = if !d.allowed {
@@ -845,7 +855,9 @@ impl RateLimiter {
                 DecisionOutcome::Passed
             };
             self.record(*idx, key, outcome, *cost);
-            items.push((&inner.infos[*idx], *d));
+            if inner.policies[*idx].advertised() {
+                items.push((&inner.infos[*idx], *d));
+            }
         }
         let mut headers = headers::render(&items, &inner.headers);
         if enforced.is_empty() {

@@ -23,9 +23,14 @@ pub struct Policy {
     pub spec: Spec,
     /// What the policy counts by.
     pub key: KeySource,
-    /// Dry-run (shadow): decisions are computed, counted, logged and shown in headers,
-    /// but never reject or delay a request.
+    /// Dry-run (shadow): decisions are computed, counted and logged, but never reject or
+    /// delay a request, and are left out of the response's rate-limit headers unless
+    /// `advertise` is set.
     pub dry_run: bool,
+    /// A dry-run policy shows in `RateLimit`, `RateLimit-Policy` and the legacy
+    /// `X-RateLimit-*` trio (default false: a client is not slowed by a limit that is
+    /// not enforced). An enforced policy is always shown.
+    pub advertise: bool,
     /// Set for a `max_in_flight` policy: at most `N` requests of one key in flight, held
     /// as leases ([`floodgate_engine::inflight`]); `spec` is then unused.
     pub in_flight: Option<InFlightSpec>,
@@ -39,6 +44,7 @@ impl Policy {
             spec,
             key: KeySource::ip(),
             dry_run: false,
+            advertise: false,
             in_flight: None,
         }
     }
@@ -72,6 +78,19 @@ impl Policy {
     pub fn dry_run(mut self, on: bool) -> Policy {
         self.dry_run = on;
         self
+    }
+
+    /// Show this policy's decisions in the response's rate-limit headers even while it
+    /// is dry-run (an enforced policy always shows).
+    pub fn advertise(mut self, on: bool) -> Policy {
+        self.advertise = on;
+        self
+    }
+
+    /// Whether the response's rate-limit headers show this policy: enforced, or dry-run
+    /// with `advertise`.
+    pub fn advertised(&self) -> bool {
+        !self.dry_run || self.advertise
     }
 
     /// Check the name and build the algorithm.

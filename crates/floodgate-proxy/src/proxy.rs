@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate_engine::admin::{AdminRequest, AllowedHosts, misdirected, security_headers};
-use floodgate_engine::metrics::Metrics;
+use floodgate_engine::metrics::{Exposition, Metrics};
 use floodgate_http::limiter::RateLimiter;
 use floodgate_net::{ConnCaps, ConnSlot};
 use http::header::{CONTENT_TYPE, HOST};
@@ -482,10 +482,11 @@ async fn admin<B>(
     let (status, ctype, body) = match path {
         "/metrics" => {
             upstreams.refresh_gauges();
+            let format = Exposition::negotiate(req.headers());
             (
                 StatusCode::OK,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                limiter.render_metrics(),
+                format.content_type(),
+                limiter.render_metrics_as(format),
             )
         }
         // serving either way: while the store does not answer, the fault policy decides

@@ -244,6 +244,7 @@ rate = "3/min"
 name = "global"
 algorithm = "gcra"
 rate = "100/min"
+capacity = 100
 key = "global"
 "#,
     );
@@ -314,6 +315,7 @@ async fn multi_policy_all_or_nothing_and_route_costs() {
 name = "per-key"
 algorithm = "gcra"
 rate = "100/min"
+capacity = 100
 key = "header:x-api-key"
 [[policy]]
 name = "global"
@@ -364,21 +366,88 @@ policies = ["per-key", "global"]
     );
 }
 
+const RATE_HEADERS: [&str; 5] = [
+    "ratelimit",
+    "ratelimit-policy",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+];
+
 #[tokio::test(start_paused = true)]
-async fn dry_run_never_rejects_but_shows_headers() {
+async fn dry_run_never_rejects_and_is_not_advertised() {
     let l = limiter(
-        "[[policy]]\nname = \"shadow\"\nalgorithm = \"gcra\"\nrate = \"2/min\"\ndry_run = true\n",
+        "[headers]\nlegacy = \"delta\"\n[[policy]]\nname = \"shadow\"\nalgorithm = \"gcra\"\nrate = \"2/min\"\nburst = 1\ndry_run = true\n",
     );
     let arr = Arrivals::default();
     let out = burst(&l, &arr, 10, |_| req("192.0.2.1", "/", &[])).await;
     assert!(out.iter().all(|o| o.status == 200));
     assert_eq!(arr.lock().unwrap().len(), 10);
-    // both units taken at once: nothing before the next comes back, in 30 s
-    assert_eq!(out[9].headers["ratelimit"], r#""shadow";r=0;t=30"#);
+    // a polite client sees no limit to slow down for
+    for o in &out {
+        for h in RATE_HEADERS {
+            assert!(!o.headers.contains_key(h), "{h}: {:?}", o.headers);
+        }
+    }
     let m = l.render_metrics();
     assert!(
         m.contains(r#"floodgate_decisions_total{policy="shadow",outcome="rejected_dry_run"} 8"#),
         "{m}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn dry_run_with_advertise_shows_headers_beside_the_enforced_ones() {
+    let l = limiter(
+        r#"
+[headers]
+legacy = "delta"
+[[policy]]
+name = "shadow"
+algorithm = "gcra"
+rate = "2/min"
+burst = 1
+dry_run = true
+advertise = true
+[[policy]]
+name = "quiet"
+algorithm = "gcra"
+rate = "1/min"
+dry_run = true
+[[policy]]
+name = "enforced"
+algorithm = "gcra"
+rate = "100/min"
+burst = 99
+"#,
+    );
+    let arr = Arrivals::default();
+    let out = burst(&l, &arr, 10, |_| req("192.0.2.1", "/", &[])).await;
+    assert!(out.iter().all(|o| o.status == 200));
+    // both units taken at once: nothing before the next comes back, in 30 s; the
+    // dry-run policy without advertise is left out
+    assert_eq!(
+        out[9].headers["ratelimit"],
+        r#""enforced";r=91;t=60, "shadow";r=0;t=30"#
+    );
+    let policy = out[9].headers["ratelimit-policy"].to_str().unwrap();
+    assert!(!policy.contains("quiet"), "{policy}");
+    // the legacy trio is the most restrictive advertised policy's
+    assert_eq!(out[9].headers["x-ratelimit-remaining"], "0");
+    assert_eq!(out[9].headers["x-ratelimit-limit"], "2");
+}
+
+#[test]
+fn advertise_applies_to_a_dry_run_policy() {
+    let e = Config::parse(
+        "[[policy]]\nname = \"p\"\nrate = \"1/s\"\nadvertise = true\n",
+        Path::new("f.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("f.toml:1:1: ") && e.contains("advertise applies to a dry_run policy"),
+        "{e}"
     );
 }
 

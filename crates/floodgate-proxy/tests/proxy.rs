@@ -90,6 +90,28 @@ async fn nginx_nodelay_over_loopback_and_metrics() {
     );
     assert!(text.contains("floodgate_proxy_request_duration_seconds_bucket"));
     assert!(text.contains("floodgate_decision_duration_seconds_count"));
+    // without Accept: the Prometheus text 0.0.4 (tests/surfaces_agree.rs runs promtool on it)
+    assert_eq!(
+        m.headers["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    assert!(!text.contains("# EOF"), "{text}");
+    // a scraper asking for OpenMetrics gets it
+    let om = get(
+        &c,
+        p.admin,
+        "/metrics",
+        &[(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+        )],
+    )
+    .await;
+    assert_eq!(
+        om.headers["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(String::from_utf8_lossy(&om.body).ends_with("# EOF\n"));
     assert_eq!(get(&c, p.admin, "/healthz", &[]).await.body, "ok\n");
 }
 
@@ -361,7 +383,7 @@ async fn redis_store_all_or_nothing_and_fault_outcome() {
     let cfg = format!(
         "store = \"redis://127.0.0.1:6379/\"\n[redis]\nprefix = \"{prefix}\"\ntimeout = \"500ms\"\n\
          [headers]\nlegacy = \"delta\"\n\
-         [[policy]]\nname = \"per-key\"\nalgorithm = \"gcra\"\nrate = \"100/10s\"\nkey = \"header:x-api-key\"\n\
+         [[policy]]\nname = \"per-key\"\nalgorithm = \"gcra\"\nrate = \"100/10s\"\ncapacity = 100\nkey = \"header:x-api-key\"\n\
          [[policy]]\nname = \"global\"\nalgorithm = \"sliding-log\"\nrate = \"3/10s\"\nkey = \"global\"\n\
          [[route]]\nprefix = \"/only-key\"\npolicies = [\"per-key\"]\n\
          [[route]]\nprefix = \"/\"\npolicies = [\"per-key\", \"global\"]\n"

@@ -104,7 +104,7 @@ impl Upstream {
 fn config(extra: &str) -> String {
     format!(
         "admin_keys = \"plain\"\n\
-         [[policy]]\nname = \"api\"\nalgorithm = \"token-bucket\"\nrate = \"{BUDGET}/1000h\"\n\
+         [[policy]]\nname = \"api\"\nalgorithm = \"token-bucket\"\nrate = \"{BUDGET}/1000h\"\ncapacity = {BUDGET}\n\
          key = \"header:x-api-key\"\n\
          [[route]]\nprefix = \"/trailer\"\npolicies = [\"api\"]\nestimate = 1\n\
          cost_trailer = \"x-cost\"\n{extra}\n\

@@ -36,11 +36,11 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use floodgate_engine::admin::{AdminRequest, AllowedHosts, misdirected};
-use floodgate_engine::metrics::RequestOutcome;
+use floodgate_engine::metrics::{Exposition, RequestOutcome};
 use serde_json::{Value, json};
 
 use crate::descriptors::{CheckError, DescriptorIn, Engine, Entry, Generation, Matched, Outcome};
@@ -247,13 +247,11 @@ async fn healthz(State(s): State<Arc<HttpState>>) -> Response {
         .into_response()
 }
 
-async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
+async fn metrics(State(s): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
+    let format = Exposition::negotiate(&headers);
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.engine.metrics().render(),
+        [(header::CONTENT_TYPE, format.content_type())],
+        s.engine.metrics().render_as(format),
     )
         .into_response()
 }

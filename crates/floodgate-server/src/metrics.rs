@@ -34,8 +34,8 @@ use std::time::Duration;
 
 use floodgate_engine::insight::{Insight, KeyDisplay};
 use floodgate_engine::metrics::{
-    DecisionLabels, DecisionOutcome, EventLabels, KindLabels, OutcomeLabels, PolicyLabels,
-    RequestOutcome, STORE_ERROR_KINDS, names,
+    DecisionLabels, DecisionOutcome, EventLabels, Exposition, KindLabels, OutcomeLabels,
+    PolicyLabels, RequestOutcome, STORE_ERROR_KINDS, names,
 };
 use floodgate_engine::{DecisionStore, StoreError};
 use floodgate_redis::RedisStore;
@@ -445,10 +445,13 @@ impl Metrics {
 
     /// The OpenMetrics text.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        self.render_as(Exposition::OpenMetrics)
+    }
+
+    /// The text exposition in `format` (the one a scraper's `Accept` asks for:
+    /// [`Exposition::negotiate`]).
+    pub fn render_as(&self, format: Exposition) -> String {
+        format.encode(&self.registry)
     }
 }
 

@@ -192,11 +192,11 @@ async fn metrics_and_health() {
     }
     let r = http(addr, "GET", "/metrics", b"").await;
     assert_eq!(r.status, 200);
-    assert!(
-        r.header("content-type")
-            .unwrap()
-            .starts_with("application/openmetrics-text")
+    assert_eq!(
+        r.header("content-type").unwrap(),
+        "text/plain; version=0.0.4; charset=utf-8"
     );
+    assert!(!r.body.contains("# EOF"));
     let m = r.body;
     for line in [
         "floodgate_descriptor_decisions_total{domain=\"edge\",descriptor=\"user\",outcome=\"passed\"} 2",

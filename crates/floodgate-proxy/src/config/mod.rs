@@ -652,7 +652,8 @@ impl Config {
             b = b.policy(
                 policy
                     .key(p.key.clone().map_or_else(KeySource::ip, |k| k.0))
-                    .dry_run(p.dry_run),
+                    .dry_run(p.dry_run)
+                    .advertise(p.advertise),
             );
         }
         if let Some(f) = fleet {

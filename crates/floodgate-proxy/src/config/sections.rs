@@ -170,9 +170,12 @@ pub struct PolicySection {
     pub delay: Option<u64>,
     /// What to count by (default ip).
     pub key: Option<KeySpec>,
-    /// Shadow mode.
+    /// Shadow mode: decided, counted and logged, never enforced.
     #[serde(default)]
     pub dry_run: bool,
+    /// A dry-run policy shows in the response's rate-limit headers (default false).
+    #[serde(default)]
+    pub advertise: bool,
     /// At most this many requests of one key in flight at once (instead of a rate).
     pub max_in_flight: Option<u64>,
     /// max_in_flight: how long a lease lives unless its response ends first (default 30 s).
@@ -295,6 +298,12 @@ fn default_prefix() -> String {
 impl PolicySection {
     /// The policy this table defines, validated (its key and dry-run flag not yet set).
     pub(super) fn policy(&self) -> Result<Policy, String> {
+        if self.advertise && !self.dry_run {
+            return Err(
+                "advertise applies to a dry_run policy (an enforced policy is always advertised)"
+                    .into(),
+            );
+        }
         let Some(n) = self.max_in_flight else {
             if self.lease_ttl.is_some() || self.queue.is_some() || self.queue_timeout.is_some() {
                 return Err(
@@ -331,36 +340,68 @@ impl PolicySection {
         let rate = self
             .rate
             .ok_or("rate is required (COUNT/PERIOD such as \"10/s\"), or max_in_flight")?;
-        let mut spec = Spec::new(self.algorithm, rate);
-        spec.capacity = match (self.burst, self.capacity) {
-            (Some(_), Some(_)) => {
-                return Err("set burst or capacity, not both (capacity = burst + 1)".into());
-            }
-            (Some(b), None) => Some(
-                b.checked_add(1)
-                    .ok_or_else(|| format!("burst {b} is too large"))?,
-            ),
-            (None, c) => c,
-        };
-        if spec.capacity == Some(0) {
-            return Err("capacity must be at least 1".into());
-        }
-        let queue = self.algorithm == Kind::LeakyQueue;
-        spec.delay = match (self.nodelay, self.delay) {
-            (true, Some(_)) => return Err("set nodelay or delay, not both".into()),
-            _ if !queue && (self.nodelay || self.delay.is_some()) => {
-                return Err(format!(
-                    "nodelay and delay apply only to algorithm = \"leaky-queue\", not {:?}",
-                    self.algorithm.name()
-                ));
-            }
-            (true, None) => DelayMode::NoDelay,
-            (false, Some(n)) => DelayMode::After(n),
-            (false, None) => DelayMode::After(0),
-        };
-        spec.build().map_err(|e| e.to_string())?;
-        Ok(spec)
+        rate_spec(
+            self.algorithm,
+            rate,
+            RateShape {
+                burst: self.burst,
+                capacity: self.capacity,
+                nodelay: self.nodelay,
+                delay: self.delay,
+            },
+        )
     }
+}
+
+/// How much a rate policy admits at once, in nginx's words: a `[[policy]]` table's
+/// fields and `floodgate proxy`'s flags alike.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateShape {
+    /// nginx's `burst`: the excess admitted above one request (capacity - 1).
+    pub burst: Option<u64>,
+    /// Units admitted at once from rest (instead of `burst`).
+    pub capacity: Option<u64>,
+    /// leaky-queue: never delay.
+    pub nodelay: bool,
+    /// leaky-queue: delay only beyond this many excess requests.
+    pub delay: Option<u64>,
+}
+
+/// The capacity of a policy that sets neither `burst` nor `capacity`: nginx's `burst`
+/// 0, one unit at once. The same `10/s` admits the same from `--rate` as from a file.
+pub const DEFAULT_CAPACITY: u64 = 1;
+
+/// The validated spec of a rate policy: `kind` at `rate`, shaped by `shape` (capacity
+/// [`DEFAULT_CAPACITY`] unless `burst` or `capacity` says otherwise). The error names the
+/// field that is wrong.
+pub fn rate_spec(kind: Kind, rate: Rate, shape: RateShape) -> Result<Spec, String> {
+    let mut spec = Spec::new(kind, rate);
+    spec.capacity = Some(match (shape.burst, shape.capacity) {
+        (Some(_), Some(_)) => {
+            return Err("set burst or capacity, not both (capacity = burst + 1)".into());
+        }
+        (Some(b), None) => b
+            .checked_add(1)
+            .ok_or_else(|| format!("burst {b} is too large"))?,
+        (None, Some(0)) => return Err("capacity must be at least 1".into()),
+        (None, Some(c)) => c,
+        (None, None) => DEFAULT_CAPACITY,
+    });
+    let queue = kind == Kind::LeakyQueue;
+    spec.delay = match (shape.nodelay, shape.delay) {
+        (true, Some(_)) => return Err("set nodelay or delay, not both".into()),
+        _ if !queue && (shape.nodelay || shape.delay.is_some()) => {
+            return Err(format!(
+                "nodelay and delay apply only to algorithm = \"leaky-queue\", not {:?}",
+                kind.name()
+            ));
+        }
+        (true, None) => DelayMode::NoDelay,
+        (false, Some(n)) => DelayMode::After(n),
+        (false, None) => DelayMode::After(0),
+    };
+    spec.build().map_err(|e| e.to_string())?;
+    Ok(spec)
 }
 
 /// `[tls]`: TLS on the listener. One certificate (`cert_file` and `key_file`), or

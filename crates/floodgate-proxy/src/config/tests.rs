@@ -214,7 +214,9 @@ fn fleet_errors_are_clear_and_located() {
 #[test]
 fn fleet_local_enforces_the_share_and_sticky_names_owners() {
     let nodes = "nodes = [\"127.0.0.1:8081\", \"127.0.0.1:8082\", \"127.0.0.1:8083\"]\n";
-    let src = format!("{POLICY}[fleet]\nstrategy = \"local\"\n{nodes}self = \"127.0.0.1:8082\"\n");
+    let src = format!(
+        "{POLICY}capacity = 10\n[fleet]\nstrategy = \"local\"\n{nodes}self = \"127.0.0.1:8082\"\n"
+    );
     let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
     let l = cfg.limiter_builder().build().unwrap();
     // 10/s with capacity 10 over 3 nodes: ceil(10/3) = 4 at once, 10/3 per second
@@ -232,8 +234,8 @@ fn fleet_local_enforces_the_share_and_sticky_names_owners() {
     let l = cfg.limiter_builder().build().unwrap();
     assert_eq!(
         l.policies()[0].spec.capacity,
-        None,
-        "sticky keeps the full limit"
+        Some(1),
+        "sticky keeps the policy's own capacity"
     );
     let fleet = cfg.fleet().unwrap();
     let mut owners = std::collections::BTreeMap::new();
@@ -516,4 +518,87 @@ fn upstream_groups_read_with_their_defaults_and_bad_ones_are_placed() {
         let e = err(&format!("{src}{P}"));
         assert!(e.starts_with(at) && e.contains(says), "{src}: {e}");
     }
+}
+
+#[test]
+fn a_policy_without_burst_or_capacity_admits_one_at_once() {
+    use floodgate_core::Algorithm;
+    for algorithm in ["leaky-queue", "leaky-meter", "token-bucket", "gcra"] {
+        let src =
+            format!("[[policy]]\nname = \"p\"\nalgorithm = \"{algorithm}\"\nrate = \"10/s\"\n");
+        let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
+        let l = cfg.limiter_builder().build().unwrap();
+        assert_eq!(
+            l.policies()[0].spec.capacity,
+            Some(DEFAULT_CAPACITY),
+            "{algorithm}"
+        );
+        assert_eq!(l.policies()[0].algorithm.limit(), 1, "{algorithm}");
+    }
+    let rate: Rate = "10/s".parse().unwrap();
+    for (shape, want) in [
+        (RateShape::default(), Ok(1)),
+        (
+            RateShape {
+                burst: Some(20),
+                ..RateShape::default()
+            },
+            Ok(21),
+        ),
+        (
+            RateShape {
+                capacity: Some(7),
+                ..RateShape::default()
+            },
+            Ok(7),
+        ),
+        (
+            RateShape {
+                capacity: Some(0),
+                ..RateShape::default()
+            },
+            Err("capacity must be at least 1"),
+        ),
+        (
+            RateShape {
+                burst: Some(u64::MAX),
+                ..RateShape::default()
+            },
+            Err("is too large"),
+        ),
+        (
+            RateShape {
+                burst: Some(1),
+                capacity: Some(2),
+                ..RateShape::default()
+            },
+            Err("set burst or capacity, not both"),
+        ),
+        (
+            RateShape {
+                delay: Some(3),
+                ..RateShape::default()
+            },
+            Err("delay=3 is above burst=0"),
+        ),
+    ] {
+        match (rate_spec(Kind::LeakyQueue, rate, shape), want) {
+            (Ok(s), Ok(c)) => assert_eq!(s.capacity, Some(c), "{shape:?}"),
+            (Err(e), Err(w)) => assert!(e.contains(w), "{shape:?}: {e}"),
+            (got, want) => panic!("{shape:?}: {got:?}, want {want:?}"),
+        }
+    }
+    let e = rate_spec(
+        Kind::Gcra,
+        rate,
+        RateShape {
+            nodelay: true,
+            ..RateShape::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("apply only to algorithm = \"leaky-queue\""),
+        "{e}"
+    );
 }
