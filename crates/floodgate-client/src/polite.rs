@@ -680,7 +680,10 @@ mod tests {
     #[test]
     fn a_503_with_retry_after_backs_off_as_a_429_does() {
         let mut waits = Vec::new();
-        for status in [StatusCode::TOO_MANY_REQUESTS, StatusCode::SERVICE_UNAVAILABLE] {
+        for status in [
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ] {
             let (p, _) = engine(PoliteConfig::default());
             p.begin();
             let mut a = Attempt::first(&p, &Method::GET, &HeaderMap::new(), true);

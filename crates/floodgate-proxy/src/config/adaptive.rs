@@ -239,7 +239,12 @@ share = 0.0
             Path::new("f.toml"),
         )
         .unwrap();
-        let a = cfg.policies[0].get_ref().policy().unwrap().adaptive.unwrap();
+        let a = cfg.policies[0]
+            .get_ref()
+            .policy()
+            .unwrap()
+            .adaptive
+            .unwrap();
         assert_eq!(
             (a.spec.min_limit, a.spec.initial_limit, a.spec.max_limit),
             (DEFAULT_MIN_LIMIT, DEFAULT_INITIAL_LIMIT, DEFAULT_MAX_LIMIT)
@@ -252,7 +257,12 @@ share = 0.0
             Path::new("f.toml"),
         )
         .unwrap();
-        let a = cfg.policies[0].get_ref().policy().unwrap().adaptive.unwrap();
+        let a = cfg.policies[0]
+            .get_ref()
+            .policy()
+            .unwrap()
+            .adaptive
+            .unwrap();
         assert_eq!(a.spec.initial_limit, 50);
     }
 
@@ -264,15 +274,31 @@ share = 0.0
         let cases: &[(&str, usize, &str)] = &[
             ("adaptive = \"cubic\"\n", 1, "gradient2, vegas or aimd"),
             ("adaptive = \"aimd\"\nmin_limit = 0\n", 1, "min (0)"),
-            ("adaptive = \"aimd\"\nmin_limit = 30\nmax_limit = 10\n", 1, "min_limit"),
+            (
+                "adaptive = \"aimd\"\nmin_limit = 30\nmax_limit = 10\n",
+                1,
+                "min_limit",
+            ),
             ("adaptive = \"aimd\"\nmax_limit = 2000000\n", 1, "max_limit"),
             ("adaptive = \"aimd\"\nmin_limit = -1\n", 4, "min_limit"),
             ("adaptive = \"aimd\"\nlatency = \"tail\"\n", 1, "latency"),
             ("adaptive = \"aimd\"\ndrop_on = [\"4xx\"]\n", 1, "drop_on"),
-            ("adaptive = \"aimd\"\nqueue = 3\nqueue_timeout = \"0s\"\n", 1, "queue_timeout"),
+            (
+                "adaptive = \"aimd\"\nqueue = 3\nqueue_timeout = \"0s\"\n",
+                1,
+                "queue_timeout",
+            ),
             ("adaptive = \"aimd\"\nrate = \"10/s\"\n", 1, "remove rate"),
-            ("adaptive = \"aimd\"\nmax_in_flight = 3\n", 1, "max_in_flight"),
-            ("min_limit = 3\nrate = \"10/s\"\n", 1, "apply only with adaptive"),
+            (
+                "adaptive = \"aimd\"\nmax_in_flight = 3\n",
+                1,
+                "max_in_flight",
+            ),
+            (
+                "min_limit = 3\nrate = \"10/s\"\n",
+                1,
+                "apply only with adaptive",
+            ),
             (
                 "adaptive = \"aimd\"\n[[policy.class]]\nname = \"a\"\nshare = 1.5\n",
                 1,
