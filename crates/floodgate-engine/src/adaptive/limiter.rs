@@ -513,6 +513,14 @@ impl AdaptivePermit {
         self.shared.as_ref().map(|s| &s.spec)
     }
 
+    /// Start timing now (a request held before it is forwarded, by a leaky queue's
+    /// delay: the wait is not the backend's latency).
+    pub fn restart(&mut self) {
+        if let Some(shared) = &self.shared {
+            self.start = shared.clock.now();
+        }
+    }
+
     /// Set the outcome [`release_preset`](Self::release_preset) reports (a surface
     /// knows it from the response head and releases at the body's end).
     pub fn preset(&mut self, outcome: Outcome) {

@@ -325,3 +325,17 @@ fn drop_on_maps_statuses_to_outcomes() {
     let none = DropOn::parse::<&str>(&[]).unwrap();
     assert_eq!(none.outcome(Some(504)), Outcome::Success);
 }
+
+#[test]
+fn restart_times_from_now() {
+    let (l, clock) = limiter(AlgorithmKind::Aimd, 1, 5, 5);
+    let mut p = l.try_acquire(CRITICAL).unwrap();
+    let granted = p.start();
+    clock.advance(Duration::from_millis(100));
+    p.restart();
+    assert_eq!(
+        p.start(),
+        granted.saturating_add(Duration::from_millis(100))
+    );
+    p.release(Outcome::Success);
+}
