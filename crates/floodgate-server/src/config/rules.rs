@@ -71,6 +71,9 @@ pub struct Rules {
     pub caps: Caps,
     /// Unknown domains.
     pub unknown_domain: UnknownDomain,
+    /// Rules that select a request by the entries it holds, in any order and beside other
+    /// entries (Limitador's limits), by domain; their domains are in `domains` too.
+    pub selectors: BTreeMap<String, Vec<super::SelectorDef>>,
 }
 
 impl Rules {
@@ -299,6 +302,7 @@ pub(super) fn rules(file: FileConfig) -> Result<Rules, Invalid> {
         headers,
         caps,
         unknown_domain,
+        selectors: BTreeMap::new(),
     })
 }
 
@@ -441,7 +445,7 @@ fn in_flight(
         .map_err(|e| invalid(at, format!("max_in_flight/lease_ttl: {e}")))
 }
 
-fn limit(
+pub(super) fn limit(
     at: &str,
     rl: &RateLimitFile,
     default_kind: Kind,
