@@ -86,16 +86,21 @@ struct Shared {
 /// use floodgate_core::{ManualClock, Nanos};
 /// use std::sync::Arc;
 ///
-/// let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 2, 10)?.with_classes(vec![
+/// // L = 4: critical is guaranteed 2, sheddable 1
+/// let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 4, 4, 4)?.with_classes(vec![
 ///     ClassSpec { name: "critical".into(), share: 0.5 },
-///     ClassSpec { name: "sheddable".into(), share: 0.5 },
+///     ClassSpec { name: "sheddable".into(), share: 0.25 },
 /// ])?;
 /// let limiter = PartitionedLimiter::new("backend", spec, Arc::new(ManualClock::new(Nanos::ZERO)))?;
-/// let a = limiter.try_acquire(1).unwrap(); // sheddable: within its guarantee of 1
-/// assert!(limiter.try_acquire(1).is_err()); // borrowing the critical class's place: no
-/// let b = limiter.try_acquire(0).unwrap(); // critical: within its guarantee
-/// a.release(Outcome::Success);
-/// b.release(Outcome::Success);
+/// let c1 = limiter.try_acquire(0).unwrap(); // critical asks: 1 of its 2
+/// let s1 = limiter.try_acquire(1).unwrap(); // sheddable: its own 1
+/// let s2 = limiter.try_acquire(1).unwrap(); // borrowed: 2 in flight + 1 kept for critical < 4
+/// assert!(limiter.try_acquire(1).is_err()); // the last place is critical's
+/// let c2 = limiter.try_acquire(0).unwrap(); // critical: within its guarantee
+/// assert_eq!(limiter.in_flight(), 4);
+/// for p in [c1, c2, s1, s2] {
+///     p.release(Outcome::Success);
+/// }
 /// assert_eq!(limiter.in_flight(), 0);
 /// # Ok::<(), floodgate_core::ConfigError>(())
 /// ```
