@@ -11,6 +11,8 @@ use bytes::Bytes;
 use floodgate_client::{Polite, PoliteConfig};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
+use crate::arrivals::Arrivals;
+use crate::classes::ClassMix;
 use crate::error::{LoadError, caps};
 
 /// What bounds a run: a number of requests (`-n`) or a duration (`-z`). One is required.
@@ -91,6 +93,14 @@ pub struct LoadConfig {
     /// its last attempt: waits and retries included. `None` (default): naive, one attempt
     /// per request, no waits.
     pub polite: Option<PoliteConfig>,
+    /// How open-loop send times are spaced: evenly (`i / rate`) or as a Poisson process
+    /// of the same mean rate. Poisson needs a rate and no explicit schedule.
+    pub arrivals: Arrivals,
+    /// Traffic classes: each request carries the mix's header with a class drawn from
+    /// it, and the report's goodput section has a row per class. `None`: one class.
+    pub classes: Option<ClassMix>,
+    /// Seed of the Poisson gaps and of the class draws: the same seed, the same traffic.
+    pub seed: u64,
 }
 
 impl LoadConfig {
@@ -116,6 +126,9 @@ impl LoadConfig {
             schedule: None,
             start_at: None,
             polite: None,
+            arrivals: Arrivals::Uniform,
+            classes: None,
+            seed: 1,
         }
     }
 
@@ -279,6 +292,14 @@ impl LoadConfig {
             return Err(range(
                 "denial status (--deny-status)",
                 format!("{:?}; expected codes 100 to 599", self.deny_statuses),
+            ));
+        }
+        if self.arrivals == Arrivals::Poisson
+            && (self.mode != Mode::OpenLoop || self.schedule.is_some())
+        {
+            return Err(LoadError::Conflict(
+                "Poisson arrivals are open loop at a rate (-q): not with --closed-loop or a schedule"
+                    .into(),
             ));
         }
         if let Some(p) = &self.polite {
