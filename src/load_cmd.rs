@@ -180,6 +180,11 @@ pub struct LoadArgs {
     /// Seed of the Poisson gaps and of the class draws: the same seed, the same traffic.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Open loop: -t runs from each request's intended send time (the deadline of the
+    /// client it stands for), not from when a connection was free to send it; a request
+    /// already past it counts as a timeout, unsent.
+    #[arg(long)]
+    timeout_from_intended: bool,
     /// Send each request with this header set to a class drawn from --class-mix (e.g.
     /// x-priority); the report then has a goodput row per class.
     #[arg(long, value_name = "NAME", requires = "class_mix")]
@@ -275,6 +280,7 @@ impl LoadArgs {
         }
         cfg.arrivals = self.arrivals;
         cfg.seed = self.seed;
+        cfg.timeout_from_intended = self.timeout_from_intended;
         if let (Some(h), Some(m)) = (&self.class_header, &self.class_mix) {
             cfg.classes = Some(floodgate_load::ClassMix::parse(h, m)?);
         }

@@ -101,6 +101,12 @@ pub struct LoadConfig {
     pub classes: Option<ClassMix>,
     /// Seed of the Poisson gaps and of the class draws: the same seed, the same traffic.
     pub seed: u64,
+    /// Open loop: each request's timeout runs from its intended send time, as the
+    /// deadline of the client it stands for, not from when the generator got to send it
+    /// (a request already past its deadline counts as a timeout and is not sent). Then
+    /// a generator short of connections cannot turn a server's backlog into successes
+    /// that no real client would have waited for. Not with `polite`.
+    pub timeout_from_intended: bool,
 }
 
 impl LoadConfig {
@@ -129,6 +135,7 @@ impl LoadConfig {
             arrivals: Arrivals::Uniform,
             classes: None,
             seed: 1,
+            timeout_from_intended: false,
         }
     }
 
@@ -299,6 +306,12 @@ impl LoadConfig {
         {
             return Err(LoadError::Conflict(
                 "Poisson arrivals are open loop at a rate (-q): not with --closed-loop or a schedule"
+                    .into(),
+            ));
+        }
+        if self.timeout_from_intended && (self.mode != Mode::OpenLoop || self.polite.is_some()) {
+            return Err(LoadError::Conflict(
+                "a timeout from the intended send time is open loop and naive: not with --closed-loop or --polite"
                     .into(),
             ));
         }

@@ -48,7 +48,7 @@ use tokio::sync::{mpsc, watch};
 use crate::arrivals::{Arrivals, PoissonClock};
 use crate::boundary::Windows;
 use crate::classes::ClassMix;
-use crate::client::{Connection, RequestTemplate};
+use crate::client::{Connection, ErrorKind, RequestTemplate};
 use crate::config::{Bound, LoadConfig, Mode};
 use crate::error::{LoadError, caps};
 use crate::report::Report;
@@ -97,6 +97,8 @@ impl Stop {
 struct Shared {
     template: RequestTemplate,
     timeout: Duration,
+    /// Open loop, naive: each request's timeout runs from its intended send time.
+    timeout_from_intended: bool,
     addr: std::net::SocketAddr,
     start: Instant,
     mode: Mode,
@@ -201,6 +203,7 @@ pub async fn run_with(
     let shared = Arc::new(Shared {
         template,
         timeout: config.timeout,
+        timeout_from_intended: config.timeout_from_intended && config.mode == Mode::OpenLoop,
         addr: target.addr,
         start,
         mode: config.mode,
@@ -432,12 +435,25 @@ async fn worker(
         };
         let completed = match &s.polite {
             None => {
-                let (outcome, done) = attempt(&s, &mut conn, class, &mut summary).await;
+                let timeout = match s.timeout_from_intended {
+                    // the request's own deadline: intended time plus the timeout
+                    true => nanos(s.timeout).saturating_add(from).saturating_sub(sent),
+                    false => nanos(s.timeout),
+                };
+                let (outcome, done) = if timeout == 0 {
+                    // the generator was too late for this request's deadline: the client
+                    // it stands for has given up without a response
+                    (Outcome::Error(ErrorKind::Timeout), sent)
+                } else {
+                    let timeout = Duration::from_nanos(timeout);
+                    let ((o, _), done) = attempt(&s, &mut conn, class, timeout, &mut summary).await;
+                    (o, done)
+                };
                 batch.push(Record {
                     intended: from,
                     sent,
                     done,
-                    outcome: outcome.0,
+                    outcome,
                     attempt: 1,
                     last: true,
                     class,
@@ -479,9 +495,10 @@ async fn attempt(
     s: &Shared,
     conn: &mut Connection,
     class: u8,
+    timeout: Duration,
     summary: &mut WorkerSummary,
 ) -> ((Outcome, Option<http::Response<()>>), u64) {
-    let result = conn.send(&s.template, class, s.timeout).await;
+    let result = conn.send(&s.template, class, timeout).await;
     let done = s.elapsed();
     let outcome = match result {
         Ok(resp) => {
@@ -534,7 +551,7 @@ async fn polite_request(
             return false;
         };
         let sent = s.elapsed();
-        let ((outcome, resp), done) = attempt(s, conn, class, summary).await;
+        let ((outcome, resp), done) = attempt(s, conn, class, s.timeout, summary).await;
         let reply = resp.as_ref().map(|r| (r.status(), r.headers()));
         let verdict = engine.after_send(host, sending, reply, &mut state);
         batch.push(Record {

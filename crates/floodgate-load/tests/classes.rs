@@ -131,3 +131,44 @@ fn poisson_needs_open_loop_at_a_rate() {
     .to_string();
     assert!(e.contains("not with --closed-loop or a schedule"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_from_the_intended_time_fails_what_a_late_generator_would_have_passed() {
+    // one connection, 50 ms per response, a request due every 10 ms: each request waits
+    // for the ones before it, so the generator falls further behind with every request
+    let addr = common::slow_server(std::time::Duration::from_millis(50)).await;
+    let cfg = |from_intended: bool| {
+        let mut c = LoadConfig::new(format!("http://{addr}/"), Bound::Count(20)).open_loop(100.0);
+        c.concurrency = 1;
+        c.timeout = std::time::Duration::from_millis(150);
+        c.timeout_from_intended = from_intended;
+        c
+    };
+    let from_send = run(&cfg(false)).await.unwrap();
+    assert_eq!(
+        (from_send.goodput.succeeded, from_send.errors.timeout),
+        (20, 0)
+    );
+    let from_intended = run(&cfg(true)).await.unwrap();
+    assert!(
+        from_intended.errors.timeout > 0,
+        "{:?}",
+        from_intended.errors
+    );
+    assert!(from_intended.goodput.succeeded < 20);
+    assert_eq!(from_intended.goodput.requests, 20);
+}
+
+#[test]
+fn a_timeout_from_the_intended_time_is_open_loop_and_naive() {
+    let mut cfg = LoadConfig::new("http://127.0.0.1:1/", Bound::Count(10));
+    cfg.timeout_from_intended = true;
+    let e = cfg.validate().unwrap_err().to_string();
+    assert!(e.contains("open loop and naive"), "{e}");
+    let polite = LoadConfig {
+        timeout_from_intended: true,
+        ..LoadConfig::new("http://127.0.0.1:1/", Bound::Count(10)).open_loop(10.0)
+    }
+    .polite(floodgate_load::PoliteConfig::default());
+    assert!(polite.validate().is_err());
+}
