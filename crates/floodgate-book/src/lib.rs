@@ -159,6 +159,8 @@ pub mod pages {
     pub struct Settle;
     #[doc = include_str!("../../../docs/in-flight.md")]
     pub struct InFlight;
+    #[doc = include_str!("../../../docs/adaptive.md")]
+    pub struct Adaptive;
 }
 
 #[cfg(test)]

@@ -172,6 +172,14 @@ fn shows_field(example: &str, field: &str) -> bool {
     })
 }
 
+/// Whether the example has (or shows, commented out) the array of tables `[[path]]`.
+fn shows_array_table(example: &str, path: &str) -> bool {
+    example.lines().any(|line| {
+        let line = line.trim_start().trim_start_matches('#').trim_start();
+        line.starts_with(&format!("[[{path}]]"))
+    })
+}
+
 /// Whether `section.field` is the old spelling of a renamed key (read, with a warning, but
 /// shown in the book only in the renamed-keys table, which
 /// `the_renamed_keys_table_lists_every_old_spelling` checks).
@@ -252,6 +260,22 @@ fn the_proxy_reference_shows_every_field_the_types_accept() {
                 && !shows_field(&block.body, &field)
                 && !shows_field(&block.body, &qualified)
             {
+                missing.push(qualified);
+            }
+        }
+    }
+    for (table, probe) in [
+        ("policy", "[[policy]]\nname = \"a\"\nzz_unknown = 1\n"),
+        (
+            "policy.class",
+            "[[policy]]\nname = \"a\"\nadaptive = \"aimd\"\n[[policy.class]]\nname = \"c\"\nshare = 1.0\nzz_unknown = 1\n",
+        ),
+    ] {
+        let fields = expected_fields(&refuse(probe));
+        assert!(fields.len() > 1, "{table}: {fields:?}");
+        for field in fields {
+            let qualified = format!("{table}.{field}");
+            if !shows_field(&block.body, &field) && !shows_array_table(&block.body, &qualified) {
                 missing.push(qualified);
             }
         }

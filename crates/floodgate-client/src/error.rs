@@ -32,3 +32,10 @@ pub enum ConfigError {
     #[error("concurrency limit: {0}")]
     Limit(String),
 }
+
+impl From<floodgate_core::ConfigError> for ConfigError {
+    /// An algorithm's setting refused by floodgate-core ([`floodgate_core::concurrency`]).
+    fn from(e: floodgate_core::ConfigError) -> Self {
+        ConfigError::Limit(e.to_string())
+    }
+}

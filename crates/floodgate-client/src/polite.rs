@@ -675,6 +675,33 @@ mod tests {
         assert_eq!(p.stats().throttled, 1);
     }
 
+    /// An overloaded server (an adaptive policy shedding) answers 503 with `Retry-After`:
+    /// the same wait, and the same hold on the host, as a 429 with it.
+    #[test]
+    fn a_503_with_retry_after_backs_off_as_a_429_does() {
+        let mut waits = Vec::new();
+        for status in [
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ] {
+            let (p, _) = engine(PoliteConfig::default());
+            p.begin();
+            let mut a = Attempt::first(&p, &Method::GET, &HeaderMap::new(), true);
+            a.sent = 1;
+            let mut h = HeaderMap::new();
+            h.insert("retry-after", "2".parse().unwrap());
+            let Verdict::RetryAfter(w) = p.on_response("h", status, &h, &mut a) else {
+                panic!("{status}: not retried")
+            };
+            assert!(w >= Duration::from_secs(2), "{status}: {w:?}");
+            // every other request to the host waits too
+            assert_eq!(p.pace("h"), Duration::from_secs(2), "{status}");
+            waits.push(w);
+        }
+        // the same seed, the same jitter: the very same wait
+        assert_eq!(waits[0], waits[1]);
+    }
+
     #[test]
     fn a_429_that_leaves_quota_is_retried_on_the_pace_not_after_retry_after() {
         let (p, clock) = engine(PoliteConfig::default());

@@ -5,6 +5,7 @@ pub mod algorithm;
 pub mod algorithms;
 pub mod any;
 pub mod cell;
+pub mod concurrency;
 #[cfg(feature = "serde")]
 pub mod de;
 pub mod decision;

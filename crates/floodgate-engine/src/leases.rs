@@ -12,6 +12,7 @@ use bytes::Bytes;
 use floodgate_core::Decision;
 use floodgate_core::inflight::{Lease, LeaseId};
 
+use crate::adaptive::{AdaptivePermit, Outcome};
 use crate::fault::StoreError;
 use crate::inflight::{Acquired, LeaseAnswer, LeaseOp, LeasePolicy, QUEUE_POLL};
 use crate::store::{BoxFuture, DecisionStore};
@@ -327,26 +328,66 @@ impl Drop for LeaseGuard {
 
 pin_project_lite::pin_project! {
     /// A response body holding leases until it ends: released when the body reports its
-    /// end, fails, or is dropped (the client went away, a timeout cut it).
+    /// end, fails, or is dropped (the client went away, a timeout cut it). It may also
+    /// hold adaptive permits taken at the body's end ([`crate::adaptive::Latency::End`]):
+    /// released at the end (seen by a poll, or by `is_end_stream`, which is all a server
+    /// asks of a body that ends at once) with the outcome preset from the response head,
+    /// as a drop when the body fails, and without a sample when it is dropped before its
+    /// end.
     pub struct LeaseBody<B> {
         #[pin]
         inner: B,
         guards: Vec<LeaseGuard>,
+        permits: Permits,
+    }
+}
+
+/// The adaptive permits a body holds (`is_end_stream` takes `&self`: a lock, taken only
+/// when there are permits and the body has ended).
+#[derive(Default)]
+struct Permits(Option<std::sync::Mutex<Vec<AdaptivePermit>>>);
+
+impl Permits {
+    fn len(&self) -> usize {
+        self.0
+            .as_ref()
+            .map_or(0, |m| m.lock().map_or(0, |v| v.len()))
+    }
+
+    fn end(&self, failed: bool) {
+        let Some(m) = &self.0 else { return };
+        let taken = std::mem::take(&mut *m.lock().unwrap_or_else(|p| p.into_inner()));
+        for p in taken {
+            if failed {
+                p.release(Outcome::Dropped);
+            } else {
+                p.release_preset();
+            }
+        }
     }
 }
 
 impl<B> LeaseBody<B> {
     /// `inner` holding `guards`.
     pub fn new(inner: B, guards: Vec<LeaseGuard>) -> LeaseBody<B> {
-        LeaseBody { inner, guards }
+        LeaseBody {
+            inner,
+            guards,
+            permits: Permits::default(),
+        }
     }
 
     /// `inner` holding nothing.
     pub fn plain(inner: B) -> LeaseBody<B> {
-        LeaseBody {
-            inner,
-            guards: Vec::new(),
+        LeaseBody::new(inner, Vec::new())
+    }
+
+    /// Also hold `permits` until the body ends.
+    pub fn with_permits(mut self, permits: Vec<AdaptivePermit>) -> LeaseBody<B> {
+        if !permits.is_empty() {
+            self.permits = Permits(Some(std::sync::Mutex::new(permits)));
         }
+        self
     }
 
     /// The body inside.
@@ -360,6 +401,7 @@ impl<B: std::fmt::Debug> std::fmt::Debug for LeaseBody<B> {
         f.debug_struct("LeaseBody")
             .field("inner", &self.inner)
             .field("leases", &self.guards.len())
+            .field("permits", &self.permits.len())
             .finish()
     }
 }
@@ -378,15 +420,29 @@ where
         let mut this = self.project();
         let out = this.inner.as_mut().poll_frame(cx);
         match &out {
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.guards.clear(),
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.guards.clear(),
+            Poll::Ready(None) => {
+                this.guards.clear();
+                this.permits.end(false);
+            }
+            Poll::Ready(Some(Err(_))) => {
+                this.guards.clear();
+                this.permits.end(true);
+            }
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => {
+                this.guards.clear();
+                this.permits.end(false);
+            }
             _ => {}
         }
         out
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        let ended = self.inner.is_end_stream();
+        if ended {
+            self.permits.end(false);
+        }
+        ended
     }
 
     fn size_hint(&self) -> http_body::SizeHint {

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod adaptive;
 #[cfg(feature = "admin")]
 pub mod admin;
 #[cfg(feature = "redis")]

@@ -29,7 +29,12 @@
 //! | `floodgate_fleet_requests_total` | counter | sticky fleet: `event` = forwarded (to the owner), received (from a node), fallback (owner unreachable: decided here), failed (owner failed mid-request) |
 //! | `floodgate_config_reloads_total` | counter | proxy: `result` = ok, error: configuration reloads (SIGHUP, file watch) |
 //! | `floodgate_access_log_dropped_total` | counter | proxy: access log lines dropped because the writer's queue was full (a slow disk) |
+//! | `floodgate_adaptive_limit` | gauge | `policy`: an adaptive policy's current concurrency limit |
+//! | `floodgate_adaptive_in_flight` | gauge | `policy`, `class`: requests holding an adaptive permit |
+//! | `floodgate_adaptive_shed_total` | counter | `policy`, `class`: requests refused with 503 (dry-run: that would have been) |
+//! | `floodgate_adaptive_latency_seconds` | histogram | `policy`: latency samples fed to the algorithm (to the response head or the body's end) |
 
+pub mod adaptive;
 pub mod striped;
 pub mod upstream;
 
@@ -75,6 +80,15 @@ pub mod names {
     pub const UPSTREAM_IN_FLIGHT: &str = "floodgate_upstream_in_flight";
     /// Counter `{upstream, server}`: proxy, ejections after consecutive failures.
     pub const UPSTREAM_EJECTIONS: &str = "floodgate_upstream_ejections";
+    /// Gauge `{policy}`: an adaptive policy's current concurrency limit.
+    pub const ADAPTIVE_LIMIT: &str = "floodgate_adaptive_limit";
+    /// Gauge `{policy, class}`: requests holding an adaptive policy's permit.
+    pub const ADAPTIVE_IN_FLIGHT: &str = "floodgate_adaptive_in_flight";
+    /// Counter `{policy, class}`: requests an adaptive policy refused (or, dry-run, would
+    /// have).
+    pub const ADAPTIVE_SHED: &str = "floodgate_adaptive_shed";
+    /// Histogram `{policy}`: the latency samples of an adaptive policy, seconds.
+    pub const ADAPTIVE_LATENCY: &str = "floodgate_adaptive_latency_seconds";
 }
 
 /// Labels of [`names::DECISIONS`].
@@ -277,6 +291,7 @@ pub struct Metrics {
     /// Proxy: access log lines dropped, the writer's queue full.
     access_log_dropped: Counter,
     upstreams: upstream::UpstreamFamilies,
+    adaptive: adaptive::AdaptiveFamilies,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -452,7 +467,9 @@ impl Metrics {
             access_log_dropped.clone(),
         );
         let upstreams = upstream::UpstreamFamilies::register(&mut registry);
+        let adaptive = adaptive::AdaptiveFamilies::register(&mut registry);
         Metrics {
+            adaptive,
             access_log_dropped,
             upstreams,
             leases,
@@ -521,6 +538,7 @@ impl Metrics {
             config_reloads: self.config_reloads.clone(),
             access_log_dropped: self.access_log_dropped.clone(),
             upstreams: self.upstreams.clone(),
+            adaptive: self.adaptive.clone(),
         }
     }
 
@@ -590,6 +608,11 @@ impl Metrics {
     /// Store faults counted, all kinds.
     pub fn store_error_count(&self) -> u64 {
         self.store_errors.iter().map(Counter::get).sum()
+    }
+
+    /// The metric handles of adaptive policy `policy` with `classes` (in class order).
+    pub fn adaptive(&self, policy: &str, classes: &[String]) -> adaptive::AdaptiveMetrics {
+        self.adaptive.policy(policy, classes)
     }
 
     /// The metric handles of server `server` (its URL) of upstream group `upstream`.

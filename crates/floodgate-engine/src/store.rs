@@ -51,6 +51,9 @@ pub struct PolicyInfo {
     /// Set for a `max_in_flight` policy ([`crate::inflight`]), which holds leases
     /// instead of being checked at a rate (its `spec` and `algorithm` are then unused).
     pub in_flight: Option<Arc<LeasePolicy>>,
+    /// Set for an adaptive policy ([`crate::adaptive`]): one in-process concurrency limit
+    /// with priority classes (its `spec` and `algorithm` are then unused).
+    pub adaptive: Option<crate::adaptive::PartitionedLimiter>,
 }
 
 impl PolicyInfo {
@@ -83,7 +86,22 @@ impl PolicyInfo {
             policy_member,
             policy_value,
             in_flight: None,
+            adaptive: None,
         }
+    }
+
+    /// An adaptive policy at `index` named after its `limiter` (see [`crate::adaptive`]).
+    /// Its `spec` and `algorithm` are placeholders no check reads, and it advertises no
+    /// RateLimit fields (a concurrency limit shed with 503 is not a quota).
+    pub fn adaptive(index: usize, limiter: crate::adaptive::PartitionedLimiter) -> PolicyInfo {
+        let placeholder = Spec::new(
+            floodgate_core::Kind::Gcra,
+            floodgate_core::Rate::per_second(1).expect("1/s is valid"),
+        );
+        let algorithm = placeholder.build().expect("1/s GCRA is valid");
+        let mut info = PolicyInfo::new(index, limiter.name().to_string(), placeholder, algorithm);
+        info.adaptive = Some(limiter);
+        info
     }
 
     /// A `max_in_flight` policy at `index` named `name` (see [`crate::inflight`]); it

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use floodgate_core::ConfigError;
+use floodgate_core::{ConfigError, MonotonicClock};
+use floodgate_engine::adaptive::PartitionedLimiter;
 use floodgate_engine::fault::StoreFailure;
 use floodgate_engine::fleet::{Fleet, FleetError, Strategy};
 use floodgate_engine::headers::HeaderOptions;
@@ -234,6 +235,29 @@ impl RateLimiterBuilder {
             if self.policies[..index].iter().any(|q| q.name == p.name) {
                 return Err(BuildError::DuplicatePolicy(p.name.clone()));
             }
+            if let Some(a) = &p.adaptive {
+                // a reloaded limiter keeps the limit (and the permits held) of a policy of
+                // the same name and spec
+                let kept = self.prev.as_ref().and_then(|prev| {
+                    prev.inner
+                        .infos
+                        .iter()
+                        .filter_map(|i| i.adaptive.as_ref())
+                        .find(|l| l.name() == p.name && *l.spec() == a.spec)
+                        .cloned()
+                });
+                let limiter = match kept {
+                    Some(l) => l,
+                    None => PartitionedLimiter::new(
+                        p.name.clone(),
+                        a.spec.clone(),
+                        Arc::new(MonotonicClock::new()),
+                    )
+                    .map_err(policy_err)?,
+                };
+                infos.push(PolicyInfo::adaptive(index, limiter));
+                continue;
+            }
             if let Some(f) = p.in_flight {
                 // N in flight is a fleet-wide count on a shared store, and this node's
                 // own count in process (the local strategy does not divide it)
@@ -438,6 +462,15 @@ impl RateLimiterBuilder {
             ),
         };
         let policy_insights = infos.iter().map(|p| insight.policy(p)).collect();
+        for limiter in infos.iter().filter_map(|p| p.adaptive.as_ref()) {
+            let classes: Vec<String> = limiter
+                .spec()
+                .classes
+                .iter()
+                .map(|c| c.name.clone())
+                .collect();
+            limiter.attach_metrics(metrics.adaptive(limiter.name(), &classes));
+        }
         for lease in infos.iter().filter_map(|p| p.in_flight.as_ref()) {
             lease.attach_gauge(metrics.lease_gauge(&lease.name));
             lease.attach_waiting_gauge(metrics.waiting.clone());

@@ -18,6 +18,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use floodgate_engine::adaptive::at_head;
 use floodgate_engine::leases::LeaseBody;
 use http::{Request, Response};
 use http_body_util::{Either, Full};
@@ -149,6 +150,7 @@ where
                     headers,
                     delay,
                     leases,
+                    permits,
                     decided,
                 } => {
                     if !delay.is_zero() && !limiter.hold(delay).await {
@@ -159,11 +161,21 @@ where
                     }
                     // the leases are held until the response body ends or is dropped
                     // (the client went away, a timeout): this future holds them until
-                    // the inner service answers, the body after
-                    let mut resp = inner.call(req).await?;
+                    // the inner service answers, the body after; the adaptive permits
+                    // are released at the head or held by the body likewise
+                    let (mut resp, permits) = match inner.call(req).await {
+                        Ok(r) => {
+                            let status = r.status().as_u16();
+                            (r, at_head(permits, Some(status)))
+                        }
+                        Err(e) => {
+                            at_head(permits, None);
+                            return Err(e);
+                        }
+                    };
                     headers.insert_into(resp.headers_mut());
                     insert_decided(&mut resp, decided);
-                    Ok(resp.map(|b| Either::Left(LeaseBody::new(b, leases))))
+                    Ok(resp.map(|b| Either::Left(LeaseBody::new(b, leases).with_permits(permits))))
                 }
             }
         })
@@ -184,14 +196,15 @@ where
 {
     let (spec, estimate) = plan.settle.take().expect("a settling plan");
     let (outcome, reservation) = limiter.reserve(plan, req.headers()).await;
-    let (headers, delay, leases, decided) = match outcome {
+    let (headers, delay, leases, permits, decided) = match outcome {
         Outcome::Respond(r) => return Ok(r.map(Either::Right)),
         Outcome::Pass {
             headers,
             delay,
             leases,
+            permits,
             decided,
-        } => (headers, delay, leases, decided),
+        } => (headers, delay, leases, permits, decided),
     };
     if !delay.is_zero() && !limiter.hold(delay).await {
         // not forwarded: the reservation comes back whole
@@ -205,7 +218,16 @@ where
     }
     let handle = SettleHandle::new(limiter, spec, estimate, reservation);
     req.extensions_mut().insert(handle.clone());
-    let mut resp = inner.call(req).await?;
+    let (mut resp, permits) = match inner.call(req).await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (r, at_head(permits, Some(status)))
+        }
+        Err(e) => {
+            at_head(permits, None);
+            return Err(e);
+        }
+    };
     let settled = match handle.settled() {
         Some(s) => Some(s),
         None => crate::settle::settle_from_head(&handle, resp.headers()).await,
@@ -215,8 +237,9 @@ where
         None => headers.insert_into(resp.headers_mut()),
     }
     insert_decided(&mut resp, decided);
-    // the leases are held until the response body ends or is dropped
-    Ok(resp.map(|b| Either::Left(LeaseBody::new(b, leases))))
+    // the leases (and end-mode permits) are held until the response body ends or is
+    // dropped
+    Ok(resp.map(|b| Either::Left(LeaseBody::new(b, leases).with_permits(permits))))
 }
 
 /// Put the recorded decision, if any, in `resp`'s extensions.

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod adaptive;
 pub mod builder;
 pub mod key;
 pub mod layer;
@@ -22,6 +23,7 @@ pub use floodgate_engine::leases::LeaseGuard;
 pub use floodgate_engine::metrics::Metrics;
 pub use floodgate_engine::store::{DecisionStore, StoreError};
 
+pub use adaptive::{AdaptivePolicy, ClassMatch};
 pub use builder::{BuildError, RateLimiterBuilder};
 pub use key::{
     ClientIpConfig, ForwardedHeader, KeyError, KeyExtractor, KeyPart, KeySource, MissingKey,

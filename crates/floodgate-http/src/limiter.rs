@@ -11,6 +11,7 @@ use bytes::Bytes;
 use floodgate_core::multi::binding_rank;
 use floodgate_core::ratelimit_fields::retry_after_secs;
 use floodgate_core::{Decision, Denial};
+use floodgate_engine::adaptive::{AdaptivePermit, Admitted};
 use floodgate_engine::decide::{self, Check, Decided, FaultPolicy, Role, Stores};
 use floodgate_engine::deny::{ReplyFormat, short_response};
 use floodgate_engine::fault::StoreFailure;
@@ -85,6 +86,10 @@ impl std::fmt::Debug for RateLimiter {
     }
 }
 
+/// The `Retry-After` of a request an adaptive policy sheds (503), seconds: overload
+/// passes as requests finish, not at a quota's reset.
+pub const SHED_RETRY_AFTER_SECS: u64 = 1;
+
 /// `(policy index, key, cost)` of a request's checks; a route has one or two policies
 /// as a rule, held without an allocation.
 type Checks = SmallVec<[(usize, Vec<u8>, u64); 2]>;
@@ -98,6 +103,9 @@ pub struct Plan {
     /// `max_in_flight` policies: `(policy index, key, dry run)`, leased before the rest
     /// is checked (empty, and so unallocated, as a rule).
     leases: Vec<(usize, Vec<u8>, bool)>,
+    /// Adaptive policies: `(policy index, class, dry run)`, a permit taken before the
+    /// leases and rates (empty, and so unallocated, as a rule).
+    adaptive: Vec<(usize, usize, bool)>,
     start: std::time::Instant,
     /// A route settling its cost after the response: its spec and the estimate.
     pub(crate) settle: Option<(Arc<SettleSpec>, u64)>,
@@ -106,12 +114,15 @@ pub struct Plan {
 impl Plan {
     /// Whether the plan takes leases (so it cannot be decided without waiting).
     pub(crate) fn has_leases(&self) -> bool {
-        !self.leases.is_empty()
+        !self.leases.is_empty() || !self.adaptive.is_empty()
     }
 }
 
 /// The leases a request holds while it runs.
 pub type Leases = Vec<LeaseGuard>;
+
+/// The adaptive permits a request holds while it runs ([`crate::adaptive`]).
+pub type Permits = Vec<AdaptivePermit>;
 
 /// A lease taken for a request (or a dry run's denial, kept for the headers): the
 /// policy's index, the decision and the guard.
@@ -128,6 +139,8 @@ pub(crate) enum Outcome {
         delay: Duration,
         /// In-flight leases to hold until the response ends.
         leases: Leases,
+        /// Adaptive permits to release at the response head or the body's end.
+        permits: Permits,
         /// The decision, for the response's extensions (when recorded).
         decided: Option<RecordedDecision>,
     },
@@ -142,11 +155,13 @@ impl Outcome {
                 headers,
                 delay,
                 leases,
+                permits,
                 ..
             } => Verdict::Pass {
                 headers: headers.into_map(),
                 delay,
                 leases,
+                permits,
             },
             Outcome::Respond(r) => Verdict::Respond(r),
         }
@@ -175,6 +190,10 @@ pub enum Verdict {
         /// In-flight leases (`max_in_flight` policies): hold them until the response
         /// has been sent, then drop them (dropping releases).
         leases: Leases,
+        /// Adaptive permits: release them when the response head comes, with
+        /// [`floodgate_engine::adaptive::at_head`], then the rest at the body's end
+        /// (dropping one releases it without a latency sample).
+        permits: Permits,
     },
     /// Answer with this response instead of calling the service.
     Respond(Response<Full<Bytes>>),
@@ -359,6 +378,7 @@ impl RateLimiter {
                 headers: HeaderMap::new(),
                 delay: Duration::ZERO,
                 leases: Leases::new(),
+                permits: Permits::new(),
             },
             Prepared::Respond(r) => Verdict::Respond(r),
             Prepared::Check(plan) => self.check(plan, req.headers()).await.into_verdict(),
@@ -414,6 +434,7 @@ impl RateLimiter {
             enforced: Checks::new(),
             shadow: Vec::new(),
             leases: Vec::new(),
+            adaptive: Vec::new(),
             start,
             settle,
         };
@@ -444,7 +465,10 @@ impl RateLimiter {
                     MissingKey::Fallback(k) => k.clone(),
                 },
             };
-            if inner.infos[idx].in_flight.is_some() {
+            if let Some(a) = &policy.adaptive {
+                plan.adaptive
+                    .push((idx, a.class_of(&info, &key), policy.dry_run));
+            } else if inner.infos[idx].in_flight.is_some() {
                 plan.leases.push((idx, key, policy.dry_run));
             } else if policy.dry_run {
                 plan.shadow.push((idx, key, cost));
@@ -452,7 +476,11 @@ impl RateLimiter {
                 plan.enforced.push((idx, key, cost));
             }
         }
-        if plan.enforced.is_empty() && plan.shadow.is_empty() && plan.leases.is_empty() {
+        if plan.enforced.is_empty()
+            && plan.shadow.is_empty()
+            && plan.leases.is_empty()
+            && plan.adaptive.is_empty()
+        {
             inner.metrics.request(RequestOutcome::MissingKeyAllowed);
             return Prepared::Bypass(None);
         }
@@ -658,6 +686,82 @@ impl RateLimiter {
         }
     }
 
+    /// A permit of adaptive policy `idx` for a request of `class`: `Ok(None)` for a
+    /// policy that is not adaptive; a dry run always gets one (counted as
+    /// `rejected_dry_run` when the rule would have refused); a refusal (after the queue,
+    /// if any) is the 503 to send.
+    async fn take_permit(
+        &self,
+        idx: usize,
+        class: usize,
+        dry_run: bool,
+        req_headers: &HeaderMap,
+    ) -> Result<Option<AdaptivePermit>, Outcome> {
+        let inner = &*self.inner;
+        let m = &inner.metrics;
+        let Some(limiter) = inner.infos[idx].adaptive.as_ref() else {
+            return Ok(None);
+        };
+        let class_name = limiter
+            .spec()
+            .classes
+            .get(class)
+            .map_or("", |c| c.name.as_str());
+        if dry_run {
+            let (permit, would_refuse) = limiter.admit_shadow(class);
+            if would_refuse {
+                inner.rejections.log(
+                    Rejection::WouldRejectInFlight,
+                    limiter.name(),
+                    class_name.as_bytes(),
+                );
+                m.decision(idx, DecisionOutcome::RejectedDryRun);
+            } else {
+                m.decision(idx, DecisionOutcome::Passed);
+            }
+            return Ok(Some(permit));
+        }
+        match limiter.acquire(class).await {
+            Ok(Admitted { permit, waited }) => {
+                if waited.is_zero() {
+                    m.decision(idx, DecisionOutcome::Passed);
+                } else {
+                    m.decision(idx, DecisionOutcome::Delayed);
+                    m.delay_seconds.observe(waited);
+                }
+                Ok(Some(permit))
+            }
+            Err(refused) => {
+                inner
+                    .rejections
+                    .log(Rejection::InFlight, limiter.name(), class_name.as_bytes());
+                m.decision(idx, DecisionOutcome::Rejected);
+                m.request(if refused.queue_full {
+                    RequestOutcome::QueueFull
+                } else {
+                    RequestOutcome::Rejected
+                });
+                let detail = format!(
+                    "overloaded: policy {:?} sheds class {class_name:?} at a limit of {} in flight; retry after {SHED_RETRY_AFTER_SECS} s",
+                    limiter.name(),
+                    refused.limit
+                );
+                let mut r = short_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &detail,
+                    Some(SHED_RETRY_AFTER_SECS),
+                    Some(limiter.name()),
+                    ReplyFormat::of(req_headers),
+                );
+                if let Some(d) = self.decided(RecordedOutcome::Limited, idx, class_name.as_bytes())
+                {
+                    r.extensions_mut().insert(d);
+                }
+                Err(Outcome::Respond(r))
+            }
+        }
+    }
+
     /// Take `plan`'s leases, then decide its rates (reserving them at the estimate when
     /// `reserve`) with the leases' decisions (for the headers), in the order of
     /// [`leases::leases_then_rates`]: the outcome (and the reservation), holding the
@@ -670,6 +774,16 @@ impl RateLimiter {
         req_headers: &HeaderMap,
         reserve: bool,
     ) -> (Outcome, Option<Reservation>) {
+        let adaptive = std::mem::take(&mut plan.adaptive);
+        let mut permits = Permits::new();
+        for (idx, class, dry_run) in &adaptive {
+            match self.take_permit(*idx, *class, *dry_run, req_headers).await {
+                Ok(Some(p)) => permits.push(p),
+                Ok(None) => {}
+                // the permits taken go back unsampled (dropped)
+                Err(refused) => return (refused, None),
+            }
+        }
         let wanted = std::mem::take(&mut plan.leases);
         let ordered = leases::leases_then_rates(Request1 {
             limiter: self,
@@ -686,7 +800,7 @@ impl RateLimiter {
                 held,
             }) => {
                 let leases: Leases = held.into_iter().filter_map(|(_, _, g)| g).collect();
-                (holding(o, leases), reservation)
+                (holding(o, leases, permits), reservation)
             }
             Err(never) => match never {},
         }
@@ -745,6 +859,7 @@ impl RateLimiter {
                 enforced: Checks::new(),
                 shadow: plan.shadow.clone(),
                 leases: Vec::new(),
+                adaptive: Vec::new(),
                 start: plan.start,
                 settle: None,
             };
@@ -805,6 +920,7 @@ impl RateLimiter {
                         headers: RateHeaders::default(),
                         delay: Duration::ZERO,
                         leases: Leases::new(),
+                        permits: Permits::new(),
                         decided: None,
                     }
                 });
@@ -854,6 +970,7 @@ impl RateLimiter {
                 headers,
                 delay: Duration::ZERO,
                 leases: Leases::new(),
+                permits: Permits::new(),
                 decided: self.passed(&plan, shadow),
             };
         }
@@ -891,6 +1008,7 @@ impl RateLimiter {
             headers,
             delay,
             leases: Leases::new(),
+            permits: Permits::new(),
             decided: self.passed(&plan, shadow),
         }
     }
@@ -1074,7 +1192,7 @@ impl LeasesAndRates for Request1<'_> {
     }
 }
 
-fn holding(outcome: Outcome, leases: Leases) -> Outcome {
+fn holding(outcome: Outcome, leases: Leases, permits: Permits) -> Outcome {
     match outcome {
         Outcome::Pass {
             headers,
@@ -1085,6 +1203,7 @@ fn holding(outcome: Outcome, leases: Leases) -> Outcome {
             headers,
             delay,
             leases,
+            permits,
             decided,
         },
         denied => denied,

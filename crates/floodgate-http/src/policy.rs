@@ -12,6 +12,7 @@ use floodgate_engine::settle::SettleSpec;
 pub use floodgate_engine::store::PolicyInfo;
 use http::Method;
 
+use crate::adaptive::AdaptivePolicy;
 use crate::key::KeySource;
 
 /// One limit: algorithm and rate, key, dry-run flag.
@@ -29,6 +30,9 @@ pub struct Policy {
     /// Set for a `max_in_flight` policy: at most `N` requests of one key in flight, held
     /// as leases ([`floodgate_engine::inflight`]); `spec` is then unused.
     pub in_flight: Option<InFlightSpec>,
+    /// Set for an adaptive policy: one concurrency limit that follows the backend's
+    /// latency, shared by priority classes ([`crate::adaptive`]); `spec` is then unused.
+    pub adaptive: Option<AdaptivePolicy>,
 }
 
 impl Policy {
@@ -40,6 +44,7 @@ impl Policy {
             key: KeySource::ip(),
             dry_run: false,
             in_flight: None,
+            adaptive: None,
         }
     }
 
@@ -58,6 +63,29 @@ impl Policy {
         let placeholder = Spec::new(Kind::Gcra, Rate::per_second(1).expect("1/s is valid"));
         Policy {
             in_flight: Some(spec),
+            ..Policy::new(name, placeholder)
+        }
+    }
+
+    /// An adaptive policy: one concurrency limit for every request it applies to (key
+    /// `global`; a [`ClassMatch::Key`] reads the key set with [`key`](Self::key)),
+    /// following the backend's latency; refused requests get 503 (see
+    /// [`crate::adaptive`]).
+    ///
+    /// ```
+    /// use floodgate_http::adaptive::{AdaptivePolicy, AdaptiveSpec, AlgorithmKind};
+    /// use floodgate_http::Policy;
+    ///
+    /// let spec = AdaptiveSpec::new(AlgorithmKind::Gradient2, 4, 20, 200)?;
+    /// let backend = Policy::adaptive("backend", AdaptivePolicy::new(spec));
+    /// assert!(backend.adaptive.is_some());
+    /// # Ok::<(), floodgate_core::ConfigError>(())
+    /// ```
+    pub fn adaptive(name: impl Into<String>, policy: AdaptivePolicy) -> Policy {
+        let placeholder = Spec::new(Kind::Gcra, Rate::per_second(1).expect("1/s is valid"));
+        Policy {
+            adaptive: Some(policy),
+            key: KeySource::global(),
             ..Policy::new(name, placeholder)
         }
     }
@@ -87,6 +115,23 @@ impl Policy {
                 "policy name {:?} must be 1 to 64 printable ASCII characters without quotes or backslashes",
                 self.name
             )));
+        }
+        if let Some(a) = &self.adaptive {
+            if self.in_flight.is_some() {
+                return Err(ConfigError::Inconsistent(format!(
+                    "policy {:?} is adaptive and max_in_flight at once; make them two policies on the route",
+                    self.name
+                )));
+            }
+            a.spec.validate()?;
+            if a.matches.len() != a.spec.classes.len() {
+                return Err(ConfigError::Inconsistent(format!(
+                    "policy {:?}: {} classes and {} lists of conditions",
+                    self.name,
+                    a.spec.classes.len(),
+                    a.matches.len()
+                )));
+            }
         }
         if let Some(f) = &self.in_flight {
             // the fields were validated by InFlightSpec::new; a literal may skip it

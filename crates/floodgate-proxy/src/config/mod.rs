@@ -44,12 +44,14 @@ use floodgate_http::policy::{Policy, Route};
 /// server's.
 pub use floodgate_engine::config::ConfigError as ConfigFileError;
 
+mod adaptive;
 mod de;
 mod sections;
 #[cfg(test)]
 mod tests;
 mod upstreams;
 
+pub use adaptive::{ClassSection, MatchSection};
 use de::*;
 pub use de::{KeySpec, parse_admin, parse_upstream};
 pub use sections::*;
@@ -424,7 +426,10 @@ impl Config {
             if strategy == Strategy::Hybrid
                 && let Some((i, p)) = cfg.policies.iter().enumerate().find(|(_, p)| {
                     let p = p.get_ref();
-                    p.algorithm == Kind::LeakyQueue && !p.nodelay && p.max_in_flight.is_none()
+                    p.algorithm == Kind::LeakyQueue
+                        && !p.nodelay
+                        && p.max_in_flight.is_none()
+                        && p.adaptive.is_none()
                 })
             {
                 return Err(invalid(
@@ -651,7 +656,16 @@ impl Config {
             };
             b = b.policy(
                 policy
-                    .key(p.key.clone().map_or_else(KeySource::ip, |k| k.0))
+                    .key(p.key.clone().map_or_else(
+                        || {
+                            if p.adaptive.is_some() {
+                                KeySource::global()
+                            } else {
+                                KeySource::ip()
+                            }
+                        },
+                        |k| k.0,
+                    ))
                     .dry_run(p.dry_run),
             );
         }

@@ -178,11 +178,28 @@ pub struct PolicySection {
     /// max_in_flight: how long a lease lives unless its response ends first (default 30 s).
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub lease_ttl: Option<Duration>,
-    /// max_in_flight: requests that may wait for a place on this node (default 0).
+    /// max_in_flight, adaptive: requests that may wait for a place on this node
+    /// (default 0).
     pub queue: Option<usize>,
-    /// max_in_flight: the longest a queued request waits (default 1 s).
+    /// max_in_flight, adaptive: the longest a queued request waits (default 1 s).
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub queue_timeout: Option<Duration>,
+    /// An adaptive concurrency limit driven by this algorithm: `gradient2`, `vegas` or
+    /// `aimd` (instead of a rate; `docs/adaptive.md`).
+    pub adaptive: Option<String>,
+    /// adaptive: the floor of the limit (default 1).
+    pub min_limit: Option<usize>,
+    /// adaptive: the ceiling of the limit (default 200).
+    pub max_limit: Option<usize>,
+    /// adaptive: the limit at start (default 20, or the floor when above).
+    pub initial_limit: Option<usize>,
+    /// adaptive: when a request's latency is taken: `head` (default) or `end`.
+    pub latency: Option<String>,
+    /// adaptive: responses that count as drops: `5xx`, `timeout` (default both).
+    pub drop_on: Option<Vec<String>>,
+    /// adaptive: the priority classes, highest first (`[[policy.class]]`).
+    #[serde(default)]
+    pub class: Vec<ClassSection>,
 }
 
 /// The lease TTL of a `max_in_flight` policy without `lease_ttl`.
@@ -295,6 +312,9 @@ fn default_prefix() -> String {
 impl PolicySection {
     /// The policy this table defines, validated (its key and dry-run flag not yet set).
     pub(super) fn policy(&self) -> Result<Policy, String> {
+        if let Some(p) = self.adaptive_policy()? {
+            return Ok(p);
+        }
         let Some(n) = self.max_in_flight else {
             if self.lease_ttl.is_some() || self.queue.is_some() || self.queue_timeout.is_some() {
                 return Err(

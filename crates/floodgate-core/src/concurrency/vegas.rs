@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use floodgate_core::time::duration_to_nanos;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use crate::time::duration_to_nanos;
 
 use super::{LimitAlgorithm, Sample, check_range, log10_root};
 use crate::ConfigError;
@@ -61,7 +59,7 @@ pub struct Vegas {
     rtt_noload: u64,
     probe_count: usize,
     probe_jitter: f64,
-    rng: StdRng,
+    rng: SplitMix64,
 }
 
 impl Vegas {
@@ -69,13 +67,13 @@ impl Vegas {
     pub fn new(cfg: VegasConfig) -> Result<Self, ConfigError> {
         check_range(cfg.min, cfg.initial, cfg.max)?;
         if !(cfg.smoothing > 0.0 && cfg.smoothing <= 1.0) {
-            return Err(ConfigError::Limit(format!(
+            return Err(ConfigError::Inconsistent(format!(
                 "Vegas smoothing must be in (0, 1], got {}",
                 cfg.smoothing
             )));
         }
-        let mut rng = StdRng::seed_from_u64(cfg.seed);
-        let probe_jitter = rng.random_range(0.5..1.0);
+        let mut rng = SplitMix64(cfg.seed);
+        let probe_jitter = rng.jitter();
         Ok(Vegas {
             cfg,
             estimated: cfg.initial as f64,
@@ -109,7 +107,7 @@ impl LimitAlgorithm for Vegas {
             && self.probe_jitter * (self.cfg.probe_multiplier as f64) * self.estimated
                 <= self.probe_count as f64
         {
-            self.probe_jitter = self.rng.random_range(0.5..1.0);
+            self.probe_jitter = self.rng.jitter();
             self.probe_count = 0;
             self.rtt_noload = rtt;
             return self.limit();
@@ -138,5 +136,42 @@ impl LimitAlgorithm for Vegas {
         let new = new.clamp(self.cfg.min as f64, self.cfg.max as f64);
         self.estimated = (1.0 - self.cfg.smoothing) * limit + self.cfg.smoothing * new;
         self.limit()
+    }
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a seeded, dependency-free source of the probe
+/// jitter, so that a Vegas run is a pure function of its config and samples.
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `[0.5, 1)`: 53 random bits as a fraction of 2^53, halved, plus 0.5.
+    fn jitter(&mut self) -> f64 {
+        let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        0.5 + unit / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SplitMix64;
+
+    #[test]
+    fn jitter_stays_in_half_open_range_and_depends_on_the_seed() {
+        let mut a = SplitMix64(7);
+        let mut b = SplitMix64(8);
+        let (xs, ys): (Vec<f64>, Vec<f64>) = (0..1000).map(|_| (a.jitter(), b.jitter())).unzip();
+        assert!(xs.iter().chain(&ys).all(|x| (0.5..1.0).contains(x)));
+        assert_ne!(xs, ys);
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        assert!((0.7..0.8).contains(&mean), "mean {mean}");
     }
 }

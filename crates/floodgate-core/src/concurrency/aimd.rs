@@ -36,7 +36,7 @@ impl Default for AimdConfig {
 /// `inflight x 2 >= limit`: `limit + 1`; then clamp to `[min, max]`.
 ///
 /// ```
-/// use floodgate_client::concurrency::{Aimd, AimdConfig, LimitAlgorithm, Sample};
+/// use floodgate_core::concurrency::{Aimd, AimdConfig, LimitAlgorithm, Sample};
 /// use floodgate_core::Nanos;
 /// use std::time::Duration;
 ///
@@ -45,7 +45,7 @@ impl Default for AimdConfig {
 /// assert_eq!(a.on_sample(&s(30, false)), 51);
 /// assert_eq!(a.on_sample(&s(10, false)), 51); // app-limited: unchanged
 /// assert_eq!(a.on_sample(&s(30, true)), 45); // floor(51 x 0.9)
-/// # Ok::<(), floodgate_client::ConfigError>(())
+/// # Ok::<(), floodgate_core::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Aimd {
@@ -58,7 +58,7 @@ impl Aimd {
     pub fn new(cfg: AimdConfig) -> Result<Self, ConfigError> {
         check_range(cfg.min, cfg.initial, cfg.max)?;
         if !(0.5..1.0).contains(&cfg.backoff_ratio) {
-            return Err(ConfigError::Limit(format!(
+            return Err(ConfigError::Inconsistent(format!(
                 "AIMD backoff_ratio must be in [0.5, 1), got {}",
                 cfg.backoff_ratio
             )));

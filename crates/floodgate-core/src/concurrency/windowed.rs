@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use floodgate_core::Nanos;
-use floodgate_core::time::duration_to_nanos;
+use crate::Nanos;
+use crate::time::duration_to_nanos;
 
 use super::{LimitAlgorithm, Sample};
 

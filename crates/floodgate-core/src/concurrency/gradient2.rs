@@ -1,6 +1,6 @@
 //! Gradient2: the limit follows the ratio of a long-term to the current RTT.
 
-use floodgate_core::time::duration_to_nanos;
+use crate::time::duration_to_nanos;
 
 use super::{LimitAlgorithm, Sample, check_range};
 use crate::ConfigError;
@@ -109,19 +109,19 @@ impl Gradient2 {
     pub fn new(cfg: Gradient2Config) -> Result<Self, ConfigError> {
         check_range(cfg.min, cfg.initial, cfg.max)?;
         if !(cfg.smoothing > 0.0 && cfg.smoothing <= 1.0) {
-            return Err(ConfigError::Limit(format!(
+            return Err(ConfigError::Inconsistent(format!(
                 "Gradient2 smoothing must be in (0, 1], got {}",
                 cfg.smoothing
             )));
         }
         if !(cfg.rtt_tolerance >= 1.0 && cfg.rtt_tolerance.is_finite()) {
-            return Err(ConfigError::Limit(format!(
+            return Err(ConfigError::Inconsistent(format!(
                 "Gradient2 rtt_tolerance must be >= 1, got {}",
                 cfg.rtt_tolerance
             )));
         }
         if cfg.long_window == 0 {
-            return Err(ConfigError::Limit(
+            return Err(ConfigError::Inconsistent(
                 "Gradient2 long_window must be >= 1".into(),
             ));
         }

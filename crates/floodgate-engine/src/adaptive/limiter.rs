@@ -1,0 +1,546 @@
+//! [`PartitionedLimiter`]: one adaptive limit shared by priority classes, the permits it
+//! hands out and its bounded queue (rule and queue order: the module docs of
+//! [`crate::adaptive`]).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use floodgate_core::concurrency::{LimitAlgorithm, Sample};
+use floodgate_core::{Clock, ConfigError, Nanos};
+use tokio::sync::oneshot;
+
+use super::AdaptiveSpec;
+use crate::metrics::adaptive::AdaptiveMetrics;
+
+/// How a request guarded by an [`AdaptivePermit`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Completed: its latency is a sample.
+    Success,
+    /// Dropped (a 5xx, an upstream timeout): a sample with `dropped = true`.
+    Dropped,
+    /// Not a meaningful sample (the client went away): released without a sample.
+    Ignore,
+}
+
+/// Why a request got no permit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// The request's class.
+    pub class: usize,
+    /// The queue was full (the request did not wait at all).
+    pub queue_full: bool,
+    /// The limit when it was refused.
+    pub limit: usize,
+}
+
+/// A permit and how long its request waited for it.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The permit: hold it while the request runs, then release it with its outcome.
+    pub permit: AdaptivePermit,
+    /// Time spent in the queue (zero when admitted at once).
+    pub waited: Duration,
+}
+
+struct Waiter {
+    id: u64,
+    tx: oneshot::Sender<AdaptivePermit>,
+}
+
+struct State {
+    algorithm: Box<dyn LimitAlgorithm>,
+    /// `L`, >= 1.
+    limit: usize,
+    /// Permits held, all classes.
+    total: usize,
+    /// Permits held per class.
+    in_flight: Vec<usize>,
+    /// When a request of each class last arrived.
+    last_seen: Vec<Option<Nanos>>,
+    /// Waiters per class, first come first.
+    waiters: Vec<VecDeque<Waiter>>,
+    /// Waiters, all classes.
+    queued: usize,
+    next_id: u64,
+}
+
+struct Shared {
+    name: String,
+    spec: AdaptiveSpec,
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+    metrics: OnceLock<AdaptiveMetrics>,
+}
+
+/// One adaptive limit `L` shared by the classes of an [`AdaptiveSpec`]. Cheap to clone
+/// (shared state).
+///
+/// Invariants: the requests in flight never exceed `L` at the moment one is admitted
+/// (a falling `L` may leave more in flight until they finish: none is cut); `L` stays
+/// within `[min_limit, max_limit]`; every permit is counted once and uncounted once
+/// (released, or dropped unreleased).
+///
+/// ```
+/// use floodgate_engine::adaptive::{AdaptiveSpec, AlgorithmKind, ClassSpec, Outcome, PartitionedLimiter};
+/// use floodgate_core::{ManualClock, Nanos};
+/// use std::sync::Arc;
+///
+/// let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 2, 10)?.with_classes(vec![
+///     ClassSpec { name: "critical".into(), share: 0.5 },
+///     ClassSpec { name: "sheddable".into(), share: 0.5 },
+/// ])?;
+/// let limiter = PartitionedLimiter::new("backend", spec, Arc::new(ManualClock::new(Nanos::ZERO)))?;
+/// let a = limiter.try_acquire(1).unwrap(); // sheddable: within its guarantee of 1
+/// assert!(limiter.try_acquire(1).is_err()); // borrowing the critical class's place: no
+/// let b = limiter.try_acquire(0).unwrap(); // critical: within its guarantee
+/// a.release(Outcome::Success);
+/// b.release(Outcome::Success);
+/// assert_eq!(limiter.in_flight(), 0);
+/// # Ok::<(), floodgate_core::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct PartitionedLimiter {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for PartitionedLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionedLimiter")
+            .field("name", &self.shared.name)
+            .field("limit", &self.limit())
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+impl PartitionedLimiter {
+    /// The limiter of the policy `name`, `spec` checked, timing on `clock`.
+    pub fn new(
+        name: impl Into<String>,
+        spec: AdaptiveSpec,
+        clock: Arc<dyn Clock>,
+    ) -> Result<PartitionedLimiter, ConfigError> {
+        spec.validate()?;
+        let algorithm = spec.build_algorithm()?;
+        let n = spec.classes.len();
+        let state = State {
+            limit: algorithm.limit().max(1),
+            algorithm,
+            total: 0,
+            in_flight: vec![0; n],
+            last_seen: vec![None; n],
+            waiters: (0..n).map(|_| VecDeque::new()).collect(),
+            queued: 0,
+            next_id: 0,
+        };
+        Ok(PartitionedLimiter {
+            shared: Arc::new(Shared {
+                name: name.into(),
+                spec,
+                clock,
+                state: Mutex::new(state),
+                metrics: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> &AdaptiveSpec {
+        &self.shared.spec
+    }
+
+    /// Show the limit, the permits held and the refusals in `metrics` (the first attached
+    /// stays).
+    pub fn attach_metrics(&self, metrics: AdaptiveMetrics) {
+        let st = self.shared.lock();
+        metrics.limit.set(st.limit as i64);
+        for (c, n) in st.in_flight.iter().enumerate() {
+            metrics.in_flight[c].set(*n as i64);
+        }
+        let _ = self.shared.metrics.set(metrics);
+    }
+
+    /// The current limit `L`.
+    pub fn limit(&self) -> usize {
+        self.shared.lock().limit
+    }
+
+    /// Permits held, all classes.
+    pub fn in_flight(&self) -> usize {
+        self.shared.lock().total
+    }
+
+    /// Permits held by `class`.
+    pub fn class_in_flight(&self, class: usize) -> usize {
+        self.shared
+            .lock()
+            .in_flight
+            .get(class)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Requests waiting in the queue, all classes.
+    pub fn queued(&self) -> usize {
+        self.shared.lock().queued
+    }
+
+    /// A permit for a request of `class` if the rule admits it now (never waits). A
+    /// class index past the spec's classes is taken as the last (lowest) class.
+    pub fn try_acquire(&self, class: usize) -> Result<AdaptivePermit, Refused> {
+        let class = self.shared.class(class);
+        let now = self.shared.clock.now();
+        let mut st = self.shared.lock();
+        st.last_seen[class] = Some(now);
+        if self.shared.admits(&st, class, now) {
+            let permit = self.shared.grant(&mut st, class, now);
+            drop(st);
+            self.shared.show(class);
+            return Ok(permit);
+        }
+        let refused = Refused {
+            class,
+            queue_full: false,
+            limit: st.limit,
+        };
+        drop(st);
+        self.shared.count_shed(class);
+        Err(refused)
+    }
+
+    /// A permit for a request of `class`, waiting in the queue (served highest class
+    /// first) up to the spec's `queue_timeout` when the rule does not admit it at once.
+    pub async fn acquire(&self, class: usize) -> Result<Admitted, Refused> {
+        let class = self.shared.class(class);
+        let spec = &self.shared.spec;
+        let (id, mut rx) = match self.shared.admit_or_enqueue(class) {
+            Entry::Admitted(permit) => {
+                self.shared.show(class);
+                return Ok(Admitted {
+                    permit,
+                    waited: Duration::ZERO,
+                });
+            }
+            Entry::Refused(refused) => {
+                self.shared.count_shed(class);
+                return Err(refused);
+            }
+            Entry::Queued(id, rx) => (id, rx),
+        };
+        let started = tokio::time::Instant::now();
+        // leaves the queue on every way out (a dropped request future included)
+        let mut leave = Leave {
+            shared: &self.shared,
+            class,
+            id,
+            armed: true,
+        };
+        let got = tokio::time::timeout(spec.queue_timeout, &mut rx).await;
+        let permit = match got {
+            Ok(Ok(p)) => Some(p),
+            // the sender went away without a permit: cannot happen while queued
+            Ok(Err(_)) => None,
+            Err(_) => {
+                // timed out: out of the queue, unless served in the meantime
+                if leave.remove() {
+                    None
+                } else {
+                    rx.try_recv().ok()
+                }
+            }
+        };
+        leave.armed = false;
+        match permit {
+            Some(permit) => Ok(Admitted {
+                permit,
+                waited: started.elapsed(),
+            }),
+            None => {
+                self.shared.count_shed(class);
+                Err(Refused {
+                    class,
+                    queue_full: false,
+                    limit: self.limit(),
+                })
+            }
+        }
+    }
+
+    /// A permit for a dry-run request of `class`: always granted (so that the limit
+    /// keeps learning), with whether the rule would have refused it (counted as shed).
+    pub fn admit_shadow(&self, class: usize) -> (AdaptivePermit, bool) {
+        let class = self.shared.class(class);
+        let now = self.shared.clock.now();
+        let mut st = self.shared.lock();
+        st.last_seen[class] = Some(now);
+        let would_refuse = !self.shared.admits(&st, class, now);
+        let permit = self.shared.grant(&mut st, class, now);
+        drop(st);
+        self.shared.show(class);
+        if would_refuse {
+            self.shared.count_shed(class);
+        }
+        (permit, would_refuse)
+    }
+}
+
+/// Takes a waiter out of the queue if it is still there when dropped armed.
+struct Leave<'a> {
+    shared: &'a Arc<Shared>,
+    class: usize,
+    id: u64,
+    armed: bool,
+}
+
+impl Leave<'_> {
+    /// Remove the waiter: `true` if it was still queued (so no permit was sent).
+    fn remove(&mut self) -> bool {
+        self.armed = false;
+        let mut st = self.shared.lock();
+        let q = &mut st.waiters[self.class];
+        match q.iter().position(|w| w.id == self.id) {
+            Some(i) => {
+                q.remove(i);
+                st.queued -= 1;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // a permit sent to a dropped receiver is dropped with it: released unsampled
+            self.remove();
+        }
+    }
+}
+
+/// What [`Shared::admit_or_enqueue`] did with a request.
+enum Entry {
+    Admitted(AdaptivePermit),
+    Refused(Refused),
+    Queued(u64, oneshot::Receiver<AdaptivePermit>),
+}
+
+impl Shared {
+    /// Admit a request of `class` now, or queue it (when the queue has room), or refuse
+    /// it: under one lock, never held across an await.
+    fn admit_or_enqueue(self: &Arc<Self>, class: usize) -> Entry {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        st.last_seen[class] = Some(now);
+        if self.admits(&st, class, now) {
+            return Entry::Admitted(self.grant(&mut st, class, now));
+        }
+        let queue = self.spec.queue;
+        if st.queued >= queue {
+            return Entry::Refused(Refused {
+                class,
+                queue_full: queue > 0,
+                limit: st.limit,
+            });
+        }
+        let (tx, rx) = oneshot::channel();
+        let id = st.next_id;
+        st.next_id += 1;
+        st.waiters[class].push_back(Waiter { id, tx });
+        st.queued += 1;
+        Entry::Queued(id, rx)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn class(&self, class: usize) -> usize {
+        class.min(self.spec.classes.len() - 1)
+    }
+
+    /// `g(c) = floor(share(c) x L)`.
+    fn guarantee(&self, limit: usize, class: usize) -> usize {
+        (self.spec.classes[class].share * limit as f64).floor() as usize
+    }
+
+    /// Whether class `h` is demanding at `now`: a request of it arrived within the
+    /// demand window, or one waits.
+    fn demanding(&self, st: &State, h: usize, now: Nanos) -> bool {
+        !st.waiters[h].is_empty()
+            || st.last_seen[h].is_some_and(|t| now.saturating_since(t) < self.spec.demand_window)
+    }
+
+    /// The admission rule of the module docs.
+    fn admits(&self, st: &State, class: usize, now: Nanos) -> bool {
+        let limit = st.limit;
+        if st.total >= limit {
+            return false;
+        }
+        if st.in_flight[class] < self.guarantee(limit, class) {
+            return true;
+        }
+        let reserved: usize = (0..class)
+            .filter(|&h| self.demanding(st, h, now))
+            .map(|h| self.guarantee(limit, h).saturating_sub(st.in_flight[h]))
+            .sum();
+        st.total + reserved < limit
+    }
+
+    fn grant(self: &Arc<Self>, st: &mut State, class: usize, now: Nanos) -> AdaptivePermit {
+        st.total += 1;
+        st.in_flight[class] += 1;
+        AdaptivePermit {
+            shared: Some(self.clone()),
+            class,
+            start: now,
+            inflight: st.total,
+            preset: Outcome::Success,
+        }
+    }
+
+    /// Serve the queue after a release: highest class first, first come first within
+    /// a class, each as far as the rule admits. The permits are sent by the caller,
+    /// outside the lock.
+    fn serve(
+        self: &Arc<Self>,
+        st: &mut State,
+        now: Nanos,
+    ) -> Vec<(oneshot::Sender<AdaptivePermit>, AdaptivePermit)> {
+        let mut out = Vec::new();
+        for class in 0..st.waiters.len() {
+            while !st.waiters[class].is_empty() && self.admits(st, class, now) {
+                let w = st.waiters[class].pop_front().expect("not empty");
+                st.queued -= 1;
+                let permit = self.grant(st, class, now);
+                out.push((w.tx, permit));
+            }
+        }
+        out
+    }
+
+    fn show(&self, class: usize) {
+        if let Some(m) = self.metrics.get() {
+            let st = self.lock();
+            m.limit.set(st.limit as i64);
+            m.in_flight[class].set(st.in_flight[class] as i64);
+        }
+    }
+
+    fn count_shed(&self, class: usize) {
+        if let Some(m) = self.metrics.get() {
+            m.shed[class].inc();
+        }
+    }
+
+    fn release(self: &Arc<Self>, permit: &AdaptivePermit, outcome: Outcome) {
+        let now = self.clock.now();
+        let rtt = now.saturating_since(permit.start);
+        let mut st = self.lock();
+        if outcome != Outcome::Ignore {
+            let sample = Sample {
+                start: permit.start,
+                rtt,
+                inflight: permit.inflight,
+                dropped: outcome == Outcome::Dropped,
+            };
+            st.limit = st.algorithm.on_sample(&sample).max(1);
+        }
+        st.total -= 1;
+        st.in_flight[permit.class] -= 1;
+        let served = self.serve(&mut st, now);
+        drop(st);
+        if let Some(m) = self.metrics.get() {
+            if outcome != Outcome::Ignore {
+                m.latency.observe(rtt.as_secs_f64());
+            }
+        }
+        self.show(permit.class);
+        for (tx, p) in served {
+            let class = p.class;
+            // a waiter gone (its request dropped): the permit comes back unsampled
+            let _ = tx.send(p);
+            self.show(class);
+        }
+    }
+}
+
+/// One admitted request of a [`PartitionedLimiter`]. Release it with
+/// [`release`](Self::release); dropped unreleased, it is released as [`Outcome::Ignore`]
+/// (no sample).
+pub struct AdaptivePermit {
+    shared: Option<Arc<Shared>>,
+    class: usize,
+    start: Nanos,
+    inflight: usize,
+    preset: Outcome,
+}
+
+impl std::fmt::Debug for AdaptivePermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdaptivePermit")
+            .field("class", &self.class)
+            .field("start", &self.start)
+            .field("inflight", &self.inflight)
+            .finish()
+    }
+}
+
+impl AdaptivePermit {
+    /// The request's class.
+    pub fn class(&self) -> usize {
+        self.class
+    }
+
+    /// When it was granted (the limiter's clock).
+    pub fn start(&self) -> Nanos {
+        self.start
+    }
+
+    /// Permits held when it was granted, itself included.
+    pub fn inflight_at_start(&self) -> usize {
+        self.inflight
+    }
+
+    /// The spec of its limiter (when the latency is taken, what is a drop).
+    pub fn spec(&self) -> Option<&AdaptiveSpec> {
+        self.shared.as_ref().map(|s| &s.spec)
+    }
+
+    /// Set the outcome [`release_preset`](Self::release_preset) reports (a surface
+    /// knows it from the response head and releases at the body's end).
+    pub fn preset(&mut self, outcome: Outcome) {
+        self.preset = outcome;
+    }
+
+    /// Release with the outcome set by [`preset`](Self::preset) (`Success` unless set).
+    pub fn release_preset(self) {
+        let o = self.preset;
+        self.release(o);
+    }
+
+    /// Release with `outcome`: a sample for the algorithm unless `Ignore`; the queue is
+    /// served.
+    pub fn release(mut self, outcome: Outcome) {
+        self.finish(outcome);
+    }
+
+    fn finish(&mut self, outcome: Outcome) {
+        if let Some(shared) = self.shared.take() {
+            shared.release(self, outcome);
+        }
+    }
+}
+
+impl Drop for AdaptivePermit {
+    fn drop(&mut self) {
+        self.finish(Outcome::Ignore);
+    }
+}
