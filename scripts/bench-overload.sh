@@ -6,7 +6,7 @@
 # arrivals at 0.5x, 1x, 2x and 5x the capacity, in three classes sent as x-priority
 # (critical 20 %, default 50 %, sheddable 30 %). Per row: goodput (successful
 # responses/s), p50/p99 latency of the successes, the success rate overall and per class,
-# and which goals the row meets. Loopback only; every run is bounded by -z plus -t.
+# and which targets the row meets. Loopback only; every run is bounded by -z plus -t.
 # Not part of the test suite (tests/bench_overload.rs runs it for a fraction of a
 # second to check that it works).
 #
@@ -22,7 +22,7 @@
 # The adaptive rows run only when `floodgate proxy --check-config` accepts their
 # configuration; otherwise they are skipped with a note.
 #
-# Goals per row: 0.5x, nothing shed (every request succeeds); 1x, goodput >= 95 % of the
+# Targets per row: 0.5x, nothing shed (every request succeeds); 1x, goodput >= 95 % of the
 # capacity; 5x, goodput >= 90 % of the capacity, p99 of the successes within 2x the
 # unloaded p99 (measured first, at 0.1x through the proxy with no policy), critical
 # >= 99 % successful.
@@ -215,18 +215,18 @@ for row in sys.argv[3:]:
     load_f = float(load)
     share = g["goodput_per_s"] / capacity
     p99 = g["success_latency"]["p99_ms"]
-    goals = []
+    targets = []
     if load_f <= 0.5:
-        goals.append(("nothing shed", g["success_rate"] >= 1.0))
+        targets.append(("nothing shed", g["success_rate"] >= 1.0))
     elif load_f == 1:
-        goals.append(("goodput >= 95%", share >= 0.95))
+        targets.append(("goodput >= 95%", share >= 0.95))
     elif load_f >= 5:
-        goals.append(("goodput >= 90%", share >= 0.90))
-        goals.append(("p99 <= 2x unloaded", g["succeeded"] > 0 and p99 <= 2 * unloaded))
+        targets.append(("goodput >= 90%", share >= 0.90))
+        targets.append(("p99 <= 2x unloaded", g["succeeded"] > 0 and p99 <= 2 * unloaded))
         if "critical" in by:
-            goals.append(("critical >= 99%", by["critical"]["success_rate"] >= 0.99))
-    verdict = "-" if not goals else "; ".join(
-        ("met: " if ok else "MISSED: ") + name for name, ok in goals)
+            targets.append(("critical >= 99%", by["critical"]["success_rate"] >= 0.99))
+    verdict = "-" if not targets else "; ".join(
+        ("met: " if ok else "MISSED: ") + name for name, ok in targets)
     timeouts = r["errors"]["timeout"]
     lag = (r.get("send_lag") or {}).get("p99_ms", 0.0)
     lines.append([cfg, f"{load}x", f'{r["rate"]:.0f}', f'{g["goodput_per_s"]:.0f}',
@@ -235,7 +235,7 @@ for row in sys.argv[3:]:
                  + [f'{by[c]["success_rate"] * 100:.1f}%' for c in (classes or [])]
                  + [str(timeouts), f"{lag:.1f}", verdict])
 head = ["config", "load", "offered req/s", "goodput req/s", "of capacity", "p50 ms",
-        "p99 ms", "success"] + [f"{c} success" for c in (classes or [])] + ["timeouts", "send lag p99 ms", "goals"]
+        "p99 ms", "success"] + [f"{c} success" for c in (classes or [])] + ["timeouts", "send lag p99 ms", "targets"]
 print("| " + " | ".join(head) + " |")
 print("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 3) + ["---"]) + "|")
 for l in lines:

@@ -42,7 +42,7 @@ fn the_overload_bench_runs_its_commands_and_prints_the_table() {
         "critical success",
         "default success",
         "sheddable success",
-        "timeouts | send lag p99 ms | goals |",
+        "timeouts | send lag p99 ms | targets |",
     ] {
         assert!(stdout.contains(column), "{column:?} in\n{stdout}");
     }
@@ -58,7 +58,7 @@ fn the_overload_bench_runs_its_commands_and_prints_the_table() {
         stdout.contains("unloaded p99 (0.1x, no policy):"),
         "{stdout}"
     );
-    // the 5x rows are judged against the goals, met or missed
+    // the 5x rows are judged against the targets, met or missed
     assert!(stdout.contains("goodput >= 90%"), "{stdout}");
     // the adaptive rows run or are skipped with a note, never silently dropped
     assert!(
