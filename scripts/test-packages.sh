@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # floodgate installed the way operators install it, checked end to end (called by .ci/run
-# after the tests; its release build of the binary and the module is most of its time):
+# after the tests; its release builds of the binary and of the module are most of its time):
 #   1. the Debian packages (scripts/build-debs.sh): contents, control fields, conffiles;
 #      installed with apt-get (dpkg -i), their systemd units checked by
 #      `systemd-analyze verify`, the installed binary started with the packaged
@@ -78,7 +78,11 @@ proxy_answers() {
 
 step "release build (floodgate, floodgate-redis-module)"
 t0=$(date +%s)
-cargo build --release --quiet -p floodgate -p floodgate-redis-module
+# two builds, not one: built together, the two packages' dependencies would be compiled
+# with their features unified, and `cargo install --path .` below (the binary's features
+# alone) would compile them all again
+cargo build --release --quiet -p floodgate
+cargo build --release --quiet -p floodgate-redis-module
 echo "release build: $(( $(date +%s) - t0 )) s"
 
 step "Debian packages"
