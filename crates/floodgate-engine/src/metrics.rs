@@ -611,7 +611,7 @@ impl Metrics {
     }
 
     /// The metric handles of adaptive policy `policy` with `classes` (in class order).
-    pub fn adaptive(&self, policy: &str, classes: &[String]) -> adaptive::AdaptiveMetrics {
+    pub fn adaptive(&self, policy: &str, classes: &[String]) -> crate::adaptive::AdaptiveMetrics {
         self.adaptive.policy(policy, classes)
     }
 

@@ -4,7 +4,7 @@
 //! are the engine's ([`floodgate_engine::adaptive`]); the layer takes a permit before the
 //! leases and rates of the request, refuses with `503 Service Unavailable` and
 //! `Retry-After` when none is given, and releases it at the response head or the end of
-//! the body ([`Latency`](floodgate_engine::adaptive::Latency)).
+//! the body ([`Latency`]).
 //!
 //! # Classes
 //! A request belongs to the first class (in the order listed: highest priority first)

@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use floodgate_engine::adaptive::at_head;
+use floodgate_engine::adaptive::{AdaptivePermit, at_head};
 use floodgate_engine::leases::LeaseBody;
 use http::{Request, Response};
 use http_body_util::{Either, Full};
@@ -153,11 +153,16 @@ where
                     permits,
                     decided,
                 } => {
-                    if !delay.is_zero() && !limiter.hold(delay).await {
-                        let mut r = limiter.queue_full_response(req.headers());
-                        headers.insert_into(r.headers_mut());
-                        insert_decided(&mut r, decided.map(RecordedDecision::limited));
-                        return Ok(r.map(Either::Right));
+                    let mut permits = permits;
+                    if !delay.is_zero() {
+                        if !limiter.hold(delay).await {
+                            let mut r = limiter.queue_full_response(req.headers());
+                            headers.insert_into(r.headers_mut());
+                            insert_decided(&mut r, decided.map(RecordedDecision::limited));
+                            return Ok(r.map(Either::Right));
+                        }
+                        // the hold is not the backend's latency
+                        permits.iter_mut().for_each(AdaptivePermit::restart);
                     }
                     // the leases are held until the response body ends or is dropped
                     // (the client went away, a timeout): this future holds them until
@@ -196,7 +201,7 @@ where
 {
     let (spec, estimate) = plan.settle.take().expect("a settling plan");
     let (outcome, reservation) = limiter.reserve(plan, req.headers()).await;
-    let (headers, delay, leases, permits, decided) = match outcome {
+    let (headers, delay, leases, mut permits, decided) = match outcome {
         Outcome::Respond(r) => return Ok(r.map(Either::Right)),
         Outcome::Pass {
             headers,
@@ -215,6 +220,10 @@ where
         headers.insert_into(r.headers_mut());
         insert_decided(&mut r, decided.map(RecordedDecision::limited));
         return Ok(r.map(Either::Right));
+    }
+    if !delay.is_zero() {
+        // the hold is not the backend's latency
+        permits.iter_mut().for_each(AdaptivePermit::restart);
     }
     let handle = SettleHandle::new(limiter, spec, estimate, reservation);
     req.extensions_mut().insert(handle.clone());

@@ -68,7 +68,7 @@ impl Policy {
     }
 
     /// An adaptive policy: one concurrency limit for every request it applies to (key
-    /// `global`; a [`ClassMatch::Key`] reads the key set with [`key`](Self::key)),
+    /// `global`; a [`ClassMatch::Key`](crate::adaptive::ClassMatch::Key) reads the key set with [`key`](Self::key)),
     /// following the backend's latency; refused requests get 503 (see
     /// [`crate::adaptive`]).
     ///

@@ -10,8 +10,7 @@ use floodgate_core::concurrency::{LimitAlgorithm, Sample};
 use floodgate_core::{Clock, ConfigError, Nanos};
 use tokio::sync::oneshot;
 
-use super::AdaptiveSpec;
-use crate::metrics::adaptive::AdaptiveMetrics;
+use super::{AdaptiveMetrics, AdaptiveSpec};
 
 /// How a request guarded by an [`AdaptivePermit`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -457,10 +456,10 @@ impl Shared {
         st.in_flight[permit.class] -= 1;
         let served = self.serve(&mut st, now);
         drop(st);
-        if let Some(m) = self.metrics.get() {
-            if outcome != Outcome::Ignore {
-                m.latency.observe(rtt.as_secs_f64());
-            }
+        if let Some(m) = self.metrics.get()
+            && outcome != Outcome::Ignore
+        {
+            m.latency.observe(rtt.as_secs_f64());
         }
         self.show(permit.class);
         for (tx, p) in served {
@@ -512,6 +511,14 @@ impl AdaptivePermit {
     /// The spec of its limiter (when the latency is taken, what is a drop).
     pub fn spec(&self) -> Option<&AdaptiveSpec> {
         self.shared.as_ref().map(|s| &s.spec)
+    }
+
+    /// Start timing now (a request held before it is forwarded, by a leaky queue's
+    /// delay: the wait is not the backend's latency).
+    pub fn restart(&mut self) {
+        if let Some(shared) = &self.shared {
+            self.start = shared.clock.now();
+        }
     }
 
     /// Set the outcome [`release_preset`](Self::release_preset) reports (a surface

@@ -48,6 +48,10 @@ use floodgate_core::concurrency::{
 
 pub use limiter::{AdaptivePermit, Admitted, Outcome, PartitionedLimiter, Refused};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+
 /// The most classes an adaptive policy may have.
 pub const MAX_CLASSES: usize = 16;
 
@@ -359,4 +363,17 @@ pub fn at_head(permits: Vec<AdaptivePermit>, status: Option<u16>) -> Vec<Adaptiv
         }
     }
     held
+}
+
+/// One adaptive policy's series, by class index (the metrics' `adaptive` makes them).
+#[derive(Clone, Debug)]
+pub struct AdaptiveMetrics {
+    /// `floodgate_adaptive_limit{policy}`.
+    pub limit: Gauge,
+    /// `floodgate_adaptive_in_flight{policy, class}`, by class index.
+    pub in_flight: Vec<Gauge>,
+    /// `floodgate_adaptive_shed_total{policy, class}`, by class index.
+    pub shed: Vec<Counter>,
+    /// `floodgate_adaptive_latency_seconds{policy}`.
+    pub latency: Histogram,
 }

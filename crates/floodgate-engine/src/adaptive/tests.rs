@@ -278,38 +278,6 @@ fn dry_run_admits_and_says_it_would_refuse() {
 }
 
 #[test]
-fn metrics_show_limit_in_flight_and_shed() {
-    let m = crate::metrics::Metrics::new(&["backend".to_string()]);
-    let (l, clock) = limiter(AlgorithmKind::Aimd, 2, 2, 3);
-    let names: Vec<String> = l.spec().classes.iter().map(|c| c.name.clone()).collect();
-    l.attach_metrics(m.adaptive("backend", &names));
-    let a = l.try_acquire(CRITICAL).unwrap();
-    let b = l.try_acquire(CRITICAL).unwrap();
-    assert!(l.try_acquire(SHEDDABLE).is_err());
-    let text = m.encode();
-    assert!(
-        text.contains("floodgate_adaptive_in_flight{policy=\"backend\",class=\"critical\"} 2"),
-        "{text}"
-    );
-    assert!(
-        text.contains("floodgate_adaptive_shed_total{policy=\"backend\",class=\"sheddable\"} 1"),
-        "{text}"
-    );
-    clock.advance(Duration::from_millis(3));
-    a.release(Outcome::Success);
-    b.release(Outcome::Success);
-    let text = m.encode();
-    assert!(
-        text.contains("floodgate_adaptive_limit{policy=\"backend\"} 3"),
-        "{text}"
-    );
-    assert!(
-        text.contains("floodgate_adaptive_latency_seconds_count{policy=\"backend\"} 2"),
-        "{text}"
-    );
-}
-
-#[test]
 fn bad_specs_are_errors_naming_the_field() {
     let err = |r: Result<AdaptiveSpec, floodgate_core::ConfigError>| r.unwrap_err().to_string();
     assert!(err(AdaptiveSpec::new(AlgorithmKind::Vegas, 0, 1, 2)).contains("min (0)"));
@@ -356,4 +324,18 @@ fn drop_on_maps_statuses_to_outcomes() {
     assert_eq!(timeouts.outcome(Some(504)), Outcome::Dropped);
     let none = DropOn::parse::<&str>(&[]).unwrap();
     assert_eq!(none.outcome(Some(504)), Outcome::Success);
+}
+
+#[test]
+fn restart_times_from_now() {
+    let (l, clock) = limiter(AlgorithmKind::Aimd, 1, 5, 5);
+    let mut p = l.try_acquire(CRITICAL).unwrap();
+    let granted = p.start();
+    clock.advance(Duration::from_millis(100));
+    p.restart();
+    assert_eq!(
+        p.start(),
+        granted.saturating_add(Duration::from_millis(100))
+    );
+    p.release(Outcome::Success);
 }

@@ -12,6 +12,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::{PolicyLabels, names};
+use crate::adaptive::AdaptiveMetrics;
 
 /// Labels of the per class series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -88,17 +89,4 @@ impl AdaptiveFamilies {
             latency: self.latency.get_or_create_owned(&p),
         }
     }
-}
-
-/// One adaptive policy's series, by class index.
-#[derive(Clone, Debug)]
-pub struct AdaptiveMetrics {
-    /// `floodgate_adaptive_limit{policy}`.
-    pub limit: Gauge,
-    /// `floodgate_adaptive_in_flight{policy, class}`, by class index.
-    pub in_flight: Vec<Gauge>,
-    /// `floodgate_adaptive_shed_total{policy, class}`, by class index.
-    pub shed: Vec<Counter>,
-    /// `floodgate_adaptive_latency_seconds{policy}`.
-    pub latency: Histogram,
 }

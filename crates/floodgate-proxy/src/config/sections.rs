@@ -318,7 +318,7 @@ impl PolicySection {
         let Some(n) = self.max_in_flight else {
             if self.lease_ttl.is_some() || self.queue.is_some() || self.queue_timeout.is_some() {
                 return Err(
-                    "lease_ttl, queue and queue_timeout apply only with max_in_flight".into(),
+                    "lease_ttl applies only with max_in_flight, queue and queue_timeout only with max_in_flight or adaptive".into(),
                 );
             }
             return Ok(Policy::new(self.name.clone(), self.spec()?));
