@@ -45,9 +45,11 @@ done
 for p in 28000 28001 28080 28081 28082; do
   if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
 done
-cargo build --profile dist -q --bin floodgate
-cargo build --profile dist -q -p floodgate-proxy --example bench_backend
-BIN=$CARGO_TARGET_DIR/dist
+# PROFILE=release for a quick check of the script itself; figures are taken with dist
+PROFILE=${PROFILE:-dist}
+cargo build --profile "$PROFILE" -q --bin floodgate
+cargo build --profile "$PROFILE" -q -p floodgate-proxy --example bench_backend
+BIN=$CARGO_TARGET_DIR/$PROFILE
 TMP=$(mktemp -d /tmp/fg-bench.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }

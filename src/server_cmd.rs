@@ -21,14 +21,16 @@ gracefully.
 Examples:
   floodgate server --config limits.yaml
   floodgate server --config limits.toml --grpc 10.0.0.5:8081 --resp off   # beyond loopback: set tls (docs/security.md)
-  floodgate server --config limits.yaml --check      # validate the file and exit";
+  floodgate server --config limits.yaml --check      # validate the file and exit
+  floodgate server --config limitador-limits.yaml    # Limitador's limits file as it is";
 
 /// Arguments of `floodgate server`.
 #[derive(Args, Debug)]
 #[command(after_help = EXAMPLES)]
 pub struct ServerArgs {
     /// The config file (.yaml, .yml or .toml), or a directory in Envoy's layout (every
-    /// *.yaml of its config/ subdirectory, one domain per file or YAML document).
+    /// *.yaml of its config/ subdirectory, one domain per file or YAML document), or
+    /// Limitador's limits file (a YAML list of limits, read as it is).
     #[arg(long, short)]
     config: PathBuf,
     /// gRPC listen address (overrides listen.grpc), or `off`.
@@ -78,7 +80,6 @@ fn fmt_addr(a: Option<SocketAddr>) -> String {
 /// Run the command.
 pub fn run(args: ServerArgs) -> Result<()> {
     crate::log_setup::init(args.log_format)?;
-    crate::raise_descriptor_limit();
     let grace =
         floodgate_core::rate::parse_duration(&args.shutdown_grace).usage("--shutdown-grace")?;
     let cfg = config::load(&args.config).usage_err()?;
@@ -89,7 +90,8 @@ pub fn run(args: ServerArgs) -> Result<()> {
                 .domains
                 .values()
                 .map(|d| count_limits(d))
-                .sum::<usize>();
+                .sum::<usize>()
+            + cfg.rules.selectors.values().map(Vec::len).sum::<usize>();
         println!(
             "{}: ok ({} domains, {} limits, {} policies)",
             args.config.display(),
@@ -97,8 +99,13 @@ pub fn run(args: ServerArgs) -> Result<()> {
             limits,
             cfg.rules.policies.len()
         );
+        for note in &cfg.notes {
+            println!("note: {note}");
+        }
         return Ok(());
     }
+    // serving only: checking a file opens no connection (and logs nothing about it)
+    crate::raise_descriptor_limit();
     let mut settings = cfg.settings.clone();
     if let Some(s) = &args.grpc {
         settings.grpc = address("grpc", s).usage_err()?;

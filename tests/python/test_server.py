@@ -238,3 +238,34 @@ def test_reload_on_file_change_keeps_counters(server):
     # 'r' kept its state: GCRA at 30/min after 1 hit at 3/min is not back to 29 remaining
     r = server.check([[("remote_address", "r")]])
     assert r.statuses[0].limit_remaining < 28
+
+
+# Limitador's example limits file (limitador-server/examples/limits.yaml), as it is.
+LIMITADOR = open(os.path.join(os.path.dirname(__file__), "..", "..", "crates",
+                              "floodgate-server", "tests", "limitador",
+                              "examples-limits.yaml")).read()
+
+
+def test_limitador_limits_file_answers_should_rate_limit(tmp_path):
+    s = Server(tmp_path, config=LIMITADOR)
+    try:
+        def post(user, *extra):
+            return s.check([[("req.method", "POST"), *extra, ("user_id", user)]],
+                           domain="test_namespace")
+
+        for _ in range(5):
+            assert post("alice").overall_code == OK
+        r = post("alice")
+        assert r.overall_code == OVER
+        assert r.statuses[0].code == OVER
+        assert r.statuses[0].current_limit.requests_per_unit == 5
+        # entries in another order, beside others: the same counter
+        r = s.check([[("user_id", "alice"), ("x", "1"), ("req.method", "POST")]],
+                    domain="test_namespace")
+        assert r.overall_code == OVER
+        assert post("bob").overall_code == OK
+        r = s.check([[("req.method", "GET"), ("user_id", "alice")]], domain="test_namespace")
+        assert r.overall_code == OK
+        assert "2 Limitador limits as fixed windows" in s.log()
+    finally:
+        s.stop()

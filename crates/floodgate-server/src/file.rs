@@ -61,6 +61,9 @@ pub struct FileConfig {
     pub http: HttpFile,
     /// TLS on the doors: certificate, key, and the CA of client certificates (mTLS).
     pub tls: Option<TlsFile>,
+    /// Buckets of the Rate Limit Quota Service on the gRPC door.
+    #[serde(default)]
+    pub quota: QuotaFile,
 }
 
 /// `listen:` addresses (`host:port`, or `off` to disable a front door).
@@ -267,4 +270,121 @@ pub struct TlsFile {
     pub client_ca_file: Option<std::path::PathBuf>,
     /// The doors that speak TLS: any of `grpc`, `http`, `resp` (default all three).
     pub doors: Option<Vec<String>>,
+}
+
+/// `quota:` the buckets of the Rate Limit Quota Service (Envoy's
+/// `envoy.service.rate_limit_quota.v3`), served on the gRPC door.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaFile {
+    /// The domains clients report in (a client names its domain in its first report).
+    #[serde(default)]
+    pub domains: Vec<QuotaDomainFile>,
+    /// What a bucket no rule matches gets (and every bucket of a domain not listed):
+    /// `deny` (the default: a deny-all assignment), `allow` (an allow-all assignment) or
+    /// `default` (the limit of `default_bucket`, each such bucket on its own).
+    #[serde(default)]
+    pub unknown_bucket: Option<UnknownBucketFile>,
+    /// The bucket settings of `unknown_bucket: default` (no `match`).
+    pub default_bucket: Option<QuotaBucketFile>,
+    /// Most clients sharing one bucket at once (default 1,000); a client past it gets a
+    /// deny-all assignment for that bucket until another leaves.
+    #[serde(default, deserialize_with = "some_count")]
+    pub max_clients_per_bucket: Option<usize>,
+    /// Most buckets one stream may report (default 100); a report past it ends the
+    /// stream with `RESOURCE_EXHAUSTED`.
+    #[serde(default, deserialize_with = "some_count")]
+    pub max_buckets_per_stream: Option<usize>,
+    /// Most buckets tracked in process at once (default 100,000): a new bucket past it
+    /// gets a deny-all assignment until one expires.
+    #[serde(default, deserialize_with = "some_count")]
+    pub max_buckets: Option<usize>,
+}
+
+fn some_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    floodgate_core::de::positive_count(d).map(Some)
+}
+
+fn some_positive<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::time::Duration>, D::Error> {
+    floodgate_core::de::positive_duration(d).map(Some)
+}
+
+/// `quota.unknown_bucket`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownBucketFile {
+    /// A deny-all assignment.
+    Deny,
+    /// An allow-all assignment.
+    Allow,
+    /// `default_bucket`'s limit.
+    Default,
+}
+
+/// One quota domain.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaDomainFile {
+    /// The domain clients name in their first report.
+    pub domain: String,
+    /// Its buckets, the first matching rule applying.
+    #[serde(default)]
+    pub buckets: Vec<QuotaBucketFile>,
+}
+
+/// One bucket rule: which `BucketId`s it matches and the global limit each of them gets.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaBucketFile {
+    /// `BucketId` keys and values the bucket must carry (others may be there too); the
+    /// value `*` matches any value. Each distinct `BucketId` matched is a bucket of its
+    /// own with the whole limit.
+    #[serde(default, rename = "match")]
+    pub matches: std::collections::BTreeMap<String, String>,
+    /// The global limit, `COUNT/PERIOD` (`100/s`, `6000/m`).
+    pub rate: Option<floodgate_core::Rate>,
+    /// Requests admitted at once above one, over all clients (capacity = burst + 1;
+    /// default: the rate's count less one).
+    pub burst: Option<u64>,
+    /// How shares are sent: `token_bucket` (default) or `requests_per_time_unit` (the
+    /// rate's period must then be one second, minute, hour or day).
+    pub strategy: Option<StrategyFile>,
+    /// How often clients report (their filter's `reporting_interval`; default `5s`).
+    #[serde(default, deserialize_with = "some_positive")]
+    pub report_interval: Option<std::time::Duration>,
+    /// How long an assignment holds (default three report intervals; more than one).
+    #[serde(default, deserialize_with = "some_positive")]
+    pub assignment_ttl: Option<std::time::Duration>,
+    /// The least share of a live client, `COUNT/PERIOD` (default 1% of the rate).
+    pub floor: Option<floodgate_core::Rate>,
+    /// What clients do before their first assignment (their filter's
+    /// `no_assignment_behavior`): `allow_all` (default) or `deny_all`.
+    pub no_assignment: Option<FallbackFile>,
+    /// What clients do once an assignment expired (their filter's
+    /// `expired_assignment_behavior`): `reuse_last` (default), `allow_all` or `deny_all`.
+    pub expired_assignment: Option<FallbackFile>,
+}
+
+/// `strategy:` of a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StrategyFile {
+    /// Token bucket.
+    TokenBucket,
+    /// Requests per time unit.
+    RequestsPerTimeUnit,
+}
+
+/// `no_assignment:` / `expired_assignment:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FallbackFile {
+    /// Allow every request.
+    AllowAll,
+    /// Deny every request.
+    DenyAll,
+    /// Keep applying the last assignment.
+    ReuseLast,
 }

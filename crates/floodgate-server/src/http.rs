@@ -18,7 +18,8 @@
 //!   (`"store":"degraded"` while the decision store does not answer and the fault
 //!   policy decides), `503` while shutting down.
 //! * `GET /admin`, `/admin/api/...`: who is being limited (floodgate-engine's admin page
-//!   and API, [`floodgate_engine::admin`]).
+//!   and API, [`floodgate_engine::admin`]); `GET /admin/api/quota`: per quota bucket, each
+//!   client's demand and share ([`crate::quota::QuotaView`]).
 //!
 //! `/v1` and `/admin` answer only a `Host` that is a loopback name or address
 //! (`localhost`, `127.0.0.0/8`, `[::1]`, any port) or one of `http.allowed_hosts`; any
@@ -206,6 +207,10 @@ async fn fallback(State(s): State<Arc<HttpState>>, req: axum::extract::Request) 
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
     if admin_path && !s.allowed_hosts.allows(host_of(&req)) {
         return admin_reply(misdirected(host_of(&req), "http.allowed_hosts"));
+    }
+    if asked.path == "/admin/api/quota" && asked.method == "GET" {
+        // per quota bucket: each client's demand and share (docs/quota.md)
+        return axum::Json(s.engine.metrics().quota.snapshot()).into_response();
     }
     match s.engine.admin(&asked).await {
         Some(reply) => admin_reply(reply),

@@ -52,6 +52,7 @@ pub mod http;
 pub mod http_leases;
 pub mod leases;
 pub mod metrics;
+pub mod quota;
 pub mod reload;
 pub mod resp;
 pub mod server;

@@ -21,6 +21,9 @@
 //! | `floodgate_config_reloads_total` | result | `ok` or `error` |
 //! | `floodgate_config_last_reload_success` | | 1 when the last reload attempt succeeded |
 //! | `floodgate_config_generation` | | generation of the config being served (1 at startup) |
+//! | `floodgate_quota_limit` | bucket | quota: a bucket's global limit, requests per second |
+//! | `floodgate_quota_demand` | bucket, client | quota: a client's reported demand, requests per second |
+//! | `floodgate_quota_assigned` | bucket, client | quota: a client's share of the bucket's limit, requests per second |
 //!
 //! The `descriptor` label is the rule's path in the config (`database=users.remote_address`),
 //! never a request value, unless the rule asks for `detailed_metric` or `value_to_metric`.
@@ -178,6 +181,8 @@ pub struct Metrics {
     pub insight: Arc<Insight>,
     /// `requests` and `latency` series resolved on first use (no label lookup per call).
     resolved: Resolved,
+    /// Quota buckets: each client's demand and share (`floodgate_quota_*`).
+    pub quota: Arc<crate::quota::QuotaView>,
 }
 
 /// Series of `requests` (by outcome) and `latency` (by door) resolved once: each is
@@ -187,6 +192,9 @@ struct Resolved {
     requests: [OnceLock<Counter>; REQUEST_OUTCOME_COUNT],
     latency: [OnceLock<Histogram>; FRONTS.len()],
 }
+
+/// Most quota buckets shown in metrics and the admin API.
+const QUOTA_BUCKETS_SHOWN: usize = 10_000;
 
 /// How many [`RequestOutcome`]s there are.
 const REQUEST_OUTCOME_COUNT: usize = RequestOutcome::Error as usize + 1;
@@ -301,6 +309,11 @@ impl Metrics {
         if let Some(store) = redis {
             server.register_collector(Box::new(RedisCollector(store)));
         }
+        let quota = Arc::new(crate::quota::QuotaView::new(
+            QUOTA_BUCKETS_SHOWN,
+            Arc::new(floodgate_core::time::WallClock),
+        ));
+        registry.register_collector(Box::new(crate::quota::QuotaCollector(quota.clone())));
         Metrics {
             registry,
             decisions,
@@ -318,6 +331,7 @@ impl Metrics {
             generation,
             insight: Arc::new(Insight::new("server", keys)),
             resolved: Resolved::default(),
+            quota,
         }
     }
 

@@ -21,9 +21,11 @@ use crate::gate::Gate;
 use crate::grpc::RlsService;
 use crate::grpc::conn::Http2Limits;
 use crate::grpc::door::GrpcDoor;
+use crate::grpc::quota::QuotaService;
 use crate::http::conn::HttpTimeouts;
 use crate::http::{HttpState, router};
 use crate::metrics::Metrics;
+use crate::quota::DemandBook;
 use crate::reload::{self, Reloader};
 use crate::resp::{RespLimits, RespService, RespTimeouts};
 use crate::tls::Door;
@@ -179,7 +181,7 @@ pub async fn start(
             (store, fault, CallerLimits::redis(s.clone()), Some(s))
         }
     };
-    let metrics = Arc::new(Metrics::with_keys(redis, settings.admin_keys));
+    let metrics = Arc::new(Metrics::with_keys(redis.clone(), settings.admin_keys));
     let max_bytes = config.rules.caps.max_request_bytes;
     let in_flight_rules = config.rules.in_flight_rules();
     if in_flight_rules > 0 && settings.grpc.is_some() {
@@ -216,8 +218,20 @@ pub async fn start(
 
     if let Some(listener) = grpc_l {
         let rls = RlsService::new(engine.clone());
+        let book = match &redis {
+            Some(r) => DemandBook::Redis(r.clone()),
+            None => DemandBook::memory(Arc::new(TokioWallClock::new())),
+        };
+        let quota = QuotaService::new(
+            engine.clone(),
+            book,
+            metrics.quota.clone(),
+            settings.connections.idle_timeout,
+            shutdown_rx.clone(),
+        );
         let routes = tonic::service::Routes::new(health_service)
-            .add_service(rls.clone().into_server(max_bytes));
+            .add_service(rls.clone().into_server(max_bytes))
+            .add_service(quota.into_server(max_bytes));
         let door = Arc::new(
             GrpcDoor::new(rls, routes, max_bytes).with_tls(tls_for(Door::Grpc), metrics.clone()),
         );

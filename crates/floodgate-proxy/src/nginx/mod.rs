@@ -3,9 +3,15 @@
 //! `floodgate proxy` TOML file. What has no floodgate equivalent is an error or a
 //! warning naming the directive and its line (docs/from-nginx.md has the table).
 
+mod args;
 mod convert;
+mod emit;
 mod keys;
+mod model;
 mod parse;
+mod report;
+mod site;
 
-pub use convert::{ConvertError, Converted, Note, convert};
+pub use convert::convert;
 pub use parse::{Directive, SyntaxError, parse};
+pub use report::{ConvertError, Converted, Note};

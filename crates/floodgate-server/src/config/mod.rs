@@ -11,6 +11,8 @@
 //! `FILE:LINE:COLUMN: FIELD: MESSAGE` as the proxy's do.
 
 mod envoy_dir;
+mod limitador;
+mod quota;
 mod rules;
 mod security;
 mod settings;
@@ -22,6 +24,8 @@ use thiserror::Error;
 use crate::file::FileConfig;
 
 pub use envoy_dir::root as layout_root;
+pub use limitador::{Condition, SelectorDef, detect as is_limitador};
+pub use quota::{BucketValue, DEFAULT_REPORT_INTERVAL, QuotaBucketDef, QuotaRules, UnknownBucket};
 pub use rules::{
     Caps, DescriptorDef, HeaderSettings, LimitDef, Rules, Unit, UnknownDomain, ValueMatch,
 };
@@ -77,6 +81,9 @@ pub struct Config {
     pub rules: Rules,
     /// Keys read in an old spelling (logged by [`load`]).
     pub renamed: Vec<floodgate_engine::config::Renamed>,
+    /// What the reader should know of how the file is served (logged by [`load`], printed
+    /// by `--check`): e.g. the boundary burst of a Limitador file's fixed windows.
+    pub notes: Vec<String>,
 }
 
 /// Read and check `path`: a file, or a directory in Envoy's layout (its `config/`
@@ -84,6 +91,9 @@ pub struct Config {
 pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
     let (cfg, _) = read(path)?;
     floodgate_engine::config::warn_renamed(path, &cfg.renamed);
+    for note in &cfg.notes {
+        tracing::info!(file = %path.display(), "{note}");
+    }
     Ok(cfg)
 }
 
@@ -117,7 +127,8 @@ pub fn text(path: &Path) -> Option<String> {
     }
 }
 
-/// Check `text` as the content of `path` (the extension picks the format).
+/// Check `text` as the content of `path` (the extension picks the format; a YAML file
+/// whose top level is a list is Limitador's limits file, [`is_limitador`]).
 ///
 /// ```
 /// use std::path::Path;
@@ -135,6 +146,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigFileError> {
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
     let mut file: FileConfig = match ext.as_deref() {
+        Some("yaml" | "yml") if limitador::detect(text) => return limitador::parse(path, text),
         Some("yaml" | "yml") => floodgate_engine::config::from_yaml(path, text)?,
         Some("toml") => floodgate_engine::config::from_toml(path, text)?,
         _ => {
@@ -189,6 +201,7 @@ pub fn compile(file: FileConfig) -> Result<Config, Invalid> {
         settings,
         rules,
         renamed: Vec::new(),
+        notes: Vec::new(),
     })
 }
 

@@ -71,6 +71,11 @@ pub struct Rules {
     pub caps: Caps,
     /// Unknown domains.
     pub unknown_domain: UnknownDomain,
+    /// The buckets of the Rate Limit Quota Service.
+    pub quota: super::quota::QuotaRules,
+    /// Rules that select a request by the entries it holds, in any order and beside other
+    /// entries (Limitador's limits), by domain; their domains are in `domains` too.
+    pub selectors: BTreeMap<String, Vec<super::SelectorDef>>,
 }
 
 impl Rules {
@@ -258,6 +263,7 @@ pub(super) fn rules(file: FileConfig) -> Result<Rules, Invalid> {
         }
     };
 
+    let quota = super::quota::quota(file.quota)?;
     let mut domain_files = file.domains;
     if let Some(domain) = file.domain {
         domain_files.push(crate::file::DomainFile {
@@ -299,6 +305,8 @@ pub(super) fn rules(file: FileConfig) -> Result<Rules, Invalid> {
         headers,
         caps,
         unknown_domain,
+        quota,
+        selectors: BTreeMap::new(),
     })
 }
 
@@ -441,7 +449,7 @@ fn in_flight(
         .map_err(|e| invalid(at, format!("max_in_flight/lease_ttl: {e}")))
 }
 
-fn limit(
+pub(super) fn limit(
     at: &str,
     rl: &RateLimitFile,
     default_kind: Kind,

@@ -28,7 +28,8 @@ pub use floodgate_engine::decide::FaultPolicy;
 
 /// One limit of one descriptor of the request.
 pub(super) struct Item {
-    /// The descriptor's position in the request.
+    /// Which of the request's hits (a descriptor's rule, or a selector that applies,
+    /// `matching::DomainTree::hits`) the limit belongs to: its position in that list.
     pub(super) desc: usize,
     pub(super) limit: Arc<LimitInst>,
     pub(super) key: Vec<u8>,

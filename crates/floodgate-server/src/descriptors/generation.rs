@@ -17,11 +17,11 @@ use floodgate_core::{AnyAlgorithm, KeyedLimiter, Kind, Rate, Spec};
 use floodgate_engine::{DecisionStore, LocalStore, PolicyInfo, SharedStore, TokioWallClock};
 use prometheus_client::metrics::counter::Counter;
 
-use crate::config::{DescriptorDef, LimitDef, Rules, ValueMatch};
+use crate::config::{DescriptorDef, LimitDef, Rules, SelectorDef, ValueMatch};
 use crate::metrics::Metrics;
 
 use super::limit::{LimitCounters, LimitInst};
-use super::matching::{DomainTree, Level, Node, RuleCounters, TreeHasher};
+use super::matching::{DomainTree, Level, Node, RuleCounters, Selector, TreeHasher};
 
 /// Where state lives, as running (set at startup).
 #[derive(Debug, Clone)]
@@ -132,17 +132,13 @@ pub(super) fn build(
     };
     let mut domains = HashMap::default();
     for (name, defs) in &rules.domains {
-        let mut tree = DomainTree {
-            name: name.clone(),
-            root: Level::default(),
-            nodes: Vec::new(),
-            no_rule: metrics.descriptor_counter(name, "", "no_rule"),
-            has_replaces: false,
-            dynamic_labels: false,
-        };
+        let mut tree = DomainTree::new(name, metrics);
         let mut root = Level::default();
         b.add_level(&mut tree, &mut root, defs, "")?;
         tree.root = root;
+        for sel in rules.selectors.get(name).into_iter().flatten() {
+            b.add_selector(&mut tree, sel)?;
+        }
         domains.insert(name.clone(), tree);
     }
     let mut policies = BTreeMap::new();
@@ -246,6 +242,24 @@ impl Builder<'_> {
             self.add_level(tree, &mut children, &def.children, &label)?;
             tree.nodes[idx].children = children;
         }
+        Ok(())
+    }
+
+    /// Add a selector (a Limitador limit) with its node: its identity is
+    /// `domain|label|name`, the label holding its conditions, variables and window.
+    fn add_selector(&mut self, tree: &mut DomainTree, sel: &SelectorDef) -> Result<(), String> {
+        let which = sel.limit.explicit_name.as_deref().unwrap_or("#1");
+        let inst = self.instantiate(&sel.limit, format!("{}|{}|{which}", tree.name, sel.label))?;
+        let node = tree.nodes.len();
+        let counters = RuleCounters::new(self.metrics, &tree.name, &sel.label, false, false);
+        tree.nodes
+            .push(Node::plain(ValueMatch::Any, vec![inst], counters));
+        tree.selectors.push(Selector {
+            descriptor: sel.descriptor,
+            conditions: sel.conditions.clone(),
+            variables: sel.variables.clone(),
+            node,
+        });
         Ok(())
     }
 

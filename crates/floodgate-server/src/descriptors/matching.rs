@@ -9,14 +9,21 @@
 //! entry; a descriptor longer or shorter than any rule path gets no limit (status OK).
 //! The limiter key is the descriptor's values, so a rule without a value (or with a
 //! wildcard) limits each value on its own.
+//!
+//! A domain may also hold selectors (Limitador's limits): a selector reads one request
+//! descriptor by position and applies when that descriptor holds each of its condition
+//! entries with the value given and each of its variable entries, in any order and beside
+//! any other entries. Its limiter key is the values of its variable entries. Every
+//! selector that applies to a request counts it, beside the rule its descriptor reaches.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
 
-use crate::config::ValueMatch;
+use crate::config::{Condition, ValueMatch};
 use crate::metrics::Metrics;
 
 use super::limit::LimitInst;
@@ -100,6 +107,28 @@ pub(super) struct Node {
     pub(super) counters: RuleCounters,
 }
 
+impl Node {
+    /// A node with `limits` that is neither unlimited, nor in shadow mode, nor labelled
+    /// with values, and has no children.
+    pub(super) fn plain(
+        value: ValueMatch,
+        limits: Vec<Arc<LimitInst>>,
+        counters: RuleCounters,
+    ) -> Node {
+        Node {
+            value,
+            limits,
+            unlimited: false,
+            in_flight: None,
+            shadow: false,
+            detailed_metric: false,
+            value_to_metric: false,
+            children: Level::default(),
+            counters,
+        }
+    }
+}
+
 /// The per-rule counters: `floodgate_descriptor_decisions_total{domain, descriptor,
 /// outcome}` (one per descriptor per request) and `floodgate_near_limit_total`.
 #[derive(Debug, Clone)]
@@ -142,6 +171,46 @@ impl RuleCounters {
     }
 }
 
+/// A rule that selects a request by the entries one of its descriptors holds.
+#[derive(Debug)]
+pub(super) struct Selector {
+    /// The position of the descriptor read.
+    pub(super) descriptor: usize,
+    /// Entries required, with or without a value.
+    pub(super) conditions: Vec<Condition>,
+    /// Entries required with any value; their values key the limiter.
+    pub(super) variables: Vec<String>,
+    /// The node holding the selector's limit and counters.
+    pub(super) node: usize,
+}
+
+impl Selector {
+    /// The variable entries of `d` when every condition and variable of the selector is
+    /// there (a key given twice in `d`: its last value), else `None`.
+    fn select<'a>(&self, d: &DescriptorIn<'a>) -> Option<Vec<Entry<'a>>> {
+        let last = |key: &str| d.entries.iter().rev().find(|e| e.key == key);
+        for c in &self.conditions {
+            if !c.holds(last(&c.key)?.value) {
+                return None;
+            }
+        }
+        self.variables.iter().map(|k| last(k).copied()).collect()
+    }
+}
+
+/// A node a request reaches: through a descriptor's walk of the tree, or a selector.
+#[derive(Debug)]
+pub(super) struct Hit<'b, 'a> {
+    /// The descriptor's position in the request.
+    pub(super) desc: usize,
+    /// The node.
+    pub(super) node: usize,
+    /// The entries whose values key the node's limiters.
+    pub(super) values: Cow<'b, [Entry<'a>]>,
+    /// Reached by the tree's walk (its metric label may carry values).
+    pub(super) walked: bool,
+}
+
 /// One domain's rules.
 #[derive(Debug)]
 pub(super) struct DomainTree {
@@ -151,9 +220,23 @@ pub(super) struct DomainTree {
     pub(super) no_rule: Counter,
     pub(super) has_replaces: bool,
     pub(super) dynamic_labels: bool,
+    pub(super) selectors: Vec<Selector>,
 }
 
 impl DomainTree {
+    /// A domain without rules yet.
+    pub(super) fn new(name: &str, metrics: &Metrics) -> DomainTree {
+        DomainTree {
+            name: name.to_string(),
+            root: Level::default(),
+            nodes: Vec::new(),
+            no_rule: metrics.descriptor_counter(name, "", "no_rule"),
+            has_replaces: false,
+            dynamic_labels: false,
+            selectors: Vec::new(),
+        }
+    }
+
     /// The node reached by the last entry, with Envoy's precedence at each level.
     pub(super) fn find(&self, entries: &[Entry<'_>]) -> Option<usize> {
         let mut level = &self.root;
@@ -165,6 +248,34 @@ impl DomainTree {
             level = &self.nodes[idx].children;
         }
         at
+    }
+
+    /// The nodes `descriptors` reach: each descriptor's walk of the tree, then every
+    /// selector that applies, in config order.
+    pub(super) fn hits<'b, 'a>(&self, descriptors: &'b [DescriptorIn<'a>]) -> Vec<Hit<'b, 'a>> {
+        let mut hits: Vec<Hit<'b, 'a>> = descriptors
+            .iter()
+            .enumerate()
+            .filter_map(|(desc, d)| {
+                self.find(&d.entries).map(|node| Hit {
+                    desc,
+                    node,
+                    values: Cow::Borrowed(&d.entries[..]),
+                    walked: true,
+                })
+            })
+            .collect();
+        for s in &self.selectors {
+            if let Some(values) = descriptors.get(s.descriptor).and_then(|d| s.select(d)) {
+                hits.push(Hit {
+                    desc: s.descriptor,
+                    node: s.node,
+                    values: Cow::Owned(values),
+                    walked: false,
+                });
+            }
+        }
+        hits
     }
 
     /// The metric label of a request that reached `idx`, honouring `detailed_metric` and
@@ -217,30 +328,16 @@ mod tests {
 
     fn node(value: ValueMatch) -> Node {
         let m = Metrics::new(None);
-        Node {
+        Node::plain(
             value,
-            limits: Vec::new(),
-            unlimited: false,
-            in_flight: None,
-            shadow: false,
-            detailed_metric: false,
-            value_to_metric: false,
-            children: Level::default(),
-            counters: RuleCounters::new(&m, "d", "x", false, false),
-        }
+            Vec::new(),
+            RuleCounters::new(&m, "d", "x", false, false),
+        )
     }
 
     #[test]
     fn exact_then_prefix_then_any() {
-        let m = Metrics::new(None);
-        let mut t = DomainTree {
-            name: "d".into(),
-            root: Level::default(),
-            nodes: Vec::new(),
-            no_rule: m.descriptor_counter("d", "", "no_rule"),
-            has_replaces: false,
-            dynamic_labels: false,
-        };
+        let mut t = DomainTree::new("d", &Metrics::new(None));
         let mut root = Level::default();
         let any = t.insert(&mut root, "k", node(ValueMatch::Any));
         let pre = t.insert(&mut root, "k", node(ValueMatch::Prefix("ab".into())));
@@ -259,6 +356,38 @@ mod tests {
         );
         // longer than any rule path: no limit
         assert_eq!(t.find(&[e("x")[0], e("x")[0]]), None);
+    }
+
+    #[test]
+    fn selectors_match_entries_in_any_order_beside_others() {
+        let mut t = DomainTree::new("d", &Metrics::new(None));
+        t.nodes.push(node(ValueMatch::Any));
+        t.selectors.push(Selector {
+            descriptor: 0,
+            conditions: vec![Condition {
+                key: "m".into(),
+                value: "POST".into(),
+                equal: true,
+            }],
+            variables: vec!["user".into()],
+            node: 0,
+        });
+        let d = |entries: Vec<Entry<'static>>| DescriptorIn { entries, cost: 1 };
+        let en = |key, value| Entry { key, value };
+        let reqs = [
+            d(vec![en("user", "ann"), en("x", "1"), en("m", "POST")]),
+            d(vec![en("m", "GET"), en("user", "ann")]),
+        ];
+        let hits = t.hits(&reqs[..1]);
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].values.as_ref(), [en("user", "ann")]);
+        assert!(t.hits(&reqs[1..]).is_empty(), "a condition's value differs");
+        assert!(
+            t.hits(&[d(vec![en("m", "POST")])]).is_empty(),
+            "no variable entry"
+        );
+        // the selector reads descriptor 0 only
+        assert!(t.hits(&[reqs[1].clone(), reqs[0].clone()]).is_empty());
     }
 
     #[test]

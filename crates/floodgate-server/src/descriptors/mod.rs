@@ -47,8 +47,9 @@ pub use matching::{DescriptorIn, Entry};
 use decide::{Decided, Item, decide};
 use matching::{RuleCounters, push_values};
 
-/// What matched a descriptor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What matched a descriptor (ordered: a descriptor that several rules reach is what
+/// the greatest says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Matched {
     /// No rule: OK, no limit (Envoy's behaviour).
     NoRule,
@@ -79,6 +80,16 @@ impl Status {
             shadow,
             limits: Vec::new(),
         }
+    }
+
+    /// One status of a descriptor that several rules reached (a rule of the tree and
+    /// selectors): over limit when any is, in shadow mode when all are, every limit.
+    fn merge(mut self, other: Status) -> Status {
+        self.over_limit |= other.over_limit;
+        self.matched = self.matched.max(other.matched);
+        self.shadow &= other.shadow;
+        self.limits.extend(other.limits);
+        self
     }
 
     /// The limit that binds (the denied one with the longest retry, else the one with the
@@ -243,25 +254,23 @@ impl Engine {
             return (Vec::new(), vec![Matched::NoRule; descriptors.len()]);
         };
         let mut rules = Vec::new();
-        let mut matched = Vec::with_capacity(descriptors.len());
-        for (desc, d) in descriptors.iter().enumerate() {
-            let Some(node) = tree.find(&d.entries).map(|i| &tree.nodes[i]) else {
-                matched.push(Matched::NoRule);
-                continue;
-            };
-            matched.push(if node.unlimited {
+        let mut matched = vec![Matched::NoRule; descriptors.len()];
+        for hit in tree.hits(descriptors) {
+            let node = &tree.nodes[hit.node];
+            let m = if node.unlimited {
                 Matched::Unlimited
             } else {
                 Matched::Limited
-            });
+            };
+            matched[hit.desc] = matched[hit.desc].max(m);
             // a cost-0 descriptor peeks: it consumes nothing, so it takes no lease
             if let Some(policy) = &node.in_flight
-                && d.cost > 0
+                && descriptors[hit.desc].cost > 0
             {
-                let values: Vec<&str> = d.entries.iter().map(|e| e.value).collect();
+                let values: Vec<&str> = hit.values.iter().map(|e| e.value).collect();
                 let values = serde_json::to_string(&values).unwrap_or_default();
                 rules.push(InFlightRule {
-                    desc,
+                    desc: hit.desc,
                     key: format!("rule|{domain}|{}|{values}", policy.name),
                     policy: policy.clone(),
                 });
@@ -301,22 +310,18 @@ impl Engine {
             };
         };
 
-        let found: Vec<Option<usize>> = descriptors.iter().map(|d| tree.find(&d.entries)).collect();
+        let hits = tree.hits(descriptors);
         let replaced: HashSet<&str> = if tree.has_replaces {
-            found
-                .iter()
-                .flatten()
-                .flat_map(|&i| tree.nodes[i].limits.iter())
+            hits.iter()
+                .flat_map(|h| tree.nodes[h.node].limits.iter())
                 .flat_map(|l| l.def.replaces.iter().map(String::as_str))
                 .collect()
         } else {
             HashSet::new()
         };
         let mut items = Vec::new();
-        for (desc, (d, node)) in descriptors.iter().zip(&found).enumerate() {
-            let Some(node) = node.map(|i| &tree.nodes[i]) else {
-                continue;
-            };
+        for (slot, hit) in hits.iter().enumerate() {
+            let node = &tree.nodes[hit.node];
             for l in &node.limits {
                 if l.def
                     .explicit_name
@@ -325,8 +330,9 @@ impl Engine {
                 {
                     continue;
                 }
-                let key = l.key(g.shared_keyspace, |k| push_values(k, &d.entries));
-                items.push(Item::new(desc, l.clone(), key, d.cost, node.shadow));
+                let key = l.key(g.shared_keyspace, |k| push_values(k, &hit.values));
+                let cost = descriptors[hit.desc].cost;
+                items.push(Item::new(slot, l.clone(), key, cost, node.shadow));
             }
         }
         let decided = if items.is_empty() {
@@ -339,62 +345,31 @@ impl Engine {
         };
         count_decisions(&items, decided.admitted);
 
-        let mut statuses = Vec::with_capacity(descriptors.len());
-        let mut by_desc: Vec<Vec<(Arc<LimitInst>, Decision)>> =
-            (0..descriptors.len()).map(|_| Vec::new()).collect();
+        let mut by_hit: Vec<Vec<(Arc<LimitInst>, Decision)>> =
+            (0..hits.len()).map(|_| Vec::new()).collect();
         for it in items {
-            by_desc[it.desc].push((it.limit, it.decision));
+            by_hit[it.desc].push((it.limit, it.decision));
         }
+        let mut by_desc: Vec<Option<Status>> = vec![None; descriptors.len()];
         let mut delay = Duration::ZERO;
-        for (desc, (limits, node)) in by_desc.into_iter().zip(&found).enumerate() {
-            let Some(idx) = *node else {
-                tree.no_rule.inc();
-                statuses.push(Status::plain(Matched::NoRule, false));
-                continue;
+        for (hit, limits) in hits.iter().zip(by_hit) {
+            let (status, hit_delay) = self.hit_status(tree, hit, &descriptors[hit.desc], limits);
+            delay = delay.max(hit_delay);
+            let merged = match by_desc[hit.desc].take() {
+                None => status,
+                Some(s) => s.merge(status),
             };
-            let n = &tree.nodes[idx];
-            let dynamic = tree.label(idx, &descriptors[desc].entries).map(|label| {
-                RuleCounters::new(&self.metrics, &tree.name, &label, n.unlimited, n.shadow)
-            });
-            let counters = dynamic.as_ref().unwrap_or(&n.counters);
-            if n.unlimited {
-                counters.unlimited.inc();
-                statuses.push(Status::plain(Matched::Unlimited, n.shadow));
-                continue;
-            }
-            if limits.is_empty() && n.limits.is_empty() {
-                tree.no_rule.inc();
-                statuses.push(Status::plain(Matched::NoRule, false));
-                continue;
-            }
-            let denied = limits.iter().any(|(_, d)| !d.allowed);
-            let over = denied && !n.shadow;
-            if over {
-                counters.rejected.inc();
-            } else if denied {
-                counters.rejected_dry_run.inc();
-            } else {
-                counters.passed.inc();
-                let near = limits.iter().any(|(_, d)| {
-                    let used = d.limit.saturating_sub(d.remaining) as u128;
-                    d.limit > 0 && used * 5 >= d.limit as u128 * 4
-                });
-                if near {
-                    counters.near.inc();
-                }
-            }
-            if !n.shadow {
-                for (_, d) in &limits {
-                    delay = delay.max(d.delay);
-                }
-            }
-            statuses.push(Status {
-                over_limit: over,
-                matched: Matched::Limited,
-                shadow: n.shadow,
-                limits,
-            });
+            by_desc[hit.desc] = Some(merged);
         }
+        let statuses: Vec<Status> = by_desc
+            .into_iter()
+            .map(|s| {
+                s.unwrap_or_else(|| {
+                    tree.no_rule.inc();
+                    Status::plain(Matched::NoRule, false)
+                })
+            })
+            .collect();
         let over_limit = statuses.iter().any(|s| s.over_limit);
         let mut applied: Vec<(&floodgate_engine::PolicyInfo, Decision)> = Vec::new();
         for s in statuses.iter().filter(|s| !s.shadow) {
@@ -408,6 +383,66 @@ impl Engine {
             delay: if over_limit { Duration::ZERO } else { delay },
             fault: decided.fault,
         })
+    }
+
+    /// The status of one node a request reached, with its limits' decisions, counted on
+    /// the node's counters; and the forwarding delay it asks (zero in shadow mode).
+    fn hit_status(
+        &self,
+        tree: &matching::DomainTree,
+        hit: &matching::Hit<'_, '_>,
+        d: &DescriptorIn<'_>,
+        limits: Vec<(Arc<LimitInst>, Decision)>,
+    ) -> (Status, Duration) {
+        let n = &tree.nodes[hit.node];
+        let dynamic = hit
+            .walked
+            .then(|| tree.label(hit.node, &d.entries))
+            .flatten()
+            .map(|label| {
+                RuleCounters::new(&self.metrics, &tree.name, &label, n.unlimited, n.shadow)
+            });
+        let counters = dynamic.as_ref().unwrap_or(&n.counters);
+        if n.unlimited {
+            counters.unlimited.inc();
+            return (Status::plain(Matched::Unlimited, n.shadow), Duration::ZERO);
+        }
+        if limits.is_empty() && n.limits.is_empty() {
+            tree.no_rule.inc();
+            return (Status::plain(Matched::NoRule, false), Duration::ZERO);
+        }
+        let denied = limits.iter().any(|(_, d)| !d.allowed);
+        let over = denied && !n.shadow;
+        if over {
+            counters.rejected.inc();
+        } else if denied {
+            counters.rejected_dry_run.inc();
+        } else {
+            counters.passed.inc();
+            let near = limits.iter().any(|(_, d)| {
+                let used = d.limit.saturating_sub(d.remaining) as u128;
+                d.limit > 0 && used * 5 >= d.limit as u128 * 4
+            });
+            if near {
+                counters.near.inc();
+            }
+        }
+        let delay = if n.shadow {
+            Duration::ZERO
+        } else {
+            limits
+                .iter()
+                .map(|(_, d)| d.delay)
+                .max()
+                .unwrap_or_default()
+        };
+        let status = Status {
+            over_limit: over,
+            matched: Matched::Limited,
+            shadow: n.shadow,
+            limits,
+        };
+        (status, delay)
     }
 
     /// What a request of cost 1 for `key` would be told by the limit named `policy` (a

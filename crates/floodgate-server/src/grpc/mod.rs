@@ -18,6 +18,7 @@
 
 pub mod conn;
 pub mod door;
+pub mod quota;
 pub mod serve;
 pub mod tonic_stream;
 pub mod wire;
@@ -59,7 +60,7 @@ impl RlsService {
     }
 }
 
-fn pb_duration(d: std::time::Duration) -> PbDuration {
+pub(crate) fn pb_duration(d: std::time::Duration) -> PbDuration {
     PbDuration {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         nanos: d.subsec_nanos() as i32,
