@@ -2,10 +2,16 @@
 
 use std::path::PathBuf;
 
+use std::net::SocketAddr;
+use std::time::Duration;
+
 use anyhow::{Context, Result};
-use clap::Args;
+use clap::{Args, Subcommand};
 use floodgate_core::Rate;
+use floodgate_core::rate::parse_duration;
+use floodgate_demo::queue_backend::{QueueBackend, QueueConfig};
 use floodgate_demo::{DemoConfig, DemoStore};
+use floodgate_load::dist::Dist;
 
 use crate::exit::UsageContext;
 
@@ -26,12 +32,32 @@ Examples:
   floodgate demo
   floodgate demo --svg plots/               one SVG per algorithm
   floodgate demo --redis redis://127.0.0.1:6379 --json
-  floodgate demo --rate 50/1s --capacity 10";
+  floodgate demo --rate 50/1s --capacity 10
+  floodgate demo backend --workers 8 --service exp:20ms
+      a backend whose latency follows a queue (400 req/s capacity), for overload tests";
+
+pub(crate) const BACKEND_ABOUT: &str = "\
+A backend whose latency follows a queue, to put behind floodgate proxy when testing
+overload: --workers requests are served at once, each for a service time drawn from
+--service (exp:MEAN, exponential, or const:DURATION; seeded by --seed), and the rest wait
+in one FIFO queue. Its capacity is workers / mean service time (8 / 20 ms = 400 req/s):
+below it latency is about the service time; beyond it the queue grows and latency climbs
+with it. Replies 200 ok after service; 503 (Retry-After: 1) 'queue full' when workers +
+--queue requests are already in; 503 'waited over the time limit' when a request waited
+longer than --time-limit for a worker (it is then not served). Serves until Ctrl-C, then
+prints what it did.";
+
+const BACKEND_EXAMPLES: &str = "\
+Examples:
+  floodgate demo backend                                     # 127.0.0.1:9000, 8 workers, exp:20ms
+  floodgate demo backend --listen 127.0.0.1:9100 --workers 4 --service const:50ms --queue 100";
 
 /// Flags of `floodgate demo`.
 #[derive(Args, Debug)]
-#[command(long_about = ABOUT, after_help = EXAMPLES)]
+#[command(long_about = ABOUT, after_help = EXAMPLES, args_conflicts_with_subcommands = true)]
 pub struct DemoArgs {
+    #[command(subcommand)]
+    command: Option<DemoCommand>,
     /// The limit of every algorithm, COUNT/PERIOD (4 to 200 per 500ms to 10s).
     #[arg(long, default_value = "20/2s")]
     rate: String,
@@ -51,7 +77,88 @@ pub struct DemoArgs {
     json: bool,
 }
 
+/// What `floodgate demo` runs besides the algorithm table.
+#[derive(Subcommand, Debug)]
+enum DemoCommand {
+    /// A backend whose latency follows a queue (N workers, a service time distribution,
+    /// a bounded FIFO queue): put it behind floodgate proxy to test overload.
+    #[command(long_about = BACKEND_ABOUT, after_help = BACKEND_EXAMPLES)]
+    Backend(BackendArgs),
+}
+
+/// Flags of `floodgate demo backend`.
+#[derive(Args, Debug)]
+struct BackendArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    listen: SocketAddr,
+    /// Requests served at once.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Service time of one request: exp:MEAN (exponential) or const:DURATION.
+    #[arg(long, default_value = "exp:20ms", value_parser = parse_dist)]
+    service: Dist,
+    /// Requests that may wait for a worker at once; beyond, 503 queue full.
+    #[arg(long, default_value_t = 10_000)]
+    queue: usize,
+    /// Longest wait for a worker; a request that waited longer gets 503 unserved.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    time_limit: Duration,
+    /// Most connections open at once; more are closed at accept.
+    #[arg(long, default_value_t = 20_000)]
+    max_connections: usize,
+    /// Seed of the service times.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn parse_dist(s: &str) -> Result<Dist, String> {
+    s.parse::<Dist>().map_err(|e| e.to_string())
+}
+
+fn run_backend(args: BackendArgs) -> Result<()> {
+    let cfg = QueueConfig {
+        listen: args.listen,
+        workers: args.workers,
+        service: args.service,
+        queue: args.queue,
+        time_limit: args.time_limit,
+        max_connections: args.max_connections,
+        seed: args.seed,
+    };
+    cfg.validate().usage_err()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async {
+        let backend = QueueBackend::start(cfg.clone()).await?;
+        eprintln!(
+            "floodgate demo backend: listening on http://{}/ with {} workers, service {} \
+             (capacity {:.0} req/s), queue {}, time limit {:?}; Ctrl-C stops",
+            backend.addr(),
+            cfg.workers,
+            cfg.service,
+            cfg.capacity_per_s(),
+            cfg.queue,
+            cfg.time_limit
+        );
+        tokio::signal::ctrl_c()
+            .await
+            .context("waiting for Ctrl-C")?;
+        let c = backend.counts();
+        eprintln!(
+            "floodgate demo backend: served {}, queue full {}, over the time limit {}",
+            c.served, c.queue_full, c.over_time_limit
+        );
+        Ok(())
+    })
+}
+
 pub fn run(args: DemoArgs) -> Result<()> {
+    if let Some(DemoCommand::Backend(b)) = args.command {
+        return run_backend(b);
+    }
     let rate: Rate = args
         .rate
         .parse()

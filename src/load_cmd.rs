@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use floodgate_core::rate::parse_duration;
 use floodgate_load::http::HeaderMap;
-use floodgate_load::{Bound, Jitter, Live, LoadConfig, Mode, PoliteConfig, Report, Stop};
+use floodgate_load::{Arrivals, Bound, Jitter, Live, LoadConfig, Mode, PoliteConfig, Report, Stop};
 
 use crate::exit::UsageContext;
 
@@ -45,6 +45,14 @@ client holds back run late, and the run lasts until they are through or the dead
 -z plus -t passes, where they count as abandoned) and in closed loop (each connection's
 next request waits for the previous one, its retries included).
 
+Goodput: every report has a Goodput section: successful responses (2xx/3xx that are not
+denials) per second completed within the -z of sending, the success rate, and p50/p99 of
+the successes alone. With --class-header NAME --class-mix critical=0.2,default=0.5,...
+each request carries NAME set to a class drawn from the mix (repeatable with --seed), and
+the section has a row per class: requests, successes, success rate, p50/p99. With
+--arrivals poisson the open-loop gaps are exponential (mean 1 / RATE), as the arrivals
+of many independent clients are.
+
 Safety: only loopback addresses (127.0.0.0/8, ::1) are contacted unless you name the
 host with --allow-host; redirects are never followed; every run is bounded by -n or -z
 (caps: 10,000,000 requests, 1 hour) plus one timeout. Plain HTTP/1.1 only.";
@@ -60,7 +68,10 @@ Examples:
       closed loop, as fast as one connection goes, JSON on stdout
   floodgate load http://127.0.0.1:8080/ -z 10s -q 100 -c 20
   floodgate load http://127.0.0.1:8080/ -z 10s -q 100 -c 20 --polite --jitter equal
-      the same offered load, naive then polite: compare the Outcome sections";
+      the same offered load, naive then polite: compare the Outcome sections
+  floodgate load http://127.0.0.1:8080/ -z 10s -q 2000 -c 2000 -t 2s --arrivals poisson \
+      --class-header x-priority --class-mix critical=0.2,default=0.5,sheddable=0.3
+      Poisson arrivals in three classes: goodput and success rate per class";
 
 /// Flags of `floodgate load`.
 #[derive(Args, Debug)]
@@ -162,6 +173,36 @@ pub struct LoadArgs {
     /// and the budget (a "backoff only" client).
     #[arg(long, requires = "polite")]
     no_pacing: bool,
+    /// Open loop: how send times are spaced: uniform (request i at i / RATE) or poisson
+    /// (exponential gaps of mean 1 / RATE, the arrivals of many independent clients).
+    #[arg(long, value_name = "KIND", default_value = "uniform", value_parser = parse_arrivals)]
+    arrivals: Arrivals,
+    /// Seed of the Poisson gaps and of the class draws: the same seed, the same traffic.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Open loop: -t runs from each request's intended send time (the deadline of the
+    /// client it stands for), not from when a connection was free to send it; a request
+    /// already past it counts as a timeout, unsent.
+    #[arg(long)]
+    timeout_from_intended: bool,
+    /// Send each request with this header set to a class drawn from --class-mix (e.g.
+    /// x-priority); the report then has a goodput row per class.
+    #[arg(long, value_name = "NAME", requires = "class_mix")]
+    class_header: Option<String>,
+    /// The classes and their weights, NAME=WEIGHT,... (e.g.
+    /// critical=0.2,default=0.5,sheddable=0.3; weights are normalised by their sum).
+    #[arg(long, value_name = "MIX", requires = "class_header")]
+    class_mix: Option<String>,
+}
+
+fn parse_arrivals(s: &str) -> Result<Arrivals, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "uniform" => Ok(Arrivals::Uniform),
+        "poisson" => Ok(Arrivals::Poisson),
+        _ => Err(format!(
+            "unknown arrivals {s:?}; expected uniform or poisson"
+        )),
+    }
 }
 
 fn parse_jitter(s: &str) -> Result<Jitter, String> {
@@ -236,6 +277,12 @@ impl LoadArgs {
             p.retry_non_idempotent = self.retry_non_idempotent;
             p.pacing = !self.no_pacing;
             cfg.polite = Some(p);
+        }
+        cfg.arrivals = self.arrivals;
+        cfg.seed = self.seed;
+        cfg.timeout_from_intended = self.timeout_from_intended;
+        if let (Some(h), Some(m)) = (&self.class_header, &self.class_mix) {
+            cfg.classes = Some(floodgate_load::ClassMix::parse(h, m)?);
         }
         cfg.validate()?;
         Ok(cfg)

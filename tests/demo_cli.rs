@@ -206,3 +206,54 @@ fn bad_input_is_a_clear_error() {
         fails_clearly(&args, *status, needle);
     }
 }
+
+#[test]
+fn the_queueing_backend_refuses_bad_settings_by_name() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let cases: &[(&[&str], i32, &str)] = &[
+        (
+            &["--workers", "0"],
+            2,
+            "invalid workers (--workers): 0; expected 1 to 10000",
+        ),
+        (&["--workers", "-1"], 2, "unexpected argument '-1'"),
+        (
+            &["--queue", "2000000"],
+            2,
+            "invalid queue (--queue): 2000000",
+        ),
+        (
+            &["--time-limit", "0s"],
+            2,
+            "invalid time limit (--time-limit)",
+        ),
+        (&["--max-connections", "0"], 2, "invalid max connections"),
+        (
+            &["--service", "gamma:1s"],
+            2,
+            "unknown kind \"gamma\"; expected exp or const",
+        ),
+        (&["--service", "exp:0ms"], 2, "expected above 0"),
+        (
+            &["--service", "20ms"],
+            2,
+            "expected exp:MEAN or const:DURATION",
+        ),
+        (&["--listen", "nowhere"], 2, "--listen"),
+        (&["--listen", &taken], 1, "cannot listen on"),
+        // the backend has its own flags; the demo's are not mixed in
+        (&["--rate", "20/1s"], 2, "--rate"),
+    ];
+    for (extra, status, needle) in cases {
+        let mut args = vec!["demo", "backend"];
+        args.extend_from_slice(extra);
+        fails_clearly(&args, *status, needle);
+    }
+    let help = floodgate(&["demo", "backend", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("capacity is workers / mean service time"),
+        "{help}"
+    );
+}

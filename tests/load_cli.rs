@@ -138,6 +138,57 @@ fn bad_input_is_a_clear_error() {
         &["load", &dead, "-n", "1", "--window", "1s", "--near", "2s"],
         "at most half the window",
     );
+    fails_with(
+        &["load", &dead, "-n", "1", "-q", "10", "--arrivals", "bursty"],
+        "unknown arrivals \"bursty\"; expected uniform or poisson",
+    );
+    fails_with(
+        &["load", &dead, "-n", "1", "--arrivals", "poisson"],
+        "Poisson arrivals are open loop",
+    );
+    fails_with(
+        &["load", &dead, "-n", "1", "--class-header", "x-priority"],
+        "--class-mix",
+    );
+    fails_with(
+        &[
+            "load",
+            &dead,
+            "-n",
+            "1",
+            "--class-header",
+            "x-priority",
+            "--class-mix",
+            "critical=x",
+        ],
+        "invalid class mix \"critical=x\": \"critical=x\": the weight is not a number",
+    );
+    fails_with(
+        &[
+            "load",
+            &dead,
+            "-n",
+            "1",
+            "--class-header",
+            "bad header",
+            "--class-mix",
+            "a=1",
+        ],
+        "not a valid header name (--class-header)",
+    );
+    fails_with(
+        &[
+            "load",
+            &dead,
+            "-n",
+            "1",
+            "--class-header",
+            "x-p",
+            "--class-mix",
+            "a=0,b=0",
+        ],
+        "the weights sum to 0",
+    );
 }
 
 #[test]

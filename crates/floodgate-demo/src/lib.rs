@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod plan;
+pub mod queue_backend;
 pub mod svg;
 
 use std::net::SocketAddr;

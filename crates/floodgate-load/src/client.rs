@@ -67,6 +67,8 @@ pub struct RequestTemplate {
     uri: http::Uri,
     headers: HeaderMap,
     body: Bytes,
+    /// The class header and its value per class index, when the run has a class mix.
+    classes: Option<(http::HeaderName, Vec<header::HeaderValue>)>,
 }
 
 impl RequestTemplate {
@@ -97,7 +99,15 @@ impl RequestTemplate {
             uri: http::Uri::from(target.path.clone()),
             headers: h,
             body,
+            classes: None,
         }
+    }
+
+    /// Every request carries `mix`'s header with the value of its class.
+    pub fn with_classes(mut self, mix: &crate::ClassMix) -> Self {
+        let values = mix.classes.iter().map(|c| c.value.clone()).collect();
+        self.classes = Some((mix.header.clone(), values));
+        self
     }
 
     /// The method of every request.
@@ -110,11 +120,17 @@ impl RequestTemplate {
         &self.headers
     }
 
-    fn build(&self) -> Request<Full<Bytes>> {
+    /// The request of class `class` (ignored without a class mix).
+    fn build(&self, class: u8) -> Request<Full<Bytes>> {
         let mut req = Request::new(Full::new(self.body.clone()));
         *req.method_mut() = self.method.clone();
         *req.uri_mut() = self.uri.clone();
         *req.headers_mut() = self.headers.clone();
+        if let Some((name, values)) = &self.classes
+            && let Some(v) = values.get(usize::from(class))
+        {
+            req.headers_mut().insert(name.clone(), v.clone());
+        }
         req
     }
 }
@@ -155,14 +171,16 @@ impl Connection {
         Ok(())
     }
 
-    /// Send one request and read the whole response, all within `timeout`. On any failure
-    /// the connection is dropped, so the next request reconnects.
+    /// Send one request (of traffic class `class`, see [`RequestTemplate::with_classes`])
+    /// and read the whole response, all within `timeout`. On any failure the connection
+    /// is dropped, so the next request reconnects.
     pub async fn send(
         &mut self,
         template: &RequestTemplate,
+        class: u8,
         timeout: Duration,
     ) -> Result<Response<()>, RequestError> {
-        match tokio::time::timeout(timeout, self.send_inner(template)).await {
+        match tokio::time::timeout(timeout, self.send_inner(template, class)).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => {
                 self.sender = None;
@@ -181,6 +199,7 @@ impl Connection {
     async fn send_inner(
         &mut self,
         template: &RequestTemplate,
+        class: u8,
     ) -> Result<Response<()>, RequestError> {
         // A keep-alive connection the server closed while idle is not a failed request:
         // nothing was sent on it yet. Reconnect once in that case.
@@ -203,7 +222,7 @@ impl Connection {
             .as_mut()
             .ok_or_else(|| other("connection lost".into()))?;
         let resp: Response<Incoming> = sender
-            .send_request(template.build())
+            .send_request(template.build(class))
             .await
             .map_err(|e| other(format!("request: {e}")))?;
         let (parts, mut body) = resp.into_parts();

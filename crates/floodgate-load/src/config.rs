@@ -11,6 +11,8 @@ use bytes::Bytes;
 use floodgate_client::{Polite, PoliteConfig};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
+use crate::arrivals::Arrivals;
+use crate::classes::ClassMix;
 use crate::error::{LoadError, caps};
 
 /// What bounds a run: a number of requests (`-n`) or a duration (`-z`). One is required.
@@ -91,6 +93,20 @@ pub struct LoadConfig {
     /// its last attempt: waits and retries included. `None` (default): naive, one attempt
     /// per request, no waits.
     pub polite: Option<PoliteConfig>,
+    /// How open-loop send times are spaced: evenly (`i / rate`) or as a Poisson process
+    /// of the same mean rate. Poisson needs a rate and no explicit schedule.
+    pub arrivals: Arrivals,
+    /// Traffic classes: each request carries the mix's header with a class drawn from
+    /// it, and the report's goodput section has a row per class. `None`: one class.
+    pub classes: Option<ClassMix>,
+    /// Seed of the Poisson gaps and of the class draws: the same seed, the same traffic.
+    pub seed: u64,
+    /// Open loop: each request's timeout runs from its intended send time, as the
+    /// deadline of the client it stands for, not from when the generator got to send it
+    /// (a request already past its deadline counts as a timeout and is not sent). Then
+    /// a generator short of connections cannot turn a server's backlog into successes
+    /// that no real client would have waited for. Not with `polite`.
+    pub timeout_from_intended: bool,
 }
 
 impl LoadConfig {
@@ -116,6 +132,10 @@ impl LoadConfig {
             schedule: None,
             start_at: None,
             polite: None,
+            arrivals: Arrivals::Uniform,
+            classes: None,
+            seed: 1,
+            timeout_from_intended: false,
         }
     }
 
@@ -279,6 +299,20 @@ impl LoadConfig {
             return Err(range(
                 "denial status (--deny-status)",
                 format!("{:?}; expected codes 100 to 599", self.deny_statuses),
+            ));
+        }
+        if self.arrivals == Arrivals::Poisson
+            && (self.mode != Mode::OpenLoop || self.schedule.is_some())
+        {
+            return Err(LoadError::Conflict(
+                "Poisson arrivals are open loop at a rate (-q): not with --closed-loop or a schedule"
+                    .into(),
+            ));
+        }
+        if self.timeout_from_intended && (self.mode != Mode::OpenLoop || self.polite.is_some()) {
+            return Err(LoadError::Conflict(
+                "a timeout from the intended send time is open loop and naive: not with --closed-loop or --polite"
+                    .into(),
             ));
         }
         if let Some(p) = &self.polite {

@@ -76,6 +76,14 @@ pub enum LoadError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A class mix (`--class-header`, `--class-mix`) that cannot be used.
+    #[error("invalid class mix {mix:?}: {reason}")]
+    InvalidClassMix {
+        /// The mix as given.
+        mix: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The method given with `-m` is not a valid HTTP method token.
     #[error("invalid method {0:?}")]
     InvalidMethod(String),

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::boundary::{self, Verdict, Windows};
 use crate::client::ErrorKind;
 use crate::config::{Bound, LoadConfig, Mode};
+use crate::goodput::GoodputReport;
 use crate::stats::{Advertised, AdvertisedHeader, Finals, Percentiles, Stats};
 use crate::summary::{Waits, WorkerSummary};
 use crate::target::Target;
@@ -33,6 +34,10 @@ pub struct Report {
     pub method: String,
     /// `"open-loop"` or `"closed-loop"`.
     pub mode: &'static str,
+    /// Open loop: how send times were spaced, `"uniform"` (`i / rate`) or `"poisson"`.
+    pub arrivals: &'static str,
+    /// Seed of the Poisson gaps and the class draws.
+    pub seed: u64,
     /// Asked rate, requests per second in total (`None`: as fast as possible).
     pub rate: Option<f64>,
     /// Connections.
@@ -81,6 +86,8 @@ pub struct Report {
     pub outcome: OutcomeReport,
     /// The polite client's settings and waits (`None` without `--polite`).
     pub polite: Option<PoliteReport>,
+    /// Successful responses per second, latency of the successes, and per class.
+    pub goodput: GoodputReport,
 }
 
 /// Requests counted once each, by how they finally ended.
@@ -283,6 +290,14 @@ impl Report {
         });
 
         let requests = stats.count;
+        let goodput_window_s = match config.bound {
+            Bound::Duration(d) => d.as_secs_f64(),
+            Bound::Count(_) if requests == 0 => elapsed.as_secs_f64(),
+            Bound::Count(_) => stats.last_done as f64 / 1e9,
+        };
+        let goodput = stats
+            .goodput
+            .report(goodput_window_s, config.classes.as_ref());
         let errors_total: u64 = stats.errors.iter().sum();
         let elapsed_s = if requests == 0 {
             elapsed.as_secs_f64()
@@ -340,6 +355,8 @@ impl Report {
                 Mode::OpenLoop => "open-loop",
                 Mode::ClosedLoop => "closed-loop",
             },
+            arrivals: config.arrivals.name(),
+            seed: config.seed,
             rate: config.rate,
             concurrency: config.concurrency,
             count: match config.bound {
@@ -400,6 +417,7 @@ impl Report {
             stopped_early,
             outcome,
             polite,
+            goodput,
         }
     }
 

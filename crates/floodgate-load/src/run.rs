@@ -45,8 +45,10 @@ use floodgate_client::polite::{Attempt, Verdict};
 use floodgate_core::{Clock, WallClock};
 use tokio::sync::{mpsc, watch};
 
+use crate::arrivals::{Arrivals, PoissonClock};
 use crate::boundary::Windows;
-use crate::client::{Connection, RequestTemplate};
+use crate::classes::ClassMix;
+use crate::client::{Connection, ErrorKind, RequestTemplate};
 use crate::config::{Bound, LoadConfig, Mode};
 use crate::error::{LoadError, caps};
 use crate::report::Report;
@@ -95,6 +97,8 @@ impl Stop {
 struct Shared {
     template: RequestTemplate,
     timeout: Duration,
+    /// Open loop, naive: each request's timeout runs from its intended send time.
+    timeout_from_intended: bool,
     addr: std::net::SocketAddr,
     start: Instant,
     mode: Mode,
@@ -108,6 +112,13 @@ struct Shared {
     stop: Stop,
     /// The polite engine shared by all workers, and the host key it paces by.
     polite: Option<(Polite, String)>,
+    /// Poisson arrivals: hands out the open-loop send times instead of `i / rate`.
+    poisson: Option<PoissonClock>,
+    /// The class mix requests are drawn from, and the seed of the draws.
+    classes: Option<ClassMix>,
+    seed: u64,
+    /// Closed loop: the sequence number a class is drawn for (open loop uses `i`).
+    class_seq: AtomicU64,
 }
 
 impl Shared {
@@ -145,12 +156,15 @@ pub async fn run_with(
 ) -> Result<Report, LoadError> {
     config.validate()?;
     let target: Target = target::resolve(&config.url, &config.allow_hosts, config.timeout).await?;
-    let template = RequestTemplate::new(
+    let mut template = RequestTemplate::new(
         &target,
         config.method.clone(),
         &config.headers,
         config.body.clone(),
     );
+    if let Some(mix) = &config.classes {
+        template = template.with_classes(mix);
+    }
     let windows = config.window.map(|w| Windows {
         window_ns: nanos(w),
         offset_ns: nanos(config.window_offset),
@@ -189,6 +203,7 @@ pub async fn run_with(
     let shared = Arc::new(Shared {
         template,
         timeout: config.timeout,
+        timeout_from_intended: config.timeout_from_intended && config.mode == Mode::OpenLoop,
         addr: target.addr,
         start,
         mode: config.mode,
@@ -199,6 +214,13 @@ pub async fn run_with(
         next: AtomicU64::new(0),
         stop: stop.clone(),
         polite,
+        poisson: match (config.arrivals, config.rate) {
+            (Arrivals::Poisson, Some(q)) => Some(PoissonClock::new(q, config.seed)),
+            _ => None,
+        },
+        classes: config.classes.clone(),
+        seed: config.seed,
+        class_seq: AtomicU64::new(0),
     });
 
     // The hard deadline: no run outlives its plan (or the cap) by more than one timeout.
@@ -217,12 +239,20 @@ pub async fn run_with(
     };
 
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<Record>>();
+    let sending_window = match config.bound {
+        Bound::Duration(d) => Some(nanos(d)),
+        Bound::Count(_) => None,
+    };
     let mut stats = Stats::new(
         config.mode,
         wall0,
         nanos(config.bucket),
         windows,
         &config.deny_statuses,
+    )
+    .with_goodput(
+        sending_window,
+        config.classes.as_ref().map_or(0, |m| m.classes.len()),
     );
     let aggregator = {
         let live = live.clone();
@@ -350,24 +380,27 @@ async fn worker(
         if s.stop.is_stopped() {
             break;
         }
-        let intended: u64 = match s.mode {
+        let (intended, seq): (u64, u64) = match s.mode {
             Mode::OpenLoop => {
                 let i = s.next.fetch_add(1, Ordering::Relaxed);
                 if matches!(s.bound, Bound::Count(n) if i >= n) {
                     break;
                 }
-                match &s.schedule {
-                    Some(sch) => match sch.get(i as usize) {
+                let at = match (&s.schedule, &s.poisson) {
+                    (Some(sch), _) => match sch.get(i as usize) {
                         Some(&t) => t,
                         None => break,
                     },
-                    None => (i as f64 * s.interval_ns) as u64,
-                }
+                    (None, Some(clock)) => clock.next_ns(),
+                    (None, None) => (i as f64 * s.interval_ns) as u64,
+                };
+                (at, i)
             }
             Mode::ClosedLoop => {
                 if !s.take_count() {
                     break;
                 }
+                let seq = s.class_seq.fetch_add(1, Ordering::Relaxed);
                 let now = s.elapsed();
                 if per_worker > 0.0 {
                     let mut slot = next_slot as u64;
@@ -377,12 +410,13 @@ async fn worker(
                         next_slot = now as f64;
                     }
                     next_slot += per_worker;
-                    slot
+                    (slot, seq)
                 } else {
-                    now
+                    (now, seq)
                 }
             }
         };
+        let class = s.classes.as_ref().map_or(0, |m| m.class_of(s.seed, seq));
         if s.past_duration(intended) {
             break;
         }
@@ -401,14 +435,28 @@ async fn worker(
         };
         let completed = match &s.polite {
             None => {
-                let (outcome, done) = attempt(&s, &mut conn, &mut summary).await;
+                let timeout = match s.timeout_from_intended {
+                    // the request's own deadline: intended time plus the timeout
+                    true => nanos(s.timeout).saturating_add(from).saturating_sub(sent),
+                    false => nanos(s.timeout),
+                };
+                let (outcome, done) = if timeout == 0 {
+                    // the generator was too late for this request's deadline: the client
+                    // it stands for has given up without a response
+                    (Outcome::Error(ErrorKind::Timeout), sent)
+                } else {
+                    let timeout = Duration::from_nanos(timeout);
+                    let ((o, _), done) = attempt(&s, &mut conn, class, timeout, &mut summary).await;
+                    (o, done)
+                };
                 batch.push(Record {
                     intended: from,
                     sent,
                     done,
-                    outcome: outcome.0,
+                    outcome,
                     attempt: 1,
                     last: true,
+                    class,
                 });
                 true
             }
@@ -418,6 +466,7 @@ async fn worker(
                     engine,
                     host,
                     from,
+                    class,
                     &mut conn,
                     &mut summary,
                     &mut batch,
@@ -445,9 +494,11 @@ async fn worker(
 async fn attempt(
     s: &Shared,
     conn: &mut Connection,
+    class: u8,
+    timeout: Duration,
     summary: &mut WorkerSummary,
 ) -> ((Outcome, Option<http::Response<()>>), u64) {
-    let result = conn.send(&s.template, s.timeout).await;
+    let result = conn.send(&s.template, class, timeout).await;
     let done = s.elapsed();
     let outcome = match result {
         Ok(resp) => {
@@ -475,6 +526,7 @@ async fn polite_request(
     engine: &Polite,
     host: &str,
     from: u64,
+    class: u8,
     conn: &mut Connection,
     summary: &mut WorkerSummary,
     batch: &mut Vec<Record>,
@@ -499,7 +551,7 @@ async fn polite_request(
             return false;
         };
         let sent = s.elapsed();
-        let ((outcome, resp), done) = attempt(s, conn, summary).await;
+        let ((outcome, resp), done) = attempt(s, conn, class, s.timeout, summary).await;
         let reply = resp.as_ref().map(|r| (r.status(), r.headers()));
         let verdict = engine.after_send(host, sending, reply, &mut state);
         batch.push(Record {
@@ -509,6 +561,7 @@ async fn polite_request(
             outcome,
             attempt: state.sent,
             last: verdict == Verdict::Done,
+            class,
         });
         let Verdict::RetryAfter(wait) = verdict else {
             return true;

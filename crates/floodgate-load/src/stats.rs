@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::boundary::{Windows, ZoneStats};
 use crate::client::ErrorKind;
 use crate::config::Mode;
+use crate::goodput::{Final, GoodputStats};
 use crate::timeline::Timeline;
 
 pub use crate::histogram::{MAX_LATENCY_US, Percentiles, new_histogram};
@@ -47,6 +48,9 @@ pub struct Record {
     pub attempt: u32,
     /// Whether this is the request's last attempt (its outcome is the request's).
     pub last: bool,
+    /// The request's traffic class (index into the run's [`crate::ClassMix`]; 0 without
+    /// one).
+    pub class: u8,
 }
 
 /// What became of requests, each counted once after its retries.
@@ -227,6 +231,8 @@ pub struct Stats {
     pub retries: u64,
     /// Final outcomes of requests (their last attempts).
     pub finals: Finals,
+    /// Goodput, overall and per class.
+    pub goodput: GoodputStats,
 }
 
 impl Stats {
@@ -264,7 +270,15 @@ impl Stats {
             count: 0,
             retries: 0,
             finals: Finals::default(),
+            goodput: GoodputStats::new(None, 0),
         }
+    }
+
+    /// Count toward goodput the successes done by `until_ns` (ns since the start; `None`:
+    /// all), and keep `classes` per-class tallies (0 without a class mix).
+    pub fn with_goodput(mut self, until_ns: Option<u64>, classes: usize) -> Stats {
+        self.goodput = GoodputStats::new(until_ns, classes);
+        self
     }
 
     /// Whether `status` counts as a denial.
@@ -340,21 +354,29 @@ impl Stats {
                 if let Some(l) = latency_us {
                     self.latency_all.saturating_record(l);
                     bucket.latency.saturating_record(l);
-                    let class = if denied {
+                    let kind = if denied {
+                        Final::Denied
+                    } else if (200..400).contains(&s) {
+                        Final::Success
+                    } else {
+                        Final::OtherStatus
+                    };
+                    self.goodput.record(r.class, kind, r.done, l);
+                    let hist = if denied {
                         self.finals.denied += 1;
                         &mut self.latency_denied
                     } else if s == 200 {
                         self.finals.succeeded += 1;
                         &mut self.latency_200
                     } else {
-                        if (200..400).contains(&s) {
+                        if kind == Final::Success {
                             self.finals.succeeded += 1;
                         } else {
                             self.finals.other_status += 1;
                         }
                         &mut self.latency_other
                     };
-                    class.saturating_record(l);
+                    hist.saturating_record(l);
                 }
             }
             Outcome::Error(kind) => {
@@ -362,6 +384,7 @@ impl Stats {
                 bucket.errors += 1;
                 if r.last {
                     self.finals.errors += 1;
+                    self.goodput.record(r.class, Final::Error, r.done, 0);
                 }
                 if let Some(z) = zone {
                     z.sent += 1;
@@ -418,6 +441,7 @@ mod tests {
             outcome: Outcome::Status(200),
             attempt: 1,
             last: true,
+            class: 0,
         };
         s.add(&[r], &live);
         assert_eq!(s.latency_200.max() / 1000, 1000);
@@ -446,6 +470,7 @@ mod tests {
             outcome: Outcome::Status(429),
             attempt: 1,
             last: false,
+            class: 0,
         };
         let retry = Record {
             sent: 1_500_000_000,

@@ -20,6 +20,11 @@ impl Report {
             self.method, self.url, self.address
         );
         let pace = match (self.mode, self.rate) {
+            ("open-loop", Some(q)) if self.arrivals == "poisson" => format!(
+                "open loop, Poisson arrivals at {} req/s in total (seed {})",
+                fmt_num(q),
+                self.seed
+            ),
             ("open-loop", Some(q)) => format!("open loop at {} req/s in total", fmt_num(q)),
             (_, Some(q)) => format!(
                 "closed loop, each connection paced at {} req/s ({} in total)",
@@ -79,6 +84,7 @@ impl Report {
             let _ = writeln!(o, "                e.g. {e}");
         }
         self.render_outcome(&mut o, &deny);
+        self.goodput.render_text(&mut o);
 
         let _ = writeln!(o, "\nLatency (ms, from the {})", self.latency.measured_from);
         let _ = writeln!(
