@@ -247,34 +247,39 @@ impl PartitionedLimiter {
             armed: true,
         };
         let got = tokio::time::timeout(spec.queue_timeout, &mut rx).await;
-        let permit = match got {
-            Ok(Ok(p)) => Some(p),
-            // the sender went away without a permit: cannot happen while queued
-            Ok(Err(_)) => None,
+        let waited = match got {
+            Ok(Ok(p)) => Waited::Served(p),
+            // the sender is dropped without a permit only by an eviction
+            Ok(Err(_)) => Waited::Evicted,
             Err(_) => {
-                // timed out: out of the queue, unless served in the meantime
+                // timed out: out of the queue, unless served or evicted in the meantime
                 if leave.remove() {
-                    None
+                    Waited::TimedOut
                 } else {
-                    rx.try_recv().ok()
+                    match rx.try_recv() {
+                        Ok(p) => Waited::Served(p),
+                        Err(_) => Waited::Evicted,
+                    }
                 }
             }
         };
         leave.armed = false;
-        match permit {
-            Some(permit) => Ok(Admitted {
-                permit,
-                waited: started.elapsed(),
-            }),
-            None => {
-                self.shared.count_shed(class);
-                Err(Refused {
-                    class,
-                    queue_full: false,
-                    limit: self.limit(),
-                })
+        let queue_full = match waited {
+            Waited::Served(permit) => {
+                return Ok(Admitted {
+                    permit,
+                    waited: started.elapsed(),
+                });
             }
-        }
+            Waited::Evicted => true,
+            Waited::TimedOut => false,
+        };
+        self.shared.count_shed(class);
+        Err(Refused {
+            class,
+            queue_full,
+            limit: self.limit(),
+        })
     }
 
     /// A permit for a dry-run request of `class`: always granted (so that the limit
@@ -329,6 +334,14 @@ impl Drop for Leave<'_> {
     }
 }
 
+/// How a wait in the queue ended.
+enum Waited {
+    Served(AdaptivePermit),
+    /// Its place was taken by a request of a higher class: refused as if the queue was full.
+    Evicted,
+    TimedOut,
+}
+
 /// What [`Shared::admit_or_enqueue`] did with a request.
 enum Entry {
     Admitted(AdaptivePermit),
@@ -337,8 +350,9 @@ enum Entry {
 }
 
 impl Shared {
-    /// Admit a request of `class` now, or queue it (when the queue has room), or refuse
-    /// it: under one lock, never held across an await.
+    /// Admit a request of `class` now, or queue it (when the queue has room, or when it
+    /// can take the place of a waiter of a lower class), or refuse it: under one lock,
+    /// never held across an await.
     fn admit_or_enqueue(self: &Arc<Self>, class: usize) -> Entry {
         let now = self.clock.now();
         let mut st = self.lock();
@@ -348,11 +362,17 @@ impl Shared {
         }
         let queue = self.spec.queue;
         if st.queued >= queue {
-            return Entry::Refused(Refused {
-                class,
-                queue_full: queue > 0,
-                limit: st.limit,
-            });
+            match Self::evict_below(&mut st, class) {
+                // its receiver sees the sender dropped: refused as queue-full
+                Some(evicted) => drop(evicted),
+                None => {
+                    return Entry::Refused(Refused {
+                        class,
+                        queue_full: queue > 0,
+                        limit: st.limit,
+                    });
+                }
+            }
         }
         let (tx, rx) = oneshot::channel();
         let id = st.next_id;
@@ -360,6 +380,18 @@ impl Shared {
         st.waiters[class].push_back(Waiter { id, tx });
         st.queued += 1;
         Entry::Queued(id, rx)
+    }
+
+    /// Take out of the queue the waiter of the lowest class below `class` (a higher
+    /// index) that was queued last, if there is one: a waiter is never evicted for a
+    /// request of its own class or of a lower one.
+    fn evict_below(st: &mut State, class: usize) -> Option<Waiter> {
+        let lowest = (class + 1..st.waiters.len())
+            .rev()
+            .find(|&c| !st.waiters[c].is_empty())?;
+        let w = st.waiters[lowest].pop_back()?;
+        st.queued -= 1;
+        Some(w)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

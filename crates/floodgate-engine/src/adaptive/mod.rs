@@ -28,6 +28,14 @@
 //! first (first come, first served within a class), each as far as the rule above
 //! admits it. Past its deadline a waiter is refused.
 //!
+//! When the queue is full and a request of class `c` is not admitted, it takes the place
+//! of a waiter of a lower class if there is one: the waiter of the lowest class below
+//! `c`, the one queued last within that class, is refused as if the queue had been full
+//! (a surface answers 503 with `Retry-After`) and the request is queued. A waiter is
+//! never evicted by a request of its own class or of a lower one, and a waiter's
+//! deadline stays what it was. So under overload the queue fills with the highest
+//! classes asking, and a freed permit goes to them.
+//!
 //! # Samples
 //! A permit is released with an [`Outcome`]: `Success` (its latency is a sample),
 //! `Dropped` (a sample with `dropped`: a 5xx or an upstream timeout, as

@@ -339,3 +339,126 @@ fn restart_times_from_now() {
     );
     p.release(Outcome::Success);
 }
+
+/// A limit of 1 with the three classes and a queue of `queue` places, each waited on at
+/// most `timeout`.
+fn one_place(queue: usize, timeout: Duration) -> PartitionedLimiter {
+    let clock = Arc::new(ManualClock::new(Nanos(1)));
+    let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
+        .unwrap()
+        .with_classes(classes())
+        .unwrap()
+        .with_queue(queue, timeout)
+        .unwrap();
+    PartitionedLimiter::new("q", spec, clock).unwrap()
+}
+
+type Waiting = tokio::task::JoinHandle<(Result<Admitted, Refused>, tokio::time::Instant)>;
+
+/// Queue a request of `class` (the limit is full) and return its task, which ends with
+/// the outcome and when it came.
+async fn queue_one(l: &PartitionedLimiter, class: usize) -> Waiting {
+    let task = {
+        let l = l.clone();
+        tokio::spawn(async move {
+            let r = l.acquire(class).await;
+            (r, tokio::time::Instant::now())
+        })
+    };
+    tokio::task::yield_now().await;
+    task
+}
+
+/// The class a waiter got its permit as, releasing it at once.
+async fn served(task: Waiting) -> usize {
+    let (r, _) = task.await.unwrap();
+    let got = r.unwrap();
+    let class = got.permit.class();
+    got.permit.release(Outcome::Ignore);
+    class
+}
+
+/// A waiter's refusal, which must be the queue-full one.
+async fn evicted(task: Waiting) -> Refused {
+    let (r, _) = task.await.unwrap();
+    let refused = r.unwrap_err();
+    assert!(refused.queue_full, "evicted as queue-full: {refused:?}");
+    refused
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_evicts_the_lowest_class_last_queued_for_a_higher_one() {
+    let l = one_place(3, Duration::from_secs(10));
+    let held = l.try_acquire(CRITICAL).unwrap();
+    let s1 = queue_one(&l, SHEDDABLE).await;
+    let d1 = queue_one(&l, DEFAULT).await;
+    let s2 = queue_one(&l, SHEDDABLE).await;
+    assert_eq!(l.queued(), 3);
+    // critical takes the place of the last sheddable, then of the first, then default's
+    let c1 = queue_one(&l, CRITICAL).await;
+    assert_eq!(l.queued(), 3);
+    assert_eq!(evicted(s2).await.class, SHEDDABLE);
+    let c2 = queue_one(&l, CRITICAL).await;
+    assert_eq!(evicted(s1).await.class, SHEDDABLE);
+    let c3 = queue_one(&l, CRITICAL).await;
+    assert_eq!(evicted(d1).await.class, DEFAULT);
+    assert_eq!(l.queued(), 3);
+    // only critical waits now: one more critical finds the queue full
+    let full = l.acquire(CRITICAL).await.unwrap_err();
+    assert!(full.queue_full);
+    assert_eq!(l.queued(), 3);
+    held.release(Outcome::Ignore);
+    for c in [c1, c2, c3] {
+        assert_eq!(served(c).await, CRITICAL);
+    }
+    assert_eq!((l.queued(), l.in_flight()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_never_evicted_by_its_own_class_or_a_lower_one() {
+    let l = one_place(2, Duration::from_secs(10));
+    let held = l.try_acquire(CRITICAL).unwrap();
+    let c1 = queue_one(&l, CRITICAL).await;
+    let d1 = queue_one(&l, DEFAULT).await;
+    for class in [SHEDDABLE, DEFAULT] {
+        let r = l.acquire(class).await.unwrap_err();
+        assert_eq!((r.class, r.queue_full), (class, true));
+        assert_eq!(l.queued(), 2);
+    }
+    let c2 = queue_one(&l, CRITICAL).await;
+    assert_eq!(evicted(d1).await.class, DEFAULT);
+    // two critical waiters: neither is evicted by a third
+    let r = l.acquire(CRITICAL).await.unwrap_err();
+    assert!(r.queue_full);
+    held.release(Outcome::Ignore);
+    assert_eq!(served(c1).await, CRITICAL);
+    assert_eq!(served(c2).await, CRITICAL);
+    assert_eq!((l.queued(), l.in_flight()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn eviction_keeps_every_waiters_deadline() {
+    let timeout = Duration::from_millis(200);
+    let l = one_place(2, timeout);
+    let held = l.try_acquire(CRITICAL).unwrap();
+    let start = tokio::time::Instant::now();
+    let s1 = queue_one(&l, SHEDDABLE).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let d1 = queue_one(&l, DEFAULT).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // at 100 ms critical evicts the sheddable waiter, which is refused then, not later
+    let c1 = queue_one(&l, CRITICAL).await;
+    let (r, at) = s1.await.unwrap();
+    assert!(r.unwrap_err().queue_full);
+    assert_eq!(at - start, Duration::from_millis(100));
+    // the others wait out their own deadlines: queued at 50 and 100 ms
+    let (r, at) = d1.await.unwrap();
+    assert!(!r.unwrap_err().queue_full);
+    assert_eq!(at - start, Duration::from_millis(250));
+    let (r, at) = c1.await.unwrap();
+    assert!(!r.unwrap_err().queue_full);
+    assert_eq!(at - start, Duration::from_millis(300));
+    assert_eq!(l.queued(), 0);
+    drop(held);
+    assert_eq!(l.in_flight(), 0);
+}
