@@ -17,8 +17,10 @@
 # Configurations (CONFIGS): none (the proxy with no route, so nothing limited), max_in_flight (one global
 # max_in_flight = MIF, tuned by hand for 1x), and gradient2, vegas, aimd (an adaptive
 # concurrency policy with the classes critical, default, sheddable matched by x-priority,
-# guaranteed shares 0.5, 0.3 and 0.2 of the limit, MIN_LIMIT..MAX_LIMIT, the other keys
-# at their defaults: nothing tuned for this backend).
+# guaranteed shares 0.5, 0.3 and 0.2 of the limit, MIN_LIMIT..MAX_LIMIT, a queue of
+# QUEUE places waited on at most QUEUE_TIMEOUT, where a higher class takes a lower one's
+# place when it is full; the other keys at their defaults: one configuration for every
+# load, nothing tuned per load level).
 # The adaptive rows run only when `floodgate proxy --check-config` accepts their
 # configuration; otherwise they are skipped with a note.
 #
@@ -37,6 +39,8 @@ CONFIGS=${CONFIGS:-none max_in_flight gradient2 vegas aimd}
 MIF=${MIF:-10}
 MIN_LIMIT=${MIN_LIMIT:-4}
 MAX_LIMIT=${MAX_LIMIT:-200}
+QUEUE=${QUEUE:-64}
+QUEUE_TIMEOUT=${QUEUE_TIMEOUT:-200ms}
 TIMEOUT=${TIMEOUT:-2s}
 CONN_S=${CONN_S:-0.25}
 CMAX=${CMAX:-4000}
@@ -124,6 +128,8 @@ name = "adaptive"
 adaptive = "$1"
 min_limit = $MIN_LIMIT
 max_limit = $MAX_LIMIT
+queue = $QUEUE
+queue_timeout = "$QUEUE_TIMEOUT"
 
 [[policy.class]]
 name = "critical"
@@ -172,6 +178,7 @@ run() {
 
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GB", $2 / 1048576}' /proc/meminfo) memory, $FLOODGATE"
 echo "== backend: $WORKERS workers, exponential service of $SERVICE_MS ms mean: capacity $CAPACITY req/s; Poisson arrivals, classes $MIX, -z $DUR -t $TIMEOUT"
+echo "== adaptive: limit $MIN_LIMIT..$MAX_LIMIT, queue $QUEUE, queue_timeout $QUEUE_TIMEOUT"
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The unloaded p99: 0.1x through the proxy with no policy.
