@@ -1,6 +1,7 @@
 //! Adaptive policies through the tower layer, in process: 503 with `Retry-After` when
-//! shed (the lowest class first), the permit held to the response head or the body's
-//! end, drops from 5xx, with a rate all-or-nothing, dry run, and the metrics.
+//! shed (the lowest class first, a full queue's waiter evicted by a higher class), the
+//! permit held to the response head or the body's end, drops from 5xx, with a rate
+//! all-or-nothing, dry run, and the metrics.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -273,4 +274,44 @@ async fn dry_run_counts_and_never_refuses() {
         .as_deref(),
         Some("0")
     );
+}
+
+#[tokio::test]
+async fn a_critical_request_takes_a_full_queues_place_from_a_sheddable_one() {
+    let gate = Arc::new(Semaphore::new(0));
+    let mut spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
+        .unwrap()
+        .with_queue(1, Duration::from_secs(30))
+        .unwrap();
+    spec.latency = Latency::Head;
+    let p = AdaptivePolicy::new(spec)
+        .class("critical", 0.5, [ClassMatch::header(PRIORITY, "critical")])
+        .unwrap()
+        .class("sheddable", 0.0, [])
+        .unwrap();
+    let l = RateLimiter::builder()
+        .policy(Policy::adaptive("backend", p))
+        .build()
+        .unwrap();
+    let svc = l.layer().layer(backend(gate.clone(), StatusCode::OK));
+    // one sheddable request in flight (the limit), one waiting (the queue)
+    let running = tokio::spawn(svc.clone().oneshot(req(None)));
+    tokio::task::yield_now().await;
+    let waiting = tokio::spawn(svc.clone().oneshot(req(None)));
+    tokio::task::yield_now().await;
+    // critical takes the waiting place: the sheddable waiter gets the queue-full 503
+    let critical = tokio::spawn(svc.clone().oneshot(req(Some("critical"))));
+    let evicted = waiting.await.unwrap().unwrap();
+    assert_eq!(evicted.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(evicted.headers()["retry-after"], "1");
+    let queue_full = l.render_metrics().lines().any(|s| {
+        s.starts_with("floodgate_requests_total{") && s.contains("queue_full") && s.ends_with(" 1")
+    });
+    assert!(queue_full, "{}", l.render_metrics());
+    // a second sheddable request finds the queue full of critical: refused too
+    let shed = svc.clone().oneshot(req(None)).await.unwrap();
+    assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    gate.add_permits(2);
+    assert_eq!(running.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(critical.await.unwrap().unwrap().status(), StatusCode::OK);
 }
