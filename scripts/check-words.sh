@@ -2,7 +2,7 @@
 # The docs speak of the product: dates, versions, commands, commits and the machine a
 # figure was measured on, never of how the project was written. Fails on such words in
 # README.md, docs/, the crates' READMEs and the design records (design/); and on words of
-# changes tried and not kept in README.md, docs/ and the crates' READMEs, whose place is a
+# changes tried and dropped in README.md, docs/ and the crates' READMEs, whose place is a
 # design record. With file arguments, reads those files as guide pages (tests/check_words.rs
 # feeds it each phrase).
 set -euo pipefail
@@ -10,9 +10,9 @@ files=()
 for f in "$@"; do files+=("$(realpath "$f")"); done
 cd "$(dirname "$0")/.."
 # How the project was written: who wrote it, in which round, for which ticket or aim; a
-# figure names the machine ("a 2-core Intel Xeon VM with 23 GB of memory"), not "this machine".
+# figure names the machine by its description ("a 2-core Intel Xeon VM with 23 GB of memory").
 pattern='\b(sessions?|helpers?|subagents?|this round|next round|earlier today|goals?|this ([0-9]+-core )?(machine|vm|host)|the project'"'"'s ([0-9]+-core )?(linux )?(machine|vm)|issue [0-9]+|the issue|aims? of)\b'
-# Changes tried and not kept: recorded in design/, out of the guide.
+# Changes tried and dropped: recorded in design/, out of the guide.
 kept='\b(measured and not kept|not kept|not landed)\b'
 if [ "${#files[@]}" -gt 0 ]; then
     guide="${files[*]}"
@@ -27,7 +27,7 @@ if grep -H -n -i -E "$pattern" $guide $design; then
     status=1
 fi
 if grep -H -n -i -E "$kept" $guide; then
-    echo "check-words: the lines above describe a change that was not kept; move it to a record in design/ and leave what ships" >&2
+    echo "check-words: the lines above describe a change that was dropped; move it to a record in design/ and leave what ships" >&2
     status=1
 fi
 # Code, tests and scripts: their comments and messages too (narrower: "helper" and

@@ -27,7 +27,7 @@
 //! queue). A waiter retries when a lease of the policy is released on this node, and at
 //! the earliest lease's expiry, and at least every [`QUEUE_POLL`] (a release on another
 //! node of a fleet is not signalled). Past the timeout: 429 with `Retry-After`; a full
-//! queue: 429 at once. The queue is per node, not fleet-wide: order is not kept across
+//! queue: 429 at once. The queue is per node, not fleet-wide: no order holds across
 //! nodes.
 
 use std::sync::Arc;

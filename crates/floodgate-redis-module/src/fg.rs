@@ -126,7 +126,7 @@ pub fn parse_policy(algorithm: &str, rate: &str, cost: Option<&str>) -> Result<P
 /// rate and checks the configuration). Holds the last [`PolicyCache::SIZE`] built, each
 /// under its algorithm's kind and its rate word without surrounding spaces (at most
 /// [`MAX_WORD`](crate::limits::MAX_WORD) bytes): a few kilobytes at most, whatever the
-/// calls send. Refusals are not kept.
+/// calls send. Refusals are not cached.
 #[derive(Debug, Default)]
 pub struct PolicyCache {
     entries: Vec<(Kind, String, AnyAlgorithm)>,
@@ -371,7 +371,7 @@ mod tests {
                 .starts_with("ERR rate must be")
         );
         assert!(parse_policy("gcra", &long, None).is_err());
-        assert_eq!(cache.entries.len(), 1, "refusals are not kept");
+        assert_eq!(cache.entries.len(), 1, "refusals are not cached");
         let cost = "9".repeat(1000);
         let e = cache.policy("gcra", "10/min", Some(&cost)).unwrap_err();
         assert!(e.len() < 120, "the word is shown shortened: {e}");
