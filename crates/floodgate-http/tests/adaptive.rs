@@ -3,7 +3,6 @@
 //! permit held to the response head or the body's end, drops from 5xx, with a rate
 //! all-or-nothing, dry run, and the metrics.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +11,13 @@ use bytes::Bytes;
 use floodgate_core::{Kind, Spec};
 use floodgate_http::adaptive::{AdaptivePolicy, AdaptiveSpec, AlgorithmKind, ClassMatch, Latency};
 use floodgate_http::{KeySource, PeerAddr, Policy, RateLimiter, Route};
-use http::{HeaderName, Request, Response, StatusCode};
+use http::{HeaderName, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tokio::sync::Semaphore;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, ServiceExt};
+
+mod common;
+use common::gated_backend;
 
 const PRIORITY: HeaderName = HeaderName::from_static("x-priority");
 
@@ -28,30 +30,6 @@ fn req(priority: Option<&str>) -> Request<Full<Bytes>> {
     r.extensions_mut()
         .insert(PeerAddr(SocketAddr::from(([192, 0, 2, 1], 5555))));
     r
-}
-
-/// A backend answering `status` when `gate` gives it a permit (so requests stay in
-/// flight until the test lets them go).
-fn backend(
-    gate: Arc<Semaphore>,
-    status: StatusCode,
-) -> impl Service<
-    Request<Full<Bytes>>,
-    Response = Response<Full<Bytes>>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ 'static {
-    tower::service_fn(move |_req: Request<Full<Bytes>>| {
-        let gate = gate.clone();
-        async move {
-            gate.acquire().await.unwrap().forget();
-            let mut r = Response::new(Full::new(Bytes::from_static(b"ok")));
-            *r.status_mut() = status;
-            Ok::<_, Infallible>(r)
-        }
-    })
 }
 
 /// L = `limit` exactly (AIMD with floor = ceiling): `critical` (header) with half, the
@@ -81,7 +59,7 @@ async fn the_lowest_class_is_shed_first_with_503_and_retry_after() {
         .policy(policy(4, Latency::Head))
         .build()
         .unwrap();
-    let svc = l.layer().layer(backend(gate.clone(), StatusCode::OK));
+    let svc = l.layer().layer(gated_backend(gate.clone(), StatusCode::OK));
     // two sheddable requests in flight (borrowing), held by the backend
     let mut running = Vec::new();
     for _ in 0..2 {
@@ -160,7 +138,7 @@ async fn latency_end_holds_the_permit_until_the_body_ends() {
             .policy(policy(1, latency))
             .build()
             .unwrap();
-        let svc = l.layer().layer(backend(gate.clone(), StatusCode::OK));
+        let svc = l.layer().layer(gated_backend(gate.clone(), StatusCode::OK));
         let a = svc.clone().oneshot(req(None)).await.unwrap();
         assert_eq!(a.status(), StatusCode::OK);
         let b = svc.clone().oneshot(req(None)).await.unwrap();
@@ -191,7 +169,9 @@ async fn server_errors_are_drops_that_bring_the_limit_down() {
         .policy(Policy::adaptive("backend", AdaptivePolicy::new(spec)))
         .build()
         .unwrap();
-    let svc = l.layer().layer(backend(gate, StatusCode::BAD_GATEWAY));
+    let svc = l
+        .layer()
+        .layer(gated_backend(gate, StatusCode::BAD_GATEWAY));
     for _ in 0..30 {
         let r = svc.clone().oneshot(req(None)).await.unwrap();
         assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
@@ -216,7 +196,7 @@ async fn with_a_rate_a_request_must_pass_both() {
         .retry_after_jitter(Duration::ZERO)
         .build()
         .unwrap();
-    let svc = l.layer().layer(backend(gate.clone(), StatusCode::OK));
+    let svc = l.layer().layer(gated_backend(gate.clone(), StatusCode::OK));
     let first = tokio::spawn(svc.clone().oneshot(req(None)));
     tokio::task::yield_now().await;
     // the concurrency limit refuses (503) before the rate is asked: no token taken
@@ -244,7 +224,7 @@ async fn dry_run_counts_and_never_refuses() {
         .policy(policy(1, Latency::Head).dry_run(true))
         .build()
         .unwrap();
-    let svc = l.layer().layer(backend(gate.clone(), StatusCode::OK));
+    let svc = l.layer().layer(gated_backend(gate.clone(), StatusCode::OK));
     let running: Vec<_> = (0..3)
         .map(|_| tokio::spawn(svc.clone().oneshot(req(None))))
         .collect();
@@ -293,7 +273,7 @@ async fn a_critical_request_takes_a_full_queues_place_from_a_sheddable_one() {
         .policy(Policy::adaptive("backend", p))
         .build()
         .unwrap();
-    let svc = l.layer().layer(backend(gate.clone(), StatusCode::OK));
+    let svc = l.layer().layer(gated_backend(gate.clone(), StatusCode::OK));
     // one sheddable request in flight (the limit), one waiting (the queue)
     let running = tokio::spawn(svc.clone().oneshot(req(None)));
     tokio::task::yield_now().await;

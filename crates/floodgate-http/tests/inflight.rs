@@ -3,7 +3,6 @@
 //! denied by the rate holds no lease; one denied for concurrency takes no rate token),
 //! the bounded queue, the headers and the metrics.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,36 +10,19 @@ use std::time::Duration;
 use bytes::Bytes;
 use floodgate_core::{Kind, Spec};
 use floodgate_http::{InFlightSpec, KeySource, PeerAddr, Policy, RateLimiter, Route};
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tokio::sync::Semaphore;
 use tower::{Layer, Service, ServiceExt};
+
+mod common;
+use common::gated_backend;
 
 fn req(path: &str) -> Request<Full<Bytes>> {
     let mut r = Request::get(path).body(Full::new(Bytes::new())).unwrap();
     r.extensions_mut()
         .insert(PeerAddr(SocketAddr::from(([192, 0, 2, 1], 5555))));
     r
-}
-
-/// A backend answering when `gate` gives it a permit (so requests stay in flight).
-fn backend(
-    gate: Arc<Semaphore>,
-) -> impl Service<
-    Request<Full<Bytes>>,
-    Response = Response<Full<Bytes>>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ 'static {
-    tower::service_fn(move |_req: Request<Full<Bytes>>| {
-        let gate = gate.clone();
-        async move {
-            gate.acquire().await.unwrap().forget();
-            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-        }
-    })
 }
 
 fn limiter(spec: InFlightSpec, rate: Option<&str>) -> RateLimiter {
@@ -61,7 +43,7 @@ fn limiter(spec: InFlightSpec, rate: Option<&str>) -> RateLimiter {
 async fn a_lease_lives_as_long_as_its_response_body() {
     let gate = Arc::new(Semaphore::new(100));
     let l = limiter(InFlightSpec::new(2, Duration::from_secs(30)).unwrap(), None);
-    let mut svc = l.layer().layer(backend(gate));
+    let mut svc = l.layer().layer(gated_backend(gate, StatusCode::OK));
     let a = svc.ready().await.unwrap().call(req("/")).await.unwrap();
     assert_eq!(a.status(), StatusCode::OK);
     assert_eq!(
@@ -104,7 +86,7 @@ async fn with_a_rate_all_or_nothing() {
         InFlightSpec::new(1, Duration::from_secs(30)).unwrap(),
         Some("2/min"),
     );
-    let mut svc = l.layer().layer(backend(gate));
+    let mut svc = l.layer().layer(gated_backend(gate, StatusCode::OK));
     let first = svc.ready().await.unwrap().call(req("/")).await.unwrap();
     assert_eq!(first.status(), StatusCode::OK);
     // denied for concurrency while the first runs: no rate token is taken
@@ -149,7 +131,7 @@ async fn the_queue_waits_for_a_place_and_is_bounded() {
         .with_queue(1, Duration::from_millis(300))
         .unwrap();
     let l = limiter(spec, None);
-    let svc = l.layer().layer(backend(gate.clone()));
+    let svc = l.layer().layer(gated_backend(gate.clone(), StatusCode::OK));
     // one runs (the backend holds it), one waits, the third finds the queue full
     let running = tokio::spawn(svc.clone().oneshot(req("/")));
     tokio::time::sleep(Duration::from_millis(20)).await;
