@@ -5,6 +5,7 @@ redis-server of the test's own, killed)."""
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -223,3 +224,21 @@ def test_threads_connecting_at_once_share_one_count():
         t.join(timeout=30)
     assert not any(t.is_alive() for t in threads)
     assert len(results) == 80 and sum(results) == 20
+
+
+def test_a_redis_that_stops_answering_times_out_into_the_fault_policy(own_redis):
+    proc, url = own_redis
+    store = RedisStore(url, prefix="t:", timeout_s=0.2)
+    allow = KeyedLimiter(GCRA(limit=5, period_s=60), store=store, name="paused")
+    strict = KeyedLimiter(GCRA(limit=5, period_s=60), store=store, name="paused",
+                          on_failure="raise")
+    assert allow.check("k").remaining == 4 and strict.check("k").remaining == 3
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            strict.check("k2")
+        assert allow.check("k3").allowed  # fail open
+        assert time.monotonic() - t0 < 2.0  # bounded by timeout_s, not by Redis
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
