@@ -44,5 +44,7 @@ fn _floodgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.py().get_type::<throttle::RedisTimeoutError>(),
     )?;
     m.add_function(wrap_pyfunction!(throttle::throttle, m)?)?;
+    m.add_function(wrap_pyfunction!(args::parse_rate, m)?)?;
+    m.add_function(wrap_pyfunction!(args::parse_rates, m)?)?;
     Ok(())
 }
