@@ -67,4 +67,9 @@ if ! "$py" -c 'import grpc, redis, pytest, yaml, kubernetes_validate; from envoy
         'grpcio>=1.60' 'xds-protos>=1.60' 'redis>=5' 'pytest>=8' 'maturin>=1.9,<2' \
         'pyyaml>=6' 'kubernetes-validate>=1.37'
 fi
+# The notation of Python's `limits` package, compared with floodgate's rate parser
+# (crates/floodgate-py/tests/test_rates.py).
+if ! "$py" -c 'import limits' 2>/dev/null; then
+    "$py" -m pip install -q --disable-pip-version-check 'limits>=5,<6'
+fi
 echo "scripts/setup.sh: everything the tests need is installed" >&2

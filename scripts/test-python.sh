@@ -19,6 +19,11 @@ fi
 if ! "$venv/bin/maturin" --version >/dev/null 2>&1 || ! "$py" -c 'import pytest' 2>/dev/null; then
     "$py" -m pip install -q --disable-pip-version-check 'maturin>=1.9,<2' 'pytest>=8'
 fi
+# `limits` (the notation of slowapi and Flask-Limiter): tests/test_rates.py compares its
+# parse_many with floodgate.parse_rates, string for string.
+if ! "$py" -c 'import limits' 2>/dev/null; then
+    "$py" -m pip install -q --disable-pip-version-check 'limits>=5,<6'
+fi
 
 # The release wheel, built once: the one abi3 wheel that ships, tested here and, by
 # tests/test_wheel.py, installed into a fresh virtualenv with no cargo on PATH.

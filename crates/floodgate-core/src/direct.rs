@@ -11,7 +11,7 @@ use crate::time::Nanos;
 /// One limit, one state, any algorithm; safe to share between threads. The algorithm can
 /// be replaced at run time with [`set_algorithm`](Limiter::set_algorithm). The state sits
 /// behind the same lock as a keyed shard's (spin, then yield): one atomic instruction per
-/// uncontended decision, where a parking mutex takes two (docs/bench-core.md compares them).
+/// uncontended decision, where a parking mutex takes two (design/core-spin-lock.md compares them).
 ///
 /// ```
 /// use floodgate_core::algorithms::SlidingLog;

@@ -28,9 +28,10 @@ pub enum ConfigError {
         /// Why it overflows.
         detail: String,
     },
-    /// A rate string such as `10/q` that does not parse.
+    /// A rate string such as `10/q` that does not parse (or, for [`crate::Rate::parse_many`],
+    /// a string of several limits one of which does not).
     #[error(
-        "invalid rate {input:?}: {reason}; expected COUNT/PERIOD such as 10/s, 100/min, 5000/h or 100/30s (units: ns, us, ms, s, m or min, h, d)"
+        "invalid rate {input:?}: {reason}; expected COUNT/PERIOD or COUNT per PERIOD such as 10/s, 100/min, 5000/h, 100/30s or 10 per 2 minutes (units: ns, us, ms, s, m or min, h, d; second, minute, hour, day, month = 30 d, year = 360 d)"
     )]
     InvalidRate {
         /// The text given.

@@ -171,6 +171,57 @@ pub fn rate_per_second(per_second: f64, what: &str) -> PyResult<Rate> {
     Rate::per_second_f64(v).map_err(|e| config_err_named(what, e))
 }
 
+/// A rate written as text (`"100/minute"`, `"10 per 2 minutes"`, `"5/s"`): the core's
+/// notation, the one the proxy's and the server's configs read. A bad string is a
+/// `ConfigError` saying what was wrong.
+pub fn rate_text(text: &str) -> PyResult<Rate> {
+    text.parse::<Rate>().map_err(config_err)
+}
+
+/// A rate parameter that takes a rate string or a number of units per second.
+pub enum RateParam {
+    /// A rate string, parsed.
+    Text(Rate),
+    /// Units per second (validated by [`rate_per_second`] where it is used).
+    PerSecond(f64),
+}
+
+/// The rate parameter named `what`: a `str` is a rate string, anything else must be a
+/// number (a `TypeError` otherwise).
+pub fn rate_param(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<RateParam> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(RateParam::Text(rate_text(s.to_str()?)?));
+    }
+    obj.extract::<f64>().map(RateParam::PerSecond).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} must be a number of units per second or a rate string such as \"10/s\", not {}",
+            type_name(obj)
+        ))
+    })
+}
+
+/// `floodgate.parse_rate(rate)`: a rate string as `(count, period_s)`, read as every
+/// surface reads it: `"100/minute"` is `(100, 60.0)`, `"10 per 2 minutes"` `(10, 120.0)`.
+/// Raises `ConfigError` (a `ValueError`) naming what is wrong.
+#[pyfunction]
+pub fn parse_rate(rate: &str) -> PyResult<(u64, f64)> {
+    let r = rate_text(rate)?;
+    Ok((r.count(), period_s(&r)))
+}
+
+/// `floodgate.parse_rates(rates)`: several limits separated by `;`, `,` or `|`
+/// (`"1/second; 100/minute"`) as a list of `(count, period_s)`, in the order written.
+#[pyfunction]
+pub fn parse_rates(rates: &str) -> PyResult<Vec<(u64, f64)>> {
+    let rs = Rate::parse_many(rates).map_err(config_err)?;
+    Ok(rs.iter().map(|r| (r.count(), period_s(r))).collect())
+}
+
+/// A rate's period in seconds.
+fn period_s(r: &Rate) -> f64 {
+    r.period_nanos() as f64 / 1e9
+}
+
 /// A key's bytes: a `str` (its UTF-8 encoding) or `bytes`. So `"alice"` and `b"alice"` are
 /// the same key, and any byte string is a key of its own.
 #[inline]

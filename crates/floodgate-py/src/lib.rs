@@ -61,5 +61,7 @@ fn _floodgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<request::PyRequestLimiter>()?;
     m.add_class::<request::PyVerdict>()?;
     m.add_function(wrap_pyfunction!(throttle::throttle, m)?)?;
+    m.add_function(wrap_pyfunction!(args::parse_rate, m)?)?;
+    m.add_function(wrap_pyfunction!(args::parse_rates, m)?)?;
     Ok(())
 }

@@ -8,10 +8,16 @@ use floodgate_core::algorithms::{
     DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingCounter, SlidingLog, TokenBucket,
 };
 use floodgate_core::{AnyAlgorithm, Kind, Limiter, MonotonicClock, Rate, Spec};
+use std::time::Duration;
+
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
 
-use crate::args::{Cost, config_err, instant, py_float, rate_per_second, seconds, uint};
+use crate::args::{
+    Cost, RateParam, config_err, instant, py_float, rate_param, rate_per_second, rate_text,
+    seconds, uint,
+};
 use crate::decision::PyDecision;
 
 /// Base class of every single-key limiter. Not constructed directly: use `FixedWindow`,
@@ -104,6 +110,115 @@ fn spec(kind: Kind, rate: Core<Rate>, capacity: Option<u64>) -> Core<Spec> {
     })
 }
 
+/// A window algorithm's `(limit, window, repr)`: an int `limit` with `window_s` seconds,
+/// or one rate string in place of both (`"100/minute"` is limit 100, window 60 s; its
+/// `repr` is the keyword form's).
+fn window_args(
+    class: &str,
+    limit: &Bound<'_, PyAny>,
+    window_s: Option<f64>,
+) -> PyResult<(u64, Duration, String)> {
+    let (limit, window, window_s) = if let Ok(text) = limit.cast::<PyString>() {
+        if window_s.is_some() {
+            return Err(PyTypeError::new_err(
+                "limit must be an int, not str, beside window_s (a rate string such as \"100/minute\" replaces both)",
+            ));
+        }
+        let rate = rate_text(text.to_str()?)?;
+        let secs = rate.period_nanos() as f64 / 1e9;
+        (rate.count(), rate.period(), secs)
+    } else {
+        let limit = uint(limit, "limit", 1)?;
+        let Some(w) = window_s else {
+            return Err(PyTypeError::new_err(format!(
+                "{class}() needs window_s beside an int limit, or one rate string such as \"100/minute\""
+            )));
+        };
+        (limit, seconds(w, "window_s")?, w)
+    };
+    let repr = format!("{class}(limit={limit}, window_s={})", py_float(window_s));
+    Ok((limit, window, repr))
+}
+
+/// A rate as a constructor takes it: a rate string, or units per second named `what`.
+/// Returns the rate and its `repr` fragment (`'10/s'` or `what=2.5`).
+fn rate_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<(Rate, String, bool)> {
+    Ok(match rate_param(obj, what)? {
+        RateParam::Text(rate) => (rate, format!("'{rate}'"), true),
+        RateParam::PerSecond(v) => (
+            rate_per_second(v, what)?,
+            format!("{what}={}", py_float(v)),
+            false,
+        ),
+    })
+}
+
+/// A bucket's `(capacity, rate, repr)` from `(capacity, RATE_NAME)` positionally or by
+/// keyword, or from a rate string first (`"10/s"`, then `capacity=` by keyword; the
+/// capacity defaults to the rate's count).
+fn bucket_args(
+    class: &str,
+    rate_name: &str,
+    args: &Bound<'_, PyTuple>,
+    capacity: Option<&Bound<'_, PyAny>>,
+    rate: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(u64, Rate, String)> {
+    let twice = |name: &str| {
+        PyTypeError::new_err(format!(
+            "{class}() got multiple values for argument '{name}'"
+        ))
+    };
+    let first = args.get_item(0).ok();
+    let text_first = first
+        .as_ref()
+        .is_some_and(|a| a.is_instance_of::<PyString>());
+    let (capacity, rate) = match (args.len(), text_first) {
+        (0, _) => (capacity.cloned(), rate.cloned()),
+        (1, true) if rate.is_some() => {
+            return Err(PyTypeError::new_err(format!(
+                "{class}() takes a rate string or {rate_name}=..., not both"
+            )));
+        }
+        (1, true) => (capacity.cloned(), first),
+        (2, true) => {
+            return Err(PyTypeError::new_err(format!(
+                "{class}(RATE, capacity=N): after a rate string, give capacity by keyword"
+            )));
+        }
+        (1, false) if capacity.is_some() => return Err(twice("capacity")),
+        (1, false) => (first, rate.cloned()),
+        (2, false) if capacity.is_some() => return Err(twice("capacity")),
+        (2, false) if rate.is_some() => return Err(twice(rate_name)),
+        (2, false) => (first, args.get_item(1).ok()),
+        (n, _) => {
+            return Err(PyTypeError::new_err(format!(
+                "{class}() takes at most 2 positional arguments ({n} given)"
+            )));
+        }
+    };
+    let Some(rate) = rate else {
+        return Err(PyTypeError::new_err(format!(
+            "{class}() needs a rate: {rate_name}=... or a rate string such as \"10/s\""
+        )));
+    };
+    let (rate, rate_repr, text) = rate_of(&rate, rate_name)?;
+    let capacity = match capacity {
+        Some(c) => uint(&c, "capacity", 1)?,
+        None if text => rate.count(),
+        None => {
+            return Err(PyTypeError::new_err(format!(
+                "{class}() needs capacity beside {rate_name}"
+            )));
+        }
+    };
+    let repr = if text {
+        format!("{class}({rate_repr}, capacity={capacity})")
+    } else {
+        format!("{class}(capacity={capacity}, {rate_repr})")
+    };
+    Ok((capacity, rate, repr))
+}
+
 /// At most `limit` units per aligned window of `window_s` seconds; up to `2 x limit`
 /// across a window boundary (all of one window's quota at its end, the next one's at its
 /// start). Windows are aligned to multiples of `window_s` on the time axis of `now`.
@@ -113,13 +228,9 @@ pub struct PyFixedWindow;
 #[pymethods]
 impl PyFixedWindow {
     #[new]
-    fn new(limit: &Bound<'_, PyAny>, window_s: f64) -> PyResult<(Self, PyLimiter)> {
-        let limit = uint(limit, "limit", 1)?;
-        let window = seconds(window_s, "window_s")?;
-        let repr = format!(
-            "FixedWindow(limit={limit}, window_s={})",
-            py_float(window_s)
-        );
+    #[pyo3(signature = (limit, window_s=None))]
+    fn new(limit: &Bound<'_, PyAny>, window_s: Option<f64>) -> PyResult<(Self, PyLimiter)> {
+        let (limit, window, repr) = window_args("FixedWindow", limit, window_s)?;
         Ok((
             PyFixedWindow,
             base(
@@ -139,10 +250,9 @@ pub struct PySlidingLog;
 #[pymethods]
 impl PySlidingLog {
     #[new]
-    fn new(limit: &Bound<'_, PyAny>, window_s: f64) -> PyResult<(Self, PyLimiter)> {
-        let limit = uint(limit, "limit", 1)?;
-        let window = seconds(window_s, "window_s")?;
-        let repr = format!("SlidingLog(limit={limit}, window_s={})", py_float(window_s));
+    #[pyo3(signature = (limit, window_s=None))]
+    fn new(limit: &Bound<'_, PyAny>, window_s: Option<f64>) -> PyResult<(Self, PyLimiter)> {
+        let (limit, window, repr) = window_args("SlidingLog", limit, window_s)?;
         Ok((
             PySlidingLog,
             base(
@@ -162,13 +272,9 @@ pub struct PySlidingCounter;
 #[pymethods]
 impl PySlidingCounter {
     #[new]
-    fn new(limit: &Bound<'_, PyAny>, window_s: f64) -> PyResult<(Self, PyLimiter)> {
-        let limit = uint(limit, "limit", 1)?;
-        let window = seconds(window_s, "window_s")?;
-        let repr = format!(
-            "SlidingCounter(limit={limit}, window_s={})",
-            py_float(window_s)
-        );
+    #[pyo3(signature = (limit, window_s=None))]
+    fn new(limit: &Bound<'_, PyAny>, window_s: Option<f64>) -> PyResult<(Self, PyLimiter)> {
+        let (limit, window, repr) = window_args("SlidingCounter", limit, window_s)?;
         Ok((
             PySlidingCounter,
             base(
@@ -189,13 +295,14 @@ pub struct PyTokenBucket;
 #[pymethods]
 impl PyTokenBucket {
     #[new]
-    fn new(capacity: &Bound<'_, PyAny>, refill_per_s: f64) -> PyResult<(Self, PyLimiter)> {
-        let capacity = uint(capacity, "capacity", 1)?;
-        let rate = rate_per_second(refill_per_s, "refill_per_s")?;
-        let repr = format!(
-            "TokenBucket(capacity={capacity}, refill_per_s={})",
-            py_float(refill_per_s)
-        );
+    #[pyo3(signature = (*args, capacity=None, refill_per_s=None))]
+    fn new(
+        args: &Bound<'_, PyTuple>,
+        capacity: Option<&Bound<'_, PyAny>>,
+        refill_per_s: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(Self, PyLimiter)> {
+        let (capacity, rate, repr) =
+            bucket_args("TokenBucket", "refill_per_s", args, capacity, refill_per_s)?;
         Ok((
             PyTokenBucket,
             base(
@@ -216,13 +323,14 @@ pub struct PyLeakyBucket;
 #[pymethods]
 impl PyLeakyBucket {
     #[new]
-    fn new(capacity: &Bound<'_, PyAny>, rate_per_s: f64) -> PyResult<(Self, PyLimiter)> {
-        let capacity = uint(capacity, "capacity", 1)?;
-        let rate = rate_per_second(rate_per_s, "rate_per_s")?;
-        let repr = format!(
-            "LeakyBucket(capacity={capacity}, rate_per_s={})",
-            py_float(rate_per_s)
-        );
+    #[pyo3(signature = (*args, capacity=None, rate_per_s=None))]
+    fn new(
+        args: &Bound<'_, PyTuple>,
+        capacity: Option<&Bound<'_, PyAny>>,
+        rate_per_s: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(Self, PyLimiter)> {
+        let (capacity, rate, repr) =
+            bucket_args("LeakyBucket", "rate_per_s", args, capacity, rate_per_s)?;
         Ok((
             PyLeakyBucket,
             base(
@@ -247,12 +355,12 @@ impl PyLeakyQueue {
     #[new]
     #[pyo3(signature = (rate_per_s, burst, nodelay=false, delay=None))]
     fn new(
-        rate_per_s: f64,
+        rate_per_s: &Bound<'_, PyAny>,
         burst: &Bound<'_, PyAny>,
         nodelay: bool,
         delay: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(Self, PyLimiter)> {
-        let rate = rate_per_second(rate_per_s, "rate_per_s")?;
+        let (rate, rate_repr, _) = rate_of(rate_per_s, "rate_per_s")?;
         let burst = uint(burst, "burst", 0)?;
         let delay = delay.map(|d| uint(d, "delay", 0)).transpose()?;
         let mode = match (nodelay, delay) {
@@ -265,14 +373,8 @@ impl PyLeakyQueue {
             (false, d) => DelayMode::After(d.unwrap_or(0)),
         };
         let repr = match mode {
-            DelayMode::NoDelay => format!(
-                "LeakyQueue(rate_per_s={}, burst={burst}, nodelay=True)",
-                py_float(rate_per_s)
-            ),
-            DelayMode::After(n) => format!(
-                "LeakyQueue(rate_per_s={}, burst={burst}, delay={n})",
-                py_float(rate_per_s)
-            ),
+            DelayMode::NoDelay => format!("LeakyQueue({rate_repr}, burst={burst}, nodelay=True)"),
+            DelayMode::After(n) => format!("LeakyQueue({rate_repr}, burst={burst}, delay={n})"),
         };
         Ok((
             PyLeakyQueue,
@@ -303,14 +405,18 @@ impl PyGcra {
     #[new]
     #[pyo3(signature = (rate_per_s=None, capacity=None, *, burst=None, limit=None, period_s=None))]
     fn new(
-        rate_per_s: Option<f64>,
+        rate_per_s: Option<&Bound<'_, PyAny>>,
         capacity: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
         limit: Option<&Bound<'_, PyAny>>,
         period_s: Option<f64>,
     ) -> PyResult<(Self, PyLimiter)> {
+        let rate_per_s = rate_per_s
+            .map(|r| rate_param(r, "rate_per_s"))
+            .transpose()?;
         let (rate, default_cap, rate_repr) = match (rate_per_s, limit, period_s) {
-            (Some(r), None, None) => {
+            (Some(RateParam::Text(rate)), None, None) => (rate, rate.count(), format!("'{rate}'")),
+            (Some(RateParam::PerSecond(r)), None, None) => {
                 let rate = rate_per_second(r, "rate_per_s")?;
                 let default_cap = r.ceil().max(1.0).min(u64::MAX as f64) as u64;
                 (rate, default_cap, format!("rate_per_s={}", py_float(r)))

@@ -602,3 +602,36 @@ fn a_policy_without_burst_or_capacity_admits_one_at_once() {
         "{e}"
     );
 }
+
+#[test]
+fn a_policy_rate_reads_the_limits_notation() {
+    for (text, count, secs) in [
+        ("100 per minute", 100, 60),
+        ("10/2 minutes", 10, 120),
+        ("10 per 2 minutes", 10, 120),
+        ("5 per Hour", 5, 3600),
+        ("1/day", 1, 86_400),
+        ("3/month", 3, 30 * 86_400),
+    ] {
+        let src =
+            format!("[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nrate = \"{text}\"\n");
+        let cfg = Config::parse(&src, Path::new("x.toml")).unwrap();
+        let l = cfg.limiter_builder().build().unwrap();
+        let rate = l.policies()[0].spec.rate;
+        assert_eq!(
+            (rate.count(), rate.period()),
+            (count, Duration::from_secs(secs)),
+            "{text}"
+        );
+    }
+    let e = err("[[policy]]\nname = \"a\"\nrate = \"1/second; 100/minute\"\n");
+    assert!(
+        e.starts_with("floodgate.toml:3:8: ") && e.contains("several limits"),
+        "{e}"
+    );
+    let e = err("[[policy]]\nname = \"a\"\nrate = \"10 per fortnight\"\n");
+    assert!(
+        e.starts_with("floodgate.toml:3:8: ") && e.contains("unknown unit \"fortnight\""),
+        "{e}"
+    );
+}

@@ -1,6 +1,7 @@
 """floodgate: rate limiting that names its guarantee at the window boundary.
 
-Every algorithm of the Rust core as a class taking keyword arguments in seconds::
+Every algorithm of the Rust core as a class taking keyword arguments in seconds, or a
+rate string as the ``limits`` package writes it (``FixedWindow("100/minute")``)::
 
     from floodgate import TokenBucket
     bucket = TokenBucket(capacity=10, refill_per_s=2.0)
@@ -13,7 +14,8 @@ LeakyMeter), LeakyQueue, GCRA, all subclasses of Limiter; KeyedLimiter for per-k
 (KeyedLimiter.reserve returns a Reservation, settled with the actual cost);
 InFlight for at most n calls at once per key (leases: Lease, InFlightFull);
 Decision; ConfigError (a ValueError). throttle() is redis-cell's CL.THROTTLE on any Redis
-(RedisError, RedisTimeoutError when Redis cannot answer).
+(RedisError, RedisTimeoutError when Redis cannot answer). parse_rate() and parse_rates()
+read rate strings ("10 per minute", "1/second; 100/minute") as (count, period_s).
 
 On Redis: KeyedLimiter(..., store=RedisStore(url), name=...) keeps every algorithm's keys
 in Redis, shared with other processes and with `floodgate proxy` (StoreUnavailable when
@@ -50,6 +52,8 @@ from floodgate._floodgate import (
     StoreUnavailable,
     TokenBucket,
     Verdict,
+    parse_rate,
+    parse_rates,
     throttle,
     __version__,
 )
@@ -78,6 +82,8 @@ __all__ = [
     "SlidingCounter",
     "SlidingLog",
     "StoreUnavailable",
+    "parse_rate",
+    "parse_rates",
     "throttle",
     "TokenBucket",
     "Verdict",

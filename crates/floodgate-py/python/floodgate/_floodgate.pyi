@@ -1,7 +1,7 @@
 """Type stubs for floodgate's native module. Every time and duration is in seconds."""
 
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import Literal, final
+from typing import Literal, final, overload
 
 __version__: str
 BUILD_PROFILE: str
@@ -44,6 +44,17 @@ def throttle(
     kept; the GIL is released while waiting.
     Raises ValueError for bad arguments, RedisTimeoutError / RedisError when Redis cannot
     answer."""
+
+def parse_rate(rate: str) -> tuple[int, float]:
+    """A rate string as ``(count, period_s)``, read as every floodgate surface reads it:
+    ``"100/minute"`` and ``"100 per minute"`` are ``(100, 60.0)``, ``"10/2 minutes"`` is
+    ``(10, 120.0)``, ``"5/s"`` ``(5, 1.0)``. Units: ns, us, ms, s, m or min, h, d, and the
+    words second, minute, hour, day, month (30 days), year (360 days), singular or plural,
+    any case. Raises ConfigError naming what is wrong."""
+
+def parse_rates(rates: str) -> list[tuple[int, float]]:
+    """Several limits separated by ``;``, ``,`` or ``|`` (``"1/second; 100/minute"``), in
+    the order written. Raises ConfigError naming the limit that is wrong."""
 
 @final
 class Decision:
@@ -106,54 +117,71 @@ class Limiter:
 @final
 class FixedWindow(Limiter):
     """At most ``limit`` per aligned window of ``window_s`` seconds; up to 2 x limit
-    across a boundary."""
+    across a boundary. ``FixedWindow("100/minute")`` is limit 100, window_s 60."""
 
-    def __init__(self, limit: int, window_s: float) -> None: ...
+    def __init__(self, limit: int | str, window_s: float | None = None) -> None: ...
 
 @final
 class SlidingLog(Limiter):
-    """At most ``limit`` in any rolling window of ``window_s`` seconds, exactly."""
+    """At most ``limit`` in any rolling window of ``window_s`` seconds, exactly
+    (``SlidingLog("100 per hour")``: limit and window from a rate string)."""
 
-    def __init__(self, limit: int, window_s: float) -> None: ...
+    def __init__(self, limit: int | str, window_s: float | None = None) -> None: ...
 
 @final
 class SlidingCounter(Limiter):
-    """At most ``limit`` per aligned window; the weighted rolling estimate stays <= limit."""
+    """At most ``limit`` per aligned window; the weighted rolling estimate stays <= limit.
+    ``limit`` may be a rate string in place of both (``"100/minute"``)."""
 
-    def __init__(self, limit: int, window_s: float) -> None: ...
+    def __init__(self, limit: int | str, window_s: float | None = None) -> None: ...
 
 @final
 class TokenBucket(Limiter):
-    """``capacity`` tokens refilled at ``refill_per_s`` per second (fractional allowed)."""
+    """``capacity`` tokens refilled at ``refill_per_s`` per second (fractional allowed),
+    or at a rate string's rate: ``TokenBucket("10/s", capacity=20)`` (capacity defaults to
+    the rate's count)."""
 
-    def __init__(self, capacity: int, refill_per_s: float) -> None: ...
+    @overload
+    def __init__(self, capacity: int, refill_per_s: float | str) -> None: ...
+    @overload
+    def __init__(self, rate: str, /, *, capacity: int | None = None) -> None: ...
 
 @final
 class LeakyBucket(Limiter):
-    """Leaky bucket as a meter: ``capacity`` at once, draining at ``rate_per_s``."""
+    """Leaky bucket as a meter: ``capacity`` at once, draining at ``rate_per_s``, or at a
+    rate string's rate: ``LeakyBucket("10/s", capacity=5)`` (capacity defaults to the
+    rate's count)."""
 
-    def __init__(self, capacity: int, rate_per_s: float) -> None: ...
+    @overload
+    def __init__(self, capacity: int, rate_per_s: float | str) -> None: ...
+    @overload
+    def __init__(self, rate: str, /, *, capacity: int | None = None) -> None: ...
 
 LeakyMeter = LeakyBucket
 
 @final
 class LeakyQueue(Limiter):
     """nginx ``limit_req rate=R burst=B [nodelay | delay=N]``; Decision.delay says how long
-    to hold an admitted request."""
+    to hold an admitted request. ``rate_per_s`` may be a rate string (``"10/s"``)."""
 
     def __init__(
-        self, rate_per_s: float, burst: int, nodelay: bool = False, delay: int | None = None
+        self,
+        rate_per_s: float | str,
+        burst: int,
+        nodelay: bool = False,
+        delay: int | None = None,
     ) -> None: ...
 
 @final
 class GCRA(Limiter):
     """Generic cell rate algorithm (redis-cell). Rate: ``rate_per_s``, or ``limit`` per
-    ``period_s``. Burst: ``capacity`` units at once, or ``burst`` = capacity - 1; default
-    ``limit`` or ceil(rate_per_s)."""
+    ``period_s``, or a rate string (``GCRA("100/minute", burst=9)``). Burst: ``capacity``
+    units at once, or ``burst`` = capacity - 1; default ``limit`` (a rate string's count)
+    or ceil(rate_per_s)."""
 
     def __init__(
         self,
-        rate_per_s: float | None = None,
+        rate_per_s: float | str | None = None,
         capacity: int | None = None,
         *,
         burst: int | None = None,

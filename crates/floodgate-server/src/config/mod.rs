@@ -267,6 +267,35 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_rate_reads_the_limits_notation() {
+        let y = yaml(
+            "domain: edge\ndescriptors:\n  - key: user\n    rate_limits:\n      - {rate: 100 per minute}\n      - {rate: 10 per 2 minutes, algorithm: sliding-log}\n      - {rate: 5/Hour}\n      - {rate: 2/months}\n",
+        )
+        .unwrap();
+        let got: Vec<(u64, Duration)> = y.rules.domains["edge"][0]
+            .limits
+            .iter()
+            .map(|l| (l.requests_per_unit, l.window))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (100, Duration::from_secs(60)),
+                (10, Duration::from_secs(120)),
+                (5, Duration::from_secs(3600)),
+                (2, Duration::from_secs(30 * 86_400)),
+            ]
+        );
+        let e = err(
+            "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {rate: 1/second; 100/minute}\n",
+        );
+        assert!(
+            e.contains("domain \"edge\" > user > rate_limit") && e.contains("several limits"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn connection_caps_and_sizes_out_of_range_name_their_field() {
         let d = "domain: d\ndescriptors: [{key: k}]\n";
         let cases = [
