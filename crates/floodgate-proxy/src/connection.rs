@@ -324,7 +324,9 @@ pub(crate) async fn serve_hyper<I>(
         let in_flight = watch.start();
         let start = Instant::now();
         let logged = access_log::begin(shared.access_log.as_ref(), &req, peer.ip(), start);
-        let mut req = req.map(RequestBody::Incoming);
+        // a body is read on after its answer (crate::drain)
+        let version = req.version();
+        let mut req = req.map(|b| RequestBody::from_hyper(b, version));
         req.extensions_mut().insert(PeerAddr(peer));
         let refused = admission.admit(&mut req).err().map(|r| {
             let mut resp = r.response();
