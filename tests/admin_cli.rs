@@ -459,6 +459,62 @@ async fn the_admin_page_shows_the_flooding_key_in_a_browser() {
     assert!(dom.contains(r#"id="status"></span>"#), "{dom}");
 }
 
+/// An adaptive policy of a fixed limit of 3 with two classes.
+const ADAPTIVE: &str = "\n[[policy]]\nname = \"backend\"\nadaptive = \"aimd\"\nmin_limit = 3\nmax_limit = 3\ninitial_limit = 3\n\n[[policy.class]]\nname = \"critical\"\nshare = 1.0\nmatch = { header = \"x-priority\", value = \"critical\" }\n\n[[policy.class]]\nname = \"sheddable\"\nshare = 0.0\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_page_shows_adaptive_policies_and_upstream_servers_in_a_browser() {
+    let browser = chromium();
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, listen, admin) = proxy_with(dir.path(), "", ADAPTIVE).await;
+    // 4 requests, one at a time: sheddable (no x-priority) borrows the idle limit
+    assert_eq!(send(listen, "alice", 4, Duration::ZERO, 1).await, 0);
+    // the upstream server's JSON: one server of the group "default", 4 answers
+    let (status, body) = http_get(admin, "/admin/upstreams").await;
+    assert_eq!(status, 200, "{body}");
+    let v = json(&body);
+    let server = &v["default"]["servers"][0];
+    let url = server["url"].as_str().unwrap().to_string();
+    for (field, want) in [
+        ("up", serde_json::json!(true)),
+        ("in_flight", 0.into()),
+        ("requests_total", 4.into()),
+        ("failures", 0.into()),
+        ("ejections", 0.into()),
+        ("ejected_for_seconds", serde_json::Value::Null),
+    ] {
+        assert_eq!(server[field], want, "{field}: {v}");
+    }
+    assert_eq!(server["requests"]["2xx"], 4, "{v}");
+    let page = format!("http://{admin}/admin");
+    let profile = dir.path().join("chromium");
+    let dom = tokio::task::spawn_blocking(move || dump_dom(browser, &page, &profile, 3_000))
+        .await
+        .unwrap();
+    // the adaptive panel: the limit, the samples, a row per class
+    let head = element(&dom, "adaptive-head-backend", "</h3>");
+    assert!(
+        head.contains("aimd, limit 3 (3 to 3), in flight 0"),
+        "{head}"
+    );
+    assert!(head.contains("over 4 samples"), "{head}");
+    let classes = element(&dom, "adaptive-backend", "</table>");
+    let rows: Vec<&str> = classes.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 2, "{classes}");
+    assert!(rows[0].starts_with("<td>critical</td>"), "{classes}");
+    assert!(rows[1].starts_with("<td>sheddable</td>"), "{classes}");
+    // the upstream panel: the server, up, its 4 requests
+    let servers = element(&dom, "upstream-default", "</table>");
+    let row = servers.split("<tr>").nth(2).unwrap_or_default();
+    assert!(
+        row.starts_with(&format!("<td>{url}</td><td class=\"ok\">up</td>")),
+        "{servers}"
+    );
+    assert!(row.contains("<td class=\"n\">4</td>"), "{servers}");
+    // and showed no error
+    assert!(dom.contains(r#"id="status"></span>"#), "{dom}");
+}
+
 /// `GET path` with `Host: host` (none when `None`) on a new connection: the status, the
 /// head (lower-case) and the body.
 async fn get_as(addr: SocketAddr, path: &str, host: Option<&str>) -> (u16, String, String) {

@@ -307,6 +307,58 @@ async fn a_hostile_request_line_and_user_agent_are_escaped_and_cannot_forge_a_li
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_the_parser_refuses_gets_a_line_with_the_status_it_was_answered() {
+    let upstream = backend().await;
+    let [listen] = free_ports();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("proxy.toml");
+    let access = dir.path().join("access.log");
+    std::fs::write(
+        &file,
+        config(upstream, listen, &format!("access_log = {access:?}")),
+    )
+    .unwrap();
+    let (_p, _out) = start(&file, listen).await;
+    // a field without a colon: 400
+    let bad = b"GET /a HTTP/1.1\r\nHost: t\r\nno colon here\r\n\r\n".to_vec();
+    // a target of 70 000 bytes: 414
+    let mut long = b"GET /".to_vec();
+    long.extend(std::iter::repeat_n(b'a', 70_000));
+    long.extend(b" HTTP/1.1\r\nHost: t\r\n\r\n");
+    // 120 fields: 431
+    let mut many = b"GET /c HTTP/1.1\r\nHost: t\r\n".to_vec();
+    for i in 0..120 {
+        many.extend(format!("x-f{i}: v\r\n").bytes());
+    }
+    many.extend(b"\r\n");
+    let mut want = Vec::new();
+    for (raw, status) in [(bad, 400), (long, 414), (many, 431)] {
+        assert_eq!(raw_request(listen, &raw), status);
+        want.push(status);
+        let lines = wait_lines(|| read_file(&access), want.len()).await;
+        let c = parse_combined(lines.last().unwrap());
+        assert_eq!(
+            (
+                c.remote_addr.as_str(),
+                c.request.as_str(),
+                c.status,
+                c.bytes,
+                c.referer.as_str(),
+                c.user_agent.as_str(),
+                c.rl.as_str(),
+                c.policy.as_str(),
+                c.key.as_str(),
+            ),
+            ("127.0.0.1", "-", status, 0, "-", "-", "-", "-", "-"),
+            "{lines:?}"
+        );
+        assert!(c.rt >= 0.0 && c.rt < 5.0, "{lines:?}");
+    }
+    // one line each
+    assert_eq!(read_file(&access).lines().count(), 3);
+}
+
 /// The JSON lines of `text`.
 fn json_lines(lines: &[String]) -> Vec<serde_json::Value> {
     lines

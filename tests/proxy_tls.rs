@@ -299,6 +299,243 @@ async fn curl_over_tls_http1_and_http2_with_a_certificate_per_name() {
     assert!(err.contains("CN=a.test") && err.contains("c.test"), "{err}");
 }
 
+/// A backend that answers every request at once, before reading anything of its body
+/// ("early", `Connection: close`); then it closes the connection (`linger` false), or
+/// reads what comes until the end (`linger` true; a close with unread bytes would reset
+/// the connection, and the proxy could lose the answer).
+async fn early_backend(linger: bool) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 16384];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nearly",
+                    )
+                    .await;
+                let _ = s.shutdown().await;
+                let rest = async { while let Ok(1..) = s.read(&mut buf).await {} };
+                if linger {
+                    let _ = tokio::time::timeout(Duration::from_secs(10), rest).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// POST a body of `size` bytes over HTTP/1.1 on `io` (TLS), sent only once the whole
+/// answer has come; then a GET on the same connection. Both answers' status lines.
+async fn http1_body_after_the_answer<I>(mut io: I, size: usize) -> String
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let head = format!("POST /post HTTP/1.1\r\nhost: a.test\r\ncontent-length: {size}\r\n\r\n");
+    io.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // the answer: its head and its 5 bytes
+    while !got.ends_with(b"early") {
+        match io.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let first = String::from_utf8_lossy(&got)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    if io.write_all(&vec![b'x'; size]).await.is_err()
+        || io
+            .write_all(b"GET /after HTTP/1.1\r\nhost: a.test\r\n\r\n")
+            .await
+            .is_err()
+    {
+        return format!("{first} / the body's sending failed");
+    }
+    let mut second = Vec::new();
+    while !second.ends_with(b"early") {
+        match io.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => second.extend_from_slice(&buf[..n]),
+        }
+    }
+    let second = String::from_utf8_lossy(&second);
+    format!("{first} / {}", second.lines().next().unwrap_or("closed"))
+}
+
+/// POST a body of `size` bytes over HTTP/2 on `io` (already past TLS, if any), sent
+/// only once the whole answer has come (as a client still sending when the answer ends
+/// would); then a GET on the same connection. The answer's status and body, or what
+/// failed (a reset of the stream makes the body's sending fail: more than the stream's
+/// window is sent, so it cannot all go without the proxy reading it).
+async fn h2_body_after_the_answer<I>(io: I, authority: &str, size: usize) -> Result<String, String>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, conn) = h2::client::handshake(io)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut client = client.ready().await.map_err(|e| format!("ready: {e}"))?;
+    let req = http::Request::post(format!("https://{authority}/post"))
+        .body(())
+        .unwrap();
+    let (resp, mut send) = client
+        .send_request(req, false)
+        .map_err(|e| format!("request: {e}"))?;
+    let resp = resp.await.map_err(|e| format!("answer: {e}"))?;
+    let status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| format!("answer's body: {e}"))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    // the answer is complete; now the request body
+    let mut left = size;
+    while left > 0 {
+        send.reserve_capacity(left.min(64 << 10));
+        let Some(cap) = std::future::poll_fn(|cx| send.poll_capacity(cx)).await else {
+            let reset = std::future::poll_fn(|cx| send.poll_reset(cx)).await;
+            return Err(format!("the stream closed while sending: {reset:?}"));
+        };
+        let cap = cap.map_err(|e| format!("sending the body: {e:?} {:?}", e.reason()))?;
+        let n = cap.min(left);
+        left -= n;
+        send.send_data(Bytes::from(vec![b'x'; n]), left == 0)
+            .map_err(|e| format!("sending the body: {e:?} {:?}", e.reason()))?;
+    }
+    // the connection still serves
+    let get = http::Request::get(format!("https://{authority}/after"))
+        .body(())
+        .unwrap();
+    let (resp, _) = client
+        .send_request(get, true)
+        .map_err(|e| format!("second request: {e}"))?;
+    let resp = resp.await.map_err(|e| format!("second answer: {e}"))?;
+    Ok(format!(
+        "{status} {} {}",
+        String::from_utf8_lossy(&got),
+        resp.status().as_u16()
+    ))
+}
+
+/// An upstream that answers before reading the request body: the client, still sending
+/// it (2 MiB, more than a stream's window) after the whole answer has come, finishes
+/// sending and sees no reset of the stream, over HTTP/2 on TLS and h2c; curl over TLS
+/// with HTTP/2 and HTTP/1.1 sees the answer and no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_still_coming_after_an_early_answer_is_read_not_reset() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf("a", &["a.test"], false);
+    let upstream = early_backend(false).await;
+    let tls = start(
+        &pki,
+        "early-tls",
+        &format!(
+            "upstream = \"http://{upstream}\"\n{POLICY}\n[tls]\n[[tls.certificate]]\ncert_file = {cert:?}\nkey_file = {key:?}\n"
+        ),
+    )
+    .await;
+    let plain = start(
+        &pki,
+        "early-h2c",
+        &format!("upstream = \"http://{upstream}\"\n{POLICY}"),
+    )
+    .await;
+    const SIZE: usize = 2 << 20;
+
+    // HTTP/2 over TLS
+    let mut roots = rustls::RootCertStore::empty();
+    for c in floodgate_net::tls::pem::certificates("ca", &pki.ca).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let connect = |alpn: &[u8]| {
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots.clone())
+        .with_no_client_auth();
+        config.alpn_protocols = vec![alpn.to_vec()];
+        let addr = tls.listen;
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect("a.test".try_into().unwrap(), tcp)
+                .await
+                .unwrap()
+        }
+    };
+    let got = h2_body_after_the_answer(connect(b"h2").await, "a.test", SIZE).await;
+    assert_eq!(got.as_deref(), Ok("200 early 200"), "{}", tls.log());
+
+    // h2c (prior knowledge)
+    let tcp = tokio::net::TcpStream::connect(plain.listen).await.unwrap();
+    let got = h2_body_after_the_answer(tcp, "a.test", SIZE).await;
+    assert_eq!(got.as_deref(), Ok("200 early 200"), "{}", plain.log());
+
+    // HTTP/1.1 over TLS: the body is read, and the connection serves the next request
+    let got = http1_body_after_the_answer(connect(b"http/1.1").await, SIZE).await;
+    assert_eq!(got, "HTTP/1.1 200 OK / HTTP/1.1 200 OK", "{}", tls.log());
+
+    // curl, its body sent while the answer comes, over HTTP/2 and HTTP/1.1, through
+    // an upstream that reads the body after its answer (closing with unread bytes would
+    // reset the proxy's connection before it has read the answer)
+    let lingering = early_backend(true).await;
+    let tls = start(
+        &pki,
+        "early-curl",
+        &format!(
+            "upstream = \"http://{lingering}\"\n{POLICY}\n[tls]\n[[tls.certificate]]\ncert_file = {cert:?}\nkey_file = {key:?}\n"
+        ),
+    )
+    .await;
+    let file = pki.path("body.bin");
+    std::fs::write(&file, vec![b'x'; SIZE]).unwrap();
+    let long = format!("@{}", file.display());
+    let resolve = format!("a.test:{}:127.0.0.1", tls.listen.port());
+    let url = format!("https://a.test:{}/post", tls.listen.port());
+    let ca = pki.ca.to_str().unwrap();
+    // curl 7.88 stops sending a long body over HTTP/2 once the answer has ended: a
+    // short one there
+    for (http, data) in [("--http2", "a body"), ("--http1.1", long.as_str())] {
+        let (out, err) = curl(&[
+            http,
+            "--cacert",
+            ca,
+            "--resolve",
+            &resolve,
+            "--data-binary",
+            data,
+            "-w",
+            " %{http_code}",
+            &url,
+        ]);
+        assert_eq!((out.as_str(), err.as_str()), ("early 200", ""), "{http}");
+    }
+}
+
 /// The Python interpreter: the project's virtualenv, else the system's `python3`.
 fn python() -> PathBuf {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/pyenv/bin/python3");

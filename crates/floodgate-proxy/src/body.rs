@@ -11,19 +11,23 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::body::Incoming;
 
+use crate::drain::LingeringBody;
+
 /// A client's request body as the proxy's service receives it: none (a request read by
 /// the proxy's own HTTP/1 path, which only takes requests without a body), or hyper's.
 #[derive(Debug)]
 pub enum RequestBody {
     /// No body.
     Empty,
-    /// The body as hyper reads it (any request hyper's server read).
-    Incoming(Incoming),
+    /// The body as hyper reads it (any request hyper's server read), read on after its
+    /// answer when the client is still sending it ([`LingeringBody`]).
+    Incoming(LingeringBody),
 }
 
-impl From<Incoming> for RequestBody {
-    fn from(b: Incoming) -> Self {
-        RequestBody::Incoming(b)
+impl RequestBody {
+    /// The body of a request of `version` hyper's server read.
+    pub fn from_hyper(body: Incoming, version: http::Version) -> RequestBody {
+        RequestBody::Incoming(LingeringBody::new(body, version))
     }
 }
 

@@ -315,6 +315,7 @@ pub(crate) async fn serve_hyper<I>(
 {
     let wait = HeadWait::new();
     let watch = wait.clone();
+    let idle = wait.clone();
     let metrics = served.metrics.clone();
     let shared = served.clone();
     let hsvc = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -324,7 +325,9 @@ pub(crate) async fn serve_hyper<I>(
         let in_flight = watch.start();
         let start = Instant::now();
         let logged = access_log::begin(shared.access_log.as_ref(), &req, peer.ip(), start);
-        let mut req = req.map(RequestBody::Incoming);
+        // a body is read on after its answer (crate::drain)
+        let version = req.version();
+        let mut req = req.map(|b| RequestBody::from_hyper(b, version));
         req.extensions_mut().insert(PeerAddr(peer));
         let refused = admission.admit(&mut req).err().map(|r| {
             let mut resp = r.response();
@@ -382,12 +385,36 @@ pub(crate) async fn serve_hyper<I>(
         }
     };
     if let Err(e) = ended {
-        // a head hyper's parser refused (it has answered 400 or 431) is counted
-        if e.downcast_ref::<hyper::Error>()
-            .is_some_and(|h| h.is_parse() || h.is_parse_too_large())
+        // a head hyper's parser refused (it has answered 400, 414 or 431) is counted,
+        // and logged as a request
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && h.is_parse()
         {
             served.metrics.invalid("head");
+            if let (Some(log), Some(status)) = (&served.access_log, refused_status(h)) {
+                log.refused(peer.ip(), status, idle.waiting_for());
+            }
         }
         tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
+}
+
+/// The status hyper's HTTP/1 server answered a request head its parser refused with
+/// (its automatic response: 414 for a target too long, 431 for a head too large, 400
+/// for a malformed method, target, version or field), from the error the connection
+/// ended with; `None` when it answered nothing (an internal error).
+fn refused_status(e: &hyper::Error) -> Option<u16> {
+    // hyper tells these apart only by their text ("URI too long", "internal error ...")
+    let text = e.to_string();
+    if e.is_parse_too_large() {
+        Some(if text.starts_with("URI too long") {
+            414
+        } else {
+            431
+        })
+    } else if text.starts_with("internal error") || text.contains("HTTP2 preface") {
+        None
+    } else {
+        Some(400)
     }
 }

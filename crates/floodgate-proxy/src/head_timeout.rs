@@ -46,6 +46,13 @@ impl HeadWait {
         InFlight(self.clone())
     }
 
+    /// How long the connection has been waiting for a head: since its previous
+    /// response ended, or since it was accepted (handed to hyper).
+    pub(crate) fn waiting_for(&self) -> Duration {
+        let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
+        self.base.elapsed().saturating_sub(since)
+    }
+
     /// When the connection must have received a head by, if it is idle now.
     fn idle_deadline(&self, timeout: Duration) -> Option<Instant> {
         if self.in_flight.load(Ordering::Acquire) > 0 {

@@ -6,6 +6,7 @@ mod body;
 mod client_io;
 pub mod config;
 mod connection;
+pub mod drain;
 mod error_text;
 pub mod forward;
 pub mod generation;

@@ -1,7 +1,7 @@
 //! An adaptive policy in `floodgate proxy`, from its TOML: a critical request holding a
 //! permit at the upstream keeps its class's guarantee, so a sheddable request is refused
 //! with 503 and `Retry-After: 1` while another critical one passes; the proxy's admin
-//! `/metrics` shows the limit, the permits and the refusal.
+//! `/metrics` and `/admin/api/adaptive` show the limit, the permits and the refusal.
 
 use std::time::Duration;
 
@@ -77,4 +77,32 @@ async fn the_proxy_sheds_the_lowest_class_with_503() {
     ] {
         assert!(text.contains(line), "{line} not in\n{text}");
     }
+    // the admin API shows the same, per class
+    let api = get(&c, proxy.admin, "/admin/api/adaptive", &[]).await;
+    assert_eq!(api.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&api.body).unwrap();
+    let a = &v["adaptive"][0];
+    let mean = a["mean_latency_ms"].as_f64().unwrap_or(0.0);
+    assert!(mean > 0.0, "{v}");
+    let mut a = a.clone();
+    a["mean_latency_ms"] = serde_json::Value::Null;
+    assert_eq!(
+        a,
+        serde_json::json!({
+            "name": "backend",
+            "algorithm": "aimd",
+            "limit": 2,
+            "min_limit": 2,
+            "max_limit": 2,
+            "in_flight": 0,
+            "queued": 0,
+            "queue": 0,
+            "samples": 2,
+            "mean_latency_ms": null,
+            "classes": [
+                { "name": "critical", "share": 1.0, "in_flight": 0, "queued": 0, "shed": 0 },
+                { "name": "sheddable", "share": 0.0, "in_flight": 0, "queued": 0, "shed": 1 },
+            ],
+        })
+    );
 }

@@ -363,6 +363,18 @@ async fn a_killed_server_is_ejected_and_taken_again_after_it_comes_back() {
     let json: serde_json::Value = serde_json::from_slice(&status.body).unwrap();
     assert_eq!(json["api"]["servers"][2]["up"], false, "{json}");
     assert_eq!(json["api"]["servers"][0]["up"], true, "{json}");
+    // the killed server: its 10 answers, the 2 connects that failed, its ejection
+    let killed = &json["api"]["servers"][2];
+    assert_eq!(
+        killed["requests"],
+        serde_json::json!({"1xx": 0, "2xx": 10, "3xx": 0, "4xx": 0, "5xx": 0, "error": 2}),
+        "{json}"
+    );
+    assert_eq!(killed["requests_total"], 12, "{json}");
+    assert_eq!(killed["failures"], 2, "{json}");
+    assert_eq!(killed["ejections"], 1, "{json}");
+    assert_eq!(killed["in_flight"], 0, "{json}");
+    assert_eq!(json["api"]["servers"][0]["ejections"], 0, "{json}");
     // back, and past its back-off: taken again
     c_srv.revive().await;
     let start = Instant::now();

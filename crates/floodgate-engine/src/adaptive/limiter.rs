@@ -3,6 +3,7 @@
 //! [`crate::adaptive`]).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use floodgate_core::concurrency::{LimitAlgorithm, Sample};
 use floodgate_core::{Clock, ConfigError, Nanos};
 use tokio::sync::oneshot;
 
+use super::view::{AdaptiveView, ClassView};
 use super::{AdaptiveMetrics, AdaptiveSpec};
 
 /// How a request guarded by an [`AdaptivePermit`] ended.
@@ -71,6 +73,11 @@ struct Shared {
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
     metrics: OnceLock<AdaptiveMetrics>,
+    /// Requests refused (or, dry-run, that would have been) per class, since start.
+    shed: Vec<AtomicU64>,
+    /// Latency samples fed to the algorithm, and their sum in nanoseconds.
+    samples: AtomicU64,
+    latency_nanos: AtomicU64,
 }
 
 /// One adaptive limit `L` shared by the classes of an [`AdaptiveSpec`]. Cheap to clone
@@ -146,6 +153,9 @@ impl PartitionedLimiter {
                 clock,
                 state: Mutex::new(state),
                 metrics: OnceLock::new(),
+                shed: (0..n).map(|_| AtomicU64::new(0)).collect(),
+                samples: AtomicU64::new(0),
+                latency_nanos: AtomicU64::new(0),
             }),
         })
     }
@@ -194,6 +204,41 @@ impl PartitionedLimiter {
     /// Requests waiting in the queue, all classes.
     pub fn queued(&self) -> usize {
         self.shared.lock().queued
+    }
+
+    /// The limit, the permits held, the queue and the refusals per class, and the
+    /// latency samples, now (one lock).
+    pub fn view(&self) -> AdaptiveView {
+        let sh = &*self.shared;
+        let st = sh.lock();
+        let classes = sh
+            .spec
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(c, spec)| ClassView {
+                name: spec.name.clone(),
+                share: spec.share,
+                in_flight: st.in_flight[c],
+                queued: st.waiters[c].len(),
+                shed: sh.shed[c].load(Ordering::Relaxed),
+            })
+            .collect();
+        let samples = sh.samples.load(Ordering::Relaxed);
+        let nanos = sh.latency_nanos.load(Ordering::Relaxed);
+        AdaptiveView {
+            name: sh.name.clone(),
+            algorithm: sh.spec.algorithm.name(),
+            limit: st.limit,
+            min_limit: sh.spec.min_limit,
+            max_limit: sh.spec.max_limit,
+            in_flight: st.total,
+            queued: st.queued,
+            queue: sh.spec.queue,
+            classes,
+            samples,
+            mean_latency: (samples > 0).then(|| Duration::from_nanos(nanos / samples)),
+        }
     }
 
     /// A permit for a request of `class` if the rule admits it now (never waits). A
@@ -471,6 +516,7 @@ impl Shared {
     }
 
     fn count_shed(&self, class: usize) {
+        self.shed[class].fetch_add(1, Ordering::Relaxed);
         if let Some(m) = self.metrics.get() {
             m.shed[class].inc();
         }
@@ -493,6 +539,11 @@ impl Shared {
         st.in_flight[permit.class] -= 1;
         let served = self.serve(&mut st, now);
         drop(st);
+        if outcome != Outcome::Ignore {
+            self.samples.fetch_add(1, Ordering::Relaxed);
+            let nanos = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+            self.latency_nanos.fetch_add(nanos, Ordering::Relaxed);
+        }
         if let Some(m) = self.metrics.get()
             && outcome != Outcome::Ignore
         {

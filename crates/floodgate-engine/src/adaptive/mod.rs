@@ -46,6 +46,7 @@
 mod limiter;
 #[cfg(test)]
 mod tests;
+mod view;
 
 use std::time::Duration;
 
@@ -55,6 +56,7 @@ use floodgate_core::concurrency::{
 };
 
 pub use limiter::{AdaptivePermit, Admitted, Outcome, PartitionedLimiter, Refused};
+pub use view::{AdaptiveView, ClassView};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;

@@ -123,8 +123,44 @@ fn listing(insight: &Insight, q: &Query) -> Result<Listing, String> {
     })
 }
 
+/// The adaptive policies, as `/admin/api/adaptive` and the overview show them.
+fn adaptive_list(peek: &dyn Peek) -> Value {
+    peek.adaptive()
+        .iter()
+        .map(|a| {
+            json!({
+                "name": a.name,
+                "algorithm": a.algorithm,
+                "limit": a.limit,
+                "min_limit": a.min_limit,
+                "max_limit": a.max_limit,
+                "in_flight": a.in_flight,
+                "queued": a.queued,
+                "queue": a.queue,
+                "samples": a.samples,
+                "mean_latency_ms": a.mean_latency.map(|d| d.as_secs_f64() * 1000.0),
+                "classes": a.classes.iter().map(|c| json!({
+                    "name": c.name,
+                    "share": c.share,
+                    "in_flight": c.in_flight,
+                    "queued": c.queued,
+                    "shed": c.shed,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
+}
+
+/// `GET /admin/api/adaptive`.
+pub(super) fn adaptive(insight: &Insight, peek: &dyn Peek, q: &Query) -> Result<Value, String> {
+    q.only(&[])?;
+    let mut out = header(insight, insight.now());
+    out.insert("adaptive".into(), adaptive_list(peek));
+    Ok(out.into())
+}
+
 /// `GET /admin/api/overview`.
-pub(super) fn overview(insight: &Insight, q: &Query) -> Result<Value, String> {
+pub(super) fn overview(insight: &Insight, peek: &dyn Peek, q: &Query) -> Result<Value, String> {
     q.only(&["seconds", "n", "policy"])?;
     let seconds = q.number("seconds", 1..=timeline::SECONDS, DEFAULT_SECONDS)?;
     let Listing {
@@ -173,6 +209,7 @@ pub(super) fn overview(insight: &Insight, q: &Query) -> Result<Value, String> {
         })
         .collect();
     out.insert("policies".into(), list.into());
+    out.insert("adaptive".into(), adaptive_list(peek));
     out.insert("config".into(), insight.config());
     out.insert("reloads".into(), reloads(insight));
     Ok(out.into())

@@ -10,6 +10,7 @@
 //! | `GET /admin/api/top?policy=P&n=N` | top keys only, of one policy or all |
 //! | `GET /admin/api/key?policy=P&key=K` | one key's state as the store's [`DecisionStore::peek`] reports it (any store), consuming nothing and creating no key |
 //! | `GET /admin/api/config` | the config (redacted) and its reload history |
+//! | `GET /admin/api/adaptive` | every adaptive policy now ([`AdaptiveView`]): limit, permits held, queue, per class permits held and requests shed, latency samples (also in the overview, as `adaptive`) |
 //!
 //! Bad input (an unknown parameter or policy, a missing or repeated one, a number out of
 //! range, a malformed escape, a query above [`MAX_QUERY_BYTES`] or a key above
@@ -32,6 +33,7 @@ pub mod text;
 
 use floodgate_core::Decision;
 
+use crate::adaptive::AdaptiveView;
 use crate::fault::StoreError;
 use crate::insight::Insight;
 use crate::store::{BoxFuture, DecisionStore};
@@ -191,6 +193,11 @@ pub trait Peek: Sync {
         policy: &'a str,
         key: &'a [u8],
     ) -> BoxFuture<'a, Result<Decision, PeekError>>;
+
+    /// The adaptive policies now, in policy order (none by default).
+    fn adaptive(&self) -> Vec<AdaptiveView> {
+        Vec::new()
+    }
 }
 
 /// [`Peek`] over a limiter's policies and its store, whichever store it is (in process,
@@ -230,6 +237,14 @@ impl Peek for StorePeek<'_> {
         };
         Box::pin(async move { Ok(self.store.peek(info, key).await?) })
     }
+
+    fn adaptive(&self) -> Vec<AdaptiveView> {
+        self.policies
+            .iter()
+            .filter_map(|p| p.adaptive.as_ref())
+            .map(|l| l.view())
+            .collect()
+    }
 }
 
 /// Answer a request whose path starts with `/admin`; `None` for any other path (the
@@ -264,14 +279,15 @@ pub async fn respond(
                 body: PAGE.to_string(),
             });
         }
-        "/api/overview" => json::overview(insight, &q).map_err(Failure::from),
+        "/api/overview" => json::overview(insight, peek, &q).map_err(Failure::from),
+        "/api/adaptive" => json::adaptive(insight, peek, &q).map_err(Failure::from),
         "/api/top" => json::top(insight, &q).map_err(Failure::from),
         "/api/key" => json::key(insight, peek, &q).await,
         "/api/config" => json::config(insight, &q).map_err(Failure::from),
         _ => {
             return Some(AdminReply::error(
                 404,
-                "no such admin endpoint; try /admin, /admin/api/overview, /admin/api/top, /admin/api/key, /admin/api/config",
+                "no such admin endpoint; try /admin, /admin/api/overview, /admin/api/top, /admin/api/key, /admin/api/config, /admin/api/adaptive",
             ));
         }
     };

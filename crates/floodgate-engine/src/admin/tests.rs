@@ -255,3 +255,61 @@ fn the_page_runs_under_its_content_security_policy() {
     assert_eq!(h[0], ("x-content-type-options", "nosniff"));
     assert_eq!(h[1].1, csp);
 }
+
+#[test]
+fn adaptive_shows_the_limit_the_permits_and_per_class_the_shed() {
+    use crate::adaptive::{AdaptiveSpec, AlgorithmKind, ClassSpec, Outcome, PartitionedLimiter};
+    use floodgate_core::{ManualClock, Nanos};
+    use std::sync::Arc;
+    let mut f = fixture(KeyDisplay::Plain);
+    // no adaptive policy: an empty list, in the overview too
+    let (s, v) = get(&f, "/admin/api/adaptive", None);
+    assert_eq!((s, &v["adaptive"]), (200, &serde_json::json!([])), "{v}");
+    let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 2, 2, 2)
+        .unwrap()
+        .with_classes(vec![
+            ClassSpec {
+                name: "critical".into(),
+                share: 1.0,
+            },
+            ClassSpec {
+                name: "batch".into(),
+                share: 0.0,
+            },
+        ])
+        .unwrap();
+    let clock = Arc::new(ManualClock::new(Nanos::ZERO));
+    let limiter = PartitionedLimiter::new("backend", spec, clock.clone()).unwrap();
+    f.infos.push(PolicyInfo::adaptive(1, limiter.clone()));
+    // critical holds one permit for 30 ms and releases it; holds another; batch is shed
+    let first = limiter.try_acquire(0).unwrap();
+    clock.advance(std::time::Duration::from_millis(30));
+    first.release(Outcome::Success);
+    let _held = limiter.try_acquire(0).unwrap();
+    assert!(limiter.try_acquire(1).is_err());
+    let (s, v) = get(&f, "/admin/api/adaptive", None);
+    assert_eq!(s, 200, "{v}");
+    let expected = serde_json::json!([{
+        "name": "backend",
+        "algorithm": "aimd",
+        "limit": 2,
+        "min_limit": 2,
+        "max_limit": 2,
+        "in_flight": 1,
+        "queued": 0,
+        "queue": 0,
+        "samples": 1,
+        "mean_latency_ms": 30.0,
+        "classes": [
+            { "name": "critical", "share": 1.0, "in_flight": 1, "queued": 0, "shed": 0 },
+            { "name": "batch", "share": 0.0, "in_flight": 0, "queued": 0, "shed": 1 },
+        ],
+    }]);
+    assert_eq!(v["adaptive"], expected);
+    assert_eq!(v["surface"], "test");
+    let (_, o) = get(&f, "/admin/api/overview", None);
+    assert_eq!(o["adaptive"], expected);
+    // it takes no parameter
+    let (s, v) = get(&f, "/admin/api/adaptive", Some("n=1"));
+    assert_eq!(s, 400, "{v}");
+}

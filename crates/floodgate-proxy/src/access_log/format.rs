@@ -33,7 +33,9 @@ pub(crate) struct Entry<'a> {
     pub time: SystemTime,
     /// The client's address (the connection's peer, nginx's `$remote_addr`).
     pub remote_addr: IpAddr,
-    pub method: &'a Method,
+    /// `None` for a head the parser refused (no request line to show: `"-"`, and
+    /// `null` method, path and protocol in JSON); `target` and `version` are then unused.
+    pub method: Option<&'a Method>,
     /// The request target as the request line gave it (path and query).
     pub target: &'a [u8],
     pub version: Version,
@@ -62,11 +64,16 @@ impl Entry<'_> {
         let _ = write!(out, "{} - - [", self.remote_addr);
         time_local(self.time, out);
         out.extend_from_slice(b"] \"");
-        escape_nginx(self.method.as_str().as_bytes(), out);
-        out.push(b' ');
-        escape_nginx(self.target, out);
-        out.push(b' ');
-        out.extend_from_slice(protocol(self.version).as_bytes());
+        match self.method {
+            Some(method) => {
+                escape_nginx(method.as_str().as_bytes(), out);
+                out.push(b' ');
+                escape_nginx(self.target, out);
+                out.push(b' ');
+                out.extend_from_slice(protocol(self.version).as_bytes());
+            }
+            None => out.push(b'-'),
+        }
         let _ = write!(out, "\" {} {} \"", self.status, self.bytes);
         escape_nginx(self.referer.map_or(b"-", |v| v.as_bytes()), out);
         out.extend_from_slice(b"\" \"");
@@ -95,15 +102,15 @@ impl Entry<'_> {
             "\",\"remote_addr\":\"{}\",\"method\":",
             self.remote_addr
         );
-        json_str(self.method.as_str().as_bytes(), out);
+        json_opt(self.method.map(|m| m.as_str().as_bytes()), out);
         out.extend_from_slice(b",\"path\":");
-        json_str(self.target, out);
+        json_opt(self.method.map(|_| self.target), out);
+        out.extend_from_slice(b",\"protocol\":");
+        json_opt(self.method.map(|_| protocol(self.version).as_bytes()), out);
         let _ = write!(
             out,
-            ",\"protocol\":\"{}\",\"status\":{},\"bytes\":{},\"referer\":",
-            protocol(self.version),
-            self.status,
-            self.bytes
+            ",\"status\":{},\"bytes\":{},\"referer\":",
+            self.status, self.bytes
         );
         json_opt(self.referer.map(|v| v.as_bytes()), out);
         out.extend_from_slice(b",\"user_agent\":");
@@ -273,6 +280,40 @@ mod tests {
         assert_eq!(esc(b"/\"x\" 200"), "/\\x22x\\x22 200");
         assert_eq!(esc(b"a\nb\rc\x01\x7f\\"), "a\\x0Ab\\x0Dc\\x01\\x7F\\x5C");
         assert_eq!(esc("é".as_bytes()), "\\xC3\\xA9");
+    }
+
+    #[test]
+    fn a_refused_head_has_no_request_line() {
+        let e = Entry {
+            time: SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_000_000),
+            remote_addr: "127.0.0.1".parse().unwrap(),
+            method: None,
+            target: b"/ignored",
+            version: Version::HTTP_11,
+            status: 431,
+            bytes: 0,
+            referer: None,
+            user_agent: None,
+            request_time: 0.002,
+            decided: None,
+        };
+        let mut out = Vec::new();
+        e.write(AccessFormat::Combined, &mut out);
+        let line = String::from_utf8(out).unwrap();
+        assert!(
+            line.ends_with("] \"-\" 431 0 \"-\" \"-\" rl=- policy=- key=- rt=0.002\n"),
+            "{line}"
+        );
+        let mut out = Vec::new();
+        e.write(AccessFormat::Json, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        for field in ["method", "path", "protocol", "outcome", "policy", "key"] {
+            assert_eq!(v[field], serde_json::Value::Null, "{field}: {v}");
+        }
+        assert_eq!(
+            (v["status"].as_u64(), v["bytes"].as_u64()),
+            (Some(431), Some(0))
+        );
     }
 
     #[test]

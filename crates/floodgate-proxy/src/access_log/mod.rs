@@ -66,6 +66,31 @@ impl AccessLog {
         self.writer.reopen();
     }
 
+    /// Write the line of a request head hyper's parser refused from `peer`, answered
+    /// with `status` and no body, `waited` after the connection began waiting for it:
+    /// `"-"` for the request (no request line to show), no decision.
+    pub(crate) fn refused(&self, peer: IpAddr, status: u16, waited: std::time::Duration) {
+        let entry = Entry {
+            time: SystemTime::now(),
+            remote_addr: peer,
+            method: None,
+            target: b"",
+            version: Version::HTTP_11,
+            status,
+            bytes: 0,
+            referer: None,
+            user_agent: None,
+            request_time: waited.as_secs_f64(),
+            decided: None,
+        };
+        let line = BUF.with_borrow_mut(|buf| {
+            buf.clear();
+            entry.write(self.format, buf);
+            buf.as_slice().to_vec()
+        });
+        self.writer.send(line);
+    }
+
     /// Note `req` from `peer`, arrived at `start`, for its line.
     pub(crate) fn begin<B>(&self, req: &Request<B>, peer: IpAddr, start: Instant) -> Pending {
         let h = req.headers();
@@ -154,7 +179,7 @@ impl Line {
         let entry = Entry {
             time: SystemTime::now(),
             remote_addr: n.peer,
-            method: &n.method,
+            method: Some(&n.method),
             target,
             version: n.version,
             status: self.status,

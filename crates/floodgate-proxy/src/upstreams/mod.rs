@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use floodgate_core::time::{Clock, MonotonicClock, Nanos};
 use floodgate_engine::metrics::Metrics;
-use floodgate_engine::metrics::upstream::ServerMetrics;
+use floodgate_engine::metrics::upstream::{ServerMetrics, UPSTREAM_CLASSES};
 use http::Uri;
 use http::uri::Authority;
 use serde::Deserialize;
@@ -520,8 +520,11 @@ impl Upstreams {
         }
     }
 
-    /// Each group's servers as JSON, for the admin API: URL, weight, `up`, requests in
-    /// flight, consecutive failures, seconds left of an ejection, the probe's verdict.
+    /// Each group's servers as JSON, for the admin API and page: URL, weight, `up`,
+    /// requests in flight, consecutive failures, seconds left of an ejection, the probe's
+    /// verdict, and the counts of `floodgate_upstream_requests_total` (by status class,
+    /// their sum, and `failures`: those with no response head, class `error`) and of
+    /// `floodgate_upstream_ejections_total`.
     pub fn status(&self) -> serde_json::Value {
         let now = self.now();
         let groups: serde_json::Map<String, serde_json::Value> = self
@@ -540,6 +543,10 @@ impl Upstreams {
                             "consecutive_failures": s.health.fails(),
                             "ejected_for_seconds": s.health.ejected_for(now).map(|d| d.as_secs_f64()),
                             "probe_failing": s.health.probe_failing(),
+                            "requests": requests(&s.metrics),
+                            "requests_total": UPSTREAM_CLASSES.iter().map(|c| s.metrics.request_count(c)).sum::<u64>(),
+                            "failures": s.metrics.request_count("error"),
+                            "ejections": s.metrics.ejections.get(),
                         })
                     })
                     .collect();
@@ -551,6 +558,15 @@ impl Upstreams {
             .collect();
         serde_json::Value::Object(groups)
     }
+}
+
+/// A server's requests by status class (`1xx` ... `5xx`, `error`), as a JSON object.
+fn requests(m: &ServerMetrics) -> serde_json::Value {
+    UPSTREAM_CLASSES
+        .iter()
+        .map(|c| ((*c).to_string(), m.request_count(c).into()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 #[cfg(test)]
