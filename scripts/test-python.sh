@@ -4,7 +4,8 @@
 # installs the wheel into a fresh virtualenv without Rust: tests/test_wheel.py).
 # Idempotent: the venv and its tools are kept between runs; the wheel is rebuilt
 # (incrementally) and reinstalled every time.
-# Needs python3 (>= 3.10) with venv and pip, and a Redis on 127.0.0.1:6379 for throttle().
+# Needs python3 (>= 3.10) with venv and pip, and a Redis on 127.0.0.1:6379 for throttle()
+# and the middleware's Redis tests.
 # Extra arguments go to pytest (e.g. -k keyed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,13 @@ if ! "$py" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
 fi
 if ! "$venv/bin/maturin" --version >/dev/null 2>&1 || ! "$py" -c 'import pytest' 2>/dev/null; then
     "$py" -m pip install -q --disable-pip-version-check 'maturin>=1.9,<2' 'pytest>=8'
+fi
+# The frameworks the middleware and decorators are tested with (tests/test_asgi.py,
+# test_wsgi.py, test_decorators.py, docs/python-middleware.md), and httpx to drive them.
+if ! "$py" -c 'import fastapi, starlette, uvicorn, httpx, flask, werkzeug, django' 2>/dev/null; then
+    "$py" -m pip install -q --disable-pip-version-check 'fastapi>=0.115,<1' \
+        'starlette>=0.40,<2' 'uvicorn>=0.30,<1' 'httpx>=0.27,<1' 'flask>=3.0,<4' \
+        'werkzeug>=3.0,<4' 'django>=5.2,<7'
 fi
 
 # The release wheel, built once: the one abi3 wheel that ships, tested here and, by
