@@ -49,7 +49,7 @@ else:
 
         count = int(RATE.split("/")[0])
         store = None if LIMITER == "floodgate-memory" else RedisStore(REDIS, prefix=PREFIX)
-        limiter = RequestLimiter([Policy("item", RATE, capacity=count, key="ip")],
+        limiter = RequestLimiter([Policy("item", RATE, algorithm="gcra", capacity=count, key="ip")],
                                  routes=[Route("/item", policies={"item": 1})], store=store)
         app.add_middleware(RateLimitMiddleware, limiter=limiter)
     elif LIMITER != "none":

@@ -8,10 +8,12 @@ import django
 from django.conf import settings
 
 if not settings.configured:
-    settings.configure(
-        DEBUG=False, ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__, SECRET_KEY="test-only",
-        MIDDLEWARE=[], INSTALLED_APPS=[], DATABASES={})
+    settings.configure(DEBUG=False, SECRET_KEY="test-only", MIDDLEWARE=[], INSTALLED_APPS=[],
+                       DATABASES={})
     django.setup()
+# also when the book's Django example configured the settings first, in this process
+settings.ROOT_URLCONF = __name__
+settings.ALLOWED_HOSTS = ["*"]
 
 from django.http import HttpResponse, JsonResponse  # noqa: E402
 from django.urls import path  # noqa: E402

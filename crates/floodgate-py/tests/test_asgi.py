@@ -51,7 +51,7 @@ TABLE = [
 
 def limiter(store=None, **options):
     return RequestLimiter(
-        [Policy("per-ip", "2/min", burst=1, key="ip")],
+        [Policy("per-ip", "2/min", algorithm="gcra", burst=1, key="ip")],
         routes=[Route("/limited", policies={"per-ip": 1})],
         store=store, retry_after_jitter_s=0.0, **options)
 
@@ -145,7 +145,7 @@ def test_trusted_proxy_forwarded_address_is_the_key():
 
 
 def provided_limiter(**options):
-    return RequestLimiter([Policy("per-key", "2/min", burst=1, key="provided")],
+    return RequestLimiter([Policy("per-key", "2/min", algorithm="gcra", burst=1, key="provided")],
                           retry_after_jitter_s=0.0, **options)
 
 

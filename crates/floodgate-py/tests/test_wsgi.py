@@ -104,7 +104,7 @@ def test_no_remote_addr_gets_the_missing_key_outcome():
 def test_an_application_error_is_the_applications_and_is_counted():
     from floodgate import Policy, RequestLimiter, Route
 
-    lim = RequestLimiter([Policy("per-ip", "2/min", burst=1, key="ip")],
+    lim = RequestLimiter([Policy("per-ip", "2/min", algorithm="gcra", burst=1, key="ip")],
                          routes=[Route("/boom", policies={"per-ip": 1})],
                          retry_after_jitter_s=0.0)
     c = flask_app(lim).test_client()

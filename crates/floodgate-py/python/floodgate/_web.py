@@ -6,6 +6,7 @@ a header or a body."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from typing import Any, Callable, Iterable
 
@@ -71,3 +72,70 @@ def str_pairs(headers: Iterable[tuple[str | bytes, str | bytes]]) -> list[tuple[
          v.decode("latin-1") if isinstance(v, bytes) else v)
         for n, v in headers
     ]
+
+
+def denial_parts(verdict: Any) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The verdict's whole response as (status, headers, body), with a `content-length`
+    field added when the native headers leave it to the server (as hyper adds it for the
+    proxy)."""
+    status, headers, body = verdict.response
+    body = bytes(body)
+    pairs = str_pairs(headers)
+    if not any(n.lower() == "content-length" for n, _ in pairs):
+        pairs.append(("content-length", str(len(body))))
+    return status, pairs, body
+
+
+class Malformed:
+    """The answer to a request the native limiter cannot read (a method, path or header
+    value HTTP cannot carry): 400 with the reason, as an HTTP server answers a malformed
+    request before any handler runs. Shaped as a denied `Verdict`."""
+
+    allowed = False
+    delay_s = 0.0
+    headers: list = []
+    policy = None
+    outcome = None
+    cost_header = None
+
+    def __init__(self, reason: str) -> None:
+        body = f"400 Bad Request: {reason}\n".encode()
+        self.response = (400, [("content-type", "text/plain; charset=utf-8"),
+                               ("cache-control", "no-store")], body)
+
+    def finish(self) -> None:
+        """Nothing is held."""
+
+
+def _is_ip(host: Any) -> bool:
+    try:
+        ipaddress.ip_address(str(host).strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
+def decide(limiter: Any, method: str, path: Any, headers: Any, client: Any,
+           keys: Any) -> Any:
+    """`limiter.decide(...)`, never raising for the request's content: a client that is
+    not an IP address (a test client's name, a Unix socket's path) is no client (the
+    missing-key outcome for `ip` keys); anything else the limiter refuses is `Malformed`."""
+    try:
+        return limiter.decide(method, path, headers, client=client, keys=keys)
+    except (ValueError, TypeError) as e:
+        if client is not None and not _is_ip(client):
+            return decide(limiter, method, path, headers, None, keys)
+        log.warning("floodgate: request refused as malformed: %s", e)
+        return Malformed(str(e))
+
+
+async def decide_async(limiter: Any, method: str, path: Any, headers: Any, client: Any,
+                       keys: Any) -> Any:
+    """As `decide`, awaiting `limiter.decide_async(...)`."""
+    try:
+        return await limiter.decide_async(method, path, headers, client=client, keys=keys)
+    except (ValueError, TypeError) as e:
+        if client is not None and not _is_ip(client):
+            return await decide_async(limiter, method, path, headers, None, keys)
+        log.warning("floodgate: request refused as malformed: %s", e)
+        return Malformed(str(e))

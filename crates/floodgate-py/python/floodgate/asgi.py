@@ -26,7 +26,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, MutableMapping
 
-from floodgate._web import byte_pairs, check_key_function, check_limiter, provided_key
+from floodgate._web import (
+    byte_pairs,
+    check_key_function,
+    check_limiter,
+    decide_async,
+    denial_parts,
+    provided_key,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -58,10 +65,10 @@ def client_host(scope: Scope) -> str | None:
 async def send_denial(verdict: Any, send: Send) -> None:
     """Sends the verdict's whole response: status, headers and body as rendered by the
     native limiter."""
-    status, headers, body = verdict.response
+    status, headers, body = denial_parts(verdict)
     await send({"type": "http.response.start", "status": status,
                 "headers": byte_pairs(headers)})
-    await send({"type": "http.response.body", "body": bytes(body), "more_body": False})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class RateLimitMiddleware:
@@ -84,9 +91,8 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         keys = provided_key(self.key, scope) if self.key is not None else None
-        verdict = await self.limiter.decide_async(
-            scope["method"], request_path(scope), scope.get("headers") or [],
-            client=client_host(scope), keys=keys)
+        verdict = await decide_async(self.limiter, scope["method"], request_path(scope),
+                                     scope.get("headers") or [], client_host(scope), keys)
         await run_with_verdict(self.app, verdict, scope, receive, send)
 
 
@@ -104,7 +110,7 @@ async def run_with_verdict(app: ASGIApp, verdict: Any, scope: Scope, receive: Re
         if verdict.delay_s > 0:
             await asyncio.sleep(verdict.delay_s)
         added = byte_pairs(verdict.headers)
-        cost_header = verdict.cost_header
+        cost_header = getattr(verdict, "cost_header", None)
         if not added and cost_header is None:
             await app(scope, receive, send)
             return

@@ -39,7 +39,15 @@ import sys
 import time
 from typing import Any, Callable
 
-from floodgate._web import byte_pairs, check_key_function, provided_key, str_pairs
+from floodgate._web import (
+    byte_pairs,
+    check_key_function,
+    decide,
+    decide_async,
+    denial_parts,
+    provided_key,
+    str_pairs,
+)
 
 _REQUEST_PARAM = "floodgate_request_"
 _RESPONSE_PARAM = "floodgate_response_"
@@ -135,8 +143,8 @@ def _wrap(func: Callable, lim: Any, key_fn: Callable | None) -> Callable:
         async def async_endpoint(*args: Any, **kwargs: Any) -> Any:
             kw = {k: v for k, v in kwargs.items() if k not in (_REQUEST_PARAM, _RESPONSE_PARAM)}
             adapter = _adapter(args, kwargs)
-            verdict = await lim.decide_async(*adapter.decide_args(),
-                                             keys=_keys(key_fn, adapter.request))
+            verdict = await decide_async(lim, *adapter.decide_args(),
+                                         _keys(key_fn, adapter.request))
             try:
                 if not verdict.allowed:
                     return adapter.denial(verdict)
@@ -153,7 +161,7 @@ def _wrap(func: Callable, lim: Any, key_fn: Callable | None) -> Callable:
         def sync_endpoint(*args: Any, **kwargs: Any) -> Any:
             kw = {k: v for k, v in kwargs.items() if k not in (_REQUEST_PARAM, _RESPONSE_PARAM)}
             adapter = _adapter(args, kwargs)
-            verdict = lim.decide(*adapter.decide_args(), keys=_keys(key_fn, adapter.request))
+            verdict = decide(lim, *adapter.decide_args(), _keys(key_fn, adapter.request))
             try:
                 if not verdict.allowed:
                     return adapter.denial(verdict)
@@ -239,12 +247,9 @@ class _Starlette:
     def denial(self, verdict: Any) -> Any:
         from starlette.responses import Response
 
-        status, headers, body = verdict.response
-        resp = Response(content=bytes(body), status_code=status)
-        raw = byte_pairs(headers)
-        if not any(n == b"content-length" for n, _ in raw):
-            raw.append((b"content-length", str(len(body)).encode()))
-        resp.raw_headers = raw
+        status, headers, body = denial_parts(verdict)
+        resp = Response(content=body, status_code=status)
+        resp.raw_headers = byte_pairs(headers)
         return resp
 
     def add_headers(self, result: Any, verdict: Any, temporal: Any) -> Any:
@@ -285,8 +290,8 @@ class _Flask(_Environ):
     def denial(self, verdict: Any) -> Any:
         import flask
 
-        status, headers, body = verdict.response
-        return flask.Response(bytes(body), status=status, headers=str_pairs(headers))
+        status, headers, body = denial_parts(verdict)
+        return flask.Response(body, status=status, headers=headers)
 
     def add_headers(self, result: Any, verdict: Any, temporal: Any) -> Any:
         import flask
@@ -307,9 +312,9 @@ class _Django(_Environ):
     def denial(self, verdict: Any) -> Any:
         from django.http import HttpResponse
 
-        status, headers, body = verdict.response
-        resp = HttpResponse(bytes(body), status=status)
-        for n, v in str_pairs(headers):
+        status, headers, body = denial_parts(verdict)
+        resp = HttpResponse(body, status=status)
+        for n, v in headers:
             resp.headers[n] = v
         return resp
 
@@ -322,6 +327,6 @@ class _Django(_Environ):
 def _after_settle(verdict: Any, response_headers: Any) -> Any:
     """The headers to add: the verdict's, or, where its route settles the cost from a
     response header, the ones after settling at that header's value."""
-    if verdict.cost_header is None:
+    if getattr(verdict, "cost_header", None) is None:
         return verdict.headers
     return verdict.settle_from(list(response_headers))

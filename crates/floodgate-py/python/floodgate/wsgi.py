@@ -24,7 +24,14 @@ import time
 from http import HTTPStatus
 from typing import Any, Callable, Iterable, Iterator
 
-from floodgate._web import check_key_function, check_limiter, provided_key, str_pairs
+from floodgate._web import (
+    check_key_function,
+    check_limiter,
+    decide,
+    denial_parts,
+    provided_key,
+    str_pairs,
+)
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -66,9 +73,9 @@ def request_headers(environ: Environ) -> list[tuple[str, str]]:
 
 def denial(verdict: Any, start_response: StartResponse) -> list[bytes]:
     """Starts and returns the verdict's whole response, as rendered by the native limiter."""
-    status, headers, body = verdict.response
-    start_response(status_line(status), str_pairs(headers))
-    return [bytes(body)]
+    status, headers, body = denial_parts(verdict)
+    start_response(status_line(status), headers)
+    return [body]
 
 
 class RateLimitMiddleware:
@@ -88,9 +95,9 @@ class RateLimitMiddleware:
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         keys = provided_key(self.key, environ) if self.key is not None else None
-        verdict = self.limiter.decide(
-            environ.get("REQUEST_METHOD", "GET"), request_path(environ),
-            request_headers(environ), client=environ.get("REMOTE_ADDR") or None, keys=keys)
+        verdict = decide(self.limiter, environ.get("REQUEST_METHOD", "GET"),
+                         request_path(environ), request_headers(environ),
+                         environ.get("REMOTE_ADDR") or None, keys)
         return run_with_verdict(self.app, verdict, environ, start_response)
 
 
@@ -107,7 +114,7 @@ def run_with_verdict(app: WSGIApp, verdict: Any, environ: Environ,
         if verdict.delay_s > 0:
             time.sleep(verdict.delay_s)
         added = str_pairs(verdict.headers)
-        cost_header = verdict.cost_header
+        cost_header = getattr(verdict, "cost_header", None)
 
         def start_with_headers(status: str, headers: list, exc_info: Any = None) -> Any:
             extra = added
