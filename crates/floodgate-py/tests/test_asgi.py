@@ -279,3 +279,28 @@ def test_a_bad_limiter_is_a_clear_error(bad, message):
 def test_a_bad_key_function_is_a_clear_error():
     with pytest.raises(TypeError, match="key must be a function of the request"):
         RateLimitMiddleware(lambda *a: None, limiter=limiter(), key="x-api-key")
+
+
+def test_in_flight_leases_are_held_while_the_application_runs_and_released_after():
+    nested = []
+    lim = RequestLimiter([Policy("one-at-once", max_in_flight=1, key="global")],
+                         retry_after_jitter_s=0.0)
+
+    async def outer(request):
+        # a second request while this one holds the only place
+        sent = await call(app, scope(path="/inner", client=("198.51.100.1", 1)))
+        nested.append(sent[0]["status"])
+        return PlainTextResponse("outer")
+
+    async def boom(request):
+        raise RuntimeError("the application failed")
+
+    app = Starlette(routes=[StarletteRoute("/outer", outer), StarletteRoute("/boom", boom),
+                            StarletteRoute("/inner", outer)])
+    app = RateLimitMiddleware(app, limiter=lim)
+    with TestClient(app, client=CLIENT, raise_server_exceptions=False) as c:
+        assert c.get("/outer").status_code == 200
+        assert nested == [429]  # the place was held
+        assert c.get("/boom").status_code == 500
+        assert c.get("/boom").status_code == 500  # released when the application raised
+        assert c.get("/outer").status_code == 200  # and when it answered

@@ -116,3 +116,42 @@ def test_an_application_error_is_the_applications_and_is_counted():
 def test_a_bad_limiter_is_a_clear_error():
     with pytest.raises(TypeError, match="limiter must be a floodgate.RequestLimiter, got dict"):
         RateLimitMiddleware(lambda e, s: [], limiter={})
+
+
+def test_in_flight_leases_are_released_when_the_response_is_closed():
+    from floodgate import Policy, RequestLimiter
+
+    lim = RequestLimiter([Policy("one-at-once", max_in_flight=1, key="global")],
+                         retry_after_jitter_s=0.0)
+    c = flask_app(lim).test_client()
+    first = c.get("/limited", buffered=False)  # not closed yet: the place is held
+    assert first.status_code == 200
+    assert c.get("/limited").status_code == 429
+    first.close()
+    assert [c.get("/limited").status_code for _ in range(3)] == [200, 200, 200]
+    assert [c.get("/boom").status_code for _ in range(2)] == [500, 500]
+    assert c.get("/limited").status_code == 200
+
+
+@pytest.mark.parametrize("cost, fields", [
+    ("40", ['"tokens";r=60;t=24', '"tokens";r=20;t=48']),
+    ("not a number", ['"tokens";r=99;t=1', '"tokens";r=98;t=2']),  # the abort cost: 1
+], ids=["settled", "malformed"])
+def test_cost_settled_from_the_response_header(cost, fields):
+    from floodgate import Policy, RequestLimiter, Route
+
+    app = flask.Flask("floodgate-settle-test")
+
+    @app.get("/v1/complete")
+    def complete():
+        return flask.Response("done", headers={"x-cost": cost})
+
+    app.wsgi_app = RateLimitMiddleware(app.wsgi_app, limiter=RequestLimiter(
+        [Policy("tokens", "100/min", algorithm="gcra", capacity=100)],
+        routes=[Route("/v1/complete", policies={"tokens": 1}, estimate=1, cost_header="x-cost")],
+        retry_after_jitter_s=0.0))
+    c = app.test_client()
+    got = [c.get("/v1/complete", environ_base={"REMOTE_ADDR": CLIENT[0]}) for _ in range(2)]
+    assert [r.status_code for r in got] == [200, 200]
+    assert [r.headers["ratelimit"] for r in got] == fields
+    assert [r.headers.getlist("ratelimit") for r in got] == [[f] for f in fields]  # once each

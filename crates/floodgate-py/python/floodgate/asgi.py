@@ -120,7 +120,7 @@ async def run_with_verdict(app: ASGIApp, verdict: Any, scope: Scope, receive: Re
                 headers = list(message.get("headers") or [])
                 extra = added
                 if cost_header is not None:
-                    extra = byte_pairs(await verdict.settle_from_async(headers))
+                    extra = byte_pairs(await verdict.settle_from_response_async(headers))
                 message = dict(message)
                 message["headers"] = headers + extra
             await send(message)

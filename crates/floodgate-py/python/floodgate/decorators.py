@@ -329,4 +329,4 @@ def _after_settle(verdict: Any, response_headers: Any) -> Any:
     response header, the ones after settling at that header's value."""
     if getattr(verdict, "cost_header", None) is None:
         return verdict.headers
-    return verdict.settle_from(list(response_headers))
+    return verdict.settle_from_response(list(response_headers))

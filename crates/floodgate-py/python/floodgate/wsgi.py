@@ -119,7 +119,7 @@ def run_with_verdict(app: WSGIApp, verdict: Any, environ: Environ,
         def start_with_headers(status: str, headers: list, exc_info: Any = None) -> Any:
             extra = added
             if cost_header is not None:
-                extra = str_pairs(verdict.settle_from(headers))
+                extra = str_pairs(verdict.settle_from_response(headers))
             return start_response(status, list(headers) + extra, exc_info)
 
         body = app(environ, start_with_headers)
