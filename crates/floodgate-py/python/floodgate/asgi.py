@@ -42,12 +42,13 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def request_path(scope: Scope) -> str:
-    """The request's path as sent, without its query: `raw_path` (percent-encoded, as the
-    proxy sees it) when the server gives it, else `path`."""
+def request_path(scope: Scope) -> bytes | str:
+    """The request's path as sent, without its query: `raw_path` (the bytes on the wire,
+    as the proxy sees them) when the server gives it, else `path` (decoded; the native
+    limiter percent-encodes what is not visible ASCII)."""
     raw = scope.get("raw_path")
     if raw:
-        return raw.decode("latin-1").split("?", 1)[0]
+        return raw.split(b"?", 1)[0]
     return scope.get("path") or "/"
 
 

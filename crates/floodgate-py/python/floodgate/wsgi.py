@@ -46,28 +46,28 @@ def status_line(status: int) -> str:
         return f"{status} Unknown"
 
 
-def request_path(environ: Environ) -> str:
+def request_path(environ: Environ) -> bytes:
     """The request's path as sent, without its query: `RAW_URI` or `REQUEST_URI` when the
-    server gives it (gunicorn, uWSGI), else SCRIPT_NAME + PATH_INFO re-encoded as WSGI
-    decoded them (latin-1)."""
+    server gives it (gunicorn, uWSGI), else SCRIPT_NAME + PATH_INFO; as bytes (WSGI's
+    strings are latin-1 decoded; the native limiter percent-encodes what is not visible
+    ASCII)."""
     raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
     if raw:
-        return raw.split("?", 1)[0]
-    from urllib.parse import quote
+        path = raw.split("?", 1)[0]
+    else:
+        path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+    return path.encode("latin-1", "replace") or b"/"
 
-    path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-    return quote(path.encode("latin-1"), safe="/;%:@&=+$,!~*'()") or "/"
 
-
-def request_headers(environ: Environ) -> list[tuple[str, str]]:
+def request_headers(environ: Environ) -> list[tuple[str, bytes]]:
     """The request's header fields from the environ's HTTP_* keys (and CONTENT_TYPE,
-    CONTENT_LENGTH), names lower-cased with dashes, values as latin-1 str."""
+    CONTENT_LENGTH): names lower-cased with dashes, values as the bytes received."""
     out = []
     for k, v in environ.items():
         if k.startswith("HTTP_"):
-            out.append((k[5:].replace("_", "-").lower(), v))
+            out.append((k[5:].replace("_", "-").lower(), v.encode("latin-1", "replace")))
         elif k in ("CONTENT_TYPE", "CONTENT_LENGTH") and v:
-            out.append((k.replace("_", "-").lower(), v))
+            out.append((k.replace("_", "-").lower(), v.encode("latin-1", "replace")))
     return out
 
 
