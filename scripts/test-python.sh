@@ -4,8 +4,8 @@
 # installs the wheel into a fresh virtualenv without Rust: tests/test_wheel.py).
 # Idempotent: the venv and its tools are kept between runs; the wheel is rebuilt
 # (incrementally) and reinstalled every time.
-# Needs python3 (>= 3.10) with venv and pip, and a Redis on 127.0.0.1:6379 for throttle()
-# and the middleware's Redis tests.
+# Needs python3 (>= 3.10) with venv and pip, a Redis on 127.0.0.1:6379 (throttle(),
+# RedisStore, the middleware's Redis tests) and redis-server (the tests that stop a Redis of their own).
 # Extra arguments go to pytest (e.g. -k keyed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +36,12 @@ rm -rf "$wheels"
 "$venv/bin/maturin" build --release --quiet -m crates/floodgate-py/Cargo.toml -i "$py" \
     -o "$wheels"
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheels"/floodgate-*.whl
+
+# The floodgate binary for the tests that compare the module with a real `floodgate proxy`
+# (tests/proxyproc.py), unless $FLOODGATE_BIN names one.
+if [ -z "${FLOODGATE_BIN:-}" ]; then
+    cargo build --quiet -p floodgate --bin floodgate
+fi
 
 # -p no:cacheprovider: no .pytest_cache in the work tree.
 "$py" -m pytest -q -p no:cacheprovider crates/floodgate-py/tests "$@"

@@ -9,7 +9,9 @@ pub mod limiter;
 pub mod policy;
 pub mod recorded;
 pub mod rejection_log;
+pub mod request;
 pub mod settle;
+pub mod shape;
 
 // The engine's types this crate's public items take, return or hold. The engine's
 // modules are not mirrored here: a user names them `floodgate_engine::...`.
@@ -27,11 +29,12 @@ pub use adaptive::{AdaptivePolicy, ClassMatch};
 pub use builder::{BuildError, RateLimiterBuilder};
 pub use key::{
     ClientIpConfig, ForwardedHeader, KeyError, KeyExtractor, KeyPart, KeySource, MissingKey,
-    PeerAddr, RequestInfo,
+    PeerAddr, ProvidedKeys, RequestInfo,
 };
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{RateLimiter, Verdict};
 pub use policy::{InFlightSpec, Policy, PolicyInfo, Route};
 pub use recorded::{RecordedDecision, RecordedOutcome};
 pub use rejection_log::RejectionLogConfig;
+pub use request::RequestDecision;
 pub use settle::{SettleHandle, SettleOnTrailers, SettleSpec};

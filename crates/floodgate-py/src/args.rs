@@ -133,6 +133,26 @@ pub fn seconds(v: f64, what: &str) -> PyResult<Duration> {
         .map_err(|_| PyValueError::new_err(format!("{what} is too large: {} seconds", py_float(v))))
 }
 
+/// A number of seconds named `what`, finite and above 0 (or at least 0 with
+/// `zero_ok`), as a [`Duration`]; anything else is a `ConfigError` naming `what`.
+pub fn config_duration(v: f64, what: &str, zero_ok: bool) -> PyResult<Duration> {
+    let ok = v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0));
+    if !ok {
+        let least = if zero_ok { ">= 0" } else { "> 0" };
+        return Err(ConfigError::new_err(format!(
+            "{what} must be a finite number of seconds {least}, got {}",
+            py_float(v)
+        )));
+    }
+    Duration::try_from_secs_f64(v)
+        .map_err(|_| ConfigError::new_err(format!("{what} is too large: {} seconds", py_float(v))))
+}
+
+/// [`config_duration`] above 0.
+pub fn config_seconds(v: f64, what: &str) -> PyResult<Duration> {
+    config_duration(v, what, false)
+}
+
 /// A strictly positive, finite float named `what`.
 pub fn positive_finite(v: f64, what: &str) -> PyResult<f64> {
     if v.is_finite() && v > 0.0 {

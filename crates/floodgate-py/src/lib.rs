@@ -1,9 +1,13 @@
 #![doc = include_str!("../README.md")]
 mod args;
 mod decision;
+mod errors;
 mod inflight;
 mod keyed;
 mod limiter;
+mod request;
+mod runtime;
+mod store;
 mod throttle;
 
 use pyo3::prelude::*;
@@ -43,6 +47,19 @@ fn _floodgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "RedisTimeoutError",
         m.py().get_type::<throttle::RedisTimeoutError>(),
     )?;
+    m.add(
+        "StoreUnavailable",
+        m.py().get_type::<errors::StoreUnavailable>(),
+    )?;
+    m.add(
+        "RateLimitExceeded",
+        m.py().get_type::<errors::RateLimitExceeded>(),
+    )?;
+    m.add_class::<store::PyRedisStore>()?;
+    m.add_class::<request::PyPolicy>()?;
+    m.add_class::<request::PyRoute>()?;
+    m.add_class::<request::PyRequestLimiter>()?;
+    m.add_class::<request::PyVerdict>()?;
     m.add_function(wrap_pyfunction!(throttle::throttle, m)?)?;
     Ok(())
 }

@@ -7,7 +7,7 @@
 use floodgate_core::algorithms::{
     DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingCounter, SlidingLog, TokenBucket,
 };
-use floodgate_core::{AnyAlgorithm, Limiter, MonotonicClock, Rate};
+use floodgate_core::{AnyAlgorithm, Kind, Limiter, MonotonicClock, Rate, Spec};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -24,16 +24,19 @@ use crate::decision::PyDecision;
 #[pyclass(name = "Limiter", module = "floodgate", subclass, frozen)]
 pub struct PyLimiter {
     pub(crate) algorithm: AnyAlgorithm,
+    /// The same limit in the common vocabulary (what a shared store's policy is told).
+    pub(crate) spec: Spec,
     limiter: Limiter<AnyAlgorithm>,
     clock: MonotonicClock,
     repr: String,
 }
 
 impl PyLimiter {
-    fn new(algorithm: AnyAlgorithm, repr: String) -> PyLimiter {
+    fn new(algorithm: AnyAlgorithm, spec: Spec, repr: String) -> PyLimiter {
         PyLimiter {
             limiter: Limiter::new(algorithm.clone()),
             algorithm,
+            spec,
             clock: MonotonicClock::new(),
             repr,
         }
@@ -84,11 +87,21 @@ impl PyLimiter {
     }
 }
 
-fn base(
-    algorithm: Result<AnyAlgorithm, floodgate_core::ConfigError>,
-    repr: String,
-) -> PyResult<PyLimiter> {
-    Ok(PyLimiter::new(algorithm.map_err(config_err)?, repr))
+type Core<T> = Result<T, floodgate_core::ConfigError>;
+
+/// The limiter of `algorithm`, whose limit is `spec` (the algorithm's error first: the
+/// spec is invalid when it is).
+fn base(algorithm: Core<AnyAlgorithm>, spec: Core<Spec>, repr: String) -> PyResult<PyLimiter> {
+    let algorithm = algorithm.map_err(config_err)?;
+    Ok(PyLimiter::new(algorithm, spec.map_err(config_err)?, repr))
+}
+
+/// `kind` at `rate` holding `capacity` (windowed algorithms: none).
+fn spec(kind: Kind, rate: Core<Rate>, capacity: Option<u64>) -> Core<Spec> {
+    Ok(Spec {
+        capacity,
+        ..Spec::new(kind, rate?)
+    })
 }
 
 /// At most `limit` units per aligned window of `window_s` seconds; up to `2 x limit`
@@ -111,6 +124,7 @@ impl PyFixedWindow {
             PyFixedWindow,
             base(
                 FixedWindow::new(limit, window).map(AnyAlgorithm::FixedWindow),
+                spec(Kind::FixedWindow, Rate::new(limit, window), None),
                 repr,
             )?,
         ))
@@ -133,6 +147,7 @@ impl PySlidingLog {
             PySlidingLog,
             base(
                 SlidingLog::new(limit, window).map(AnyAlgorithm::SlidingLog),
+                spec(Kind::SlidingLog, Rate::new(limit, window), None),
                 repr,
             )?,
         ))
@@ -158,6 +173,7 @@ impl PySlidingCounter {
             PySlidingCounter,
             base(
                 SlidingCounter::new(limit, window).map(AnyAlgorithm::SlidingCounter),
+                spec(Kind::SlidingCounter, Rate::new(limit, window), None),
                 repr,
             )?,
         ))
@@ -184,6 +200,7 @@ impl PyTokenBucket {
             PyTokenBucket,
             base(
                 TokenBucket::new(capacity, rate).map(AnyAlgorithm::TokenBucket),
+                spec(Kind::TokenBucket, Ok(rate), Some(capacity)),
                 repr,
             )?,
         ))
@@ -210,6 +227,7 @@ impl PyLeakyBucket {
             PyLeakyBucket,
             base(
                 LeakyBucket::meter(capacity, rate).map(AnyAlgorithm::Leaky),
+                spec(Kind::LeakyMeter, Ok(rate), Some(capacity)),
                 repr,
             )?,
         ))
@@ -260,6 +278,8 @@ impl PyLeakyQueue {
             PyLeakyQueue,
             base(
                 LeakyBucket::queue(rate, burst, mode).map(AnyAlgorithm::Leaky),
+                spec(Kind::LeakyQueue, Ok(rate), Some(burst.saturating_add(1)))
+                    .map(|s| Spec { delay: mode, ..s }),
                 repr,
             )?,
         ))
@@ -327,7 +347,11 @@ impl PyGcra {
         let repr = format!("GCRA({rate_repr}, capacity={capacity})");
         Ok((
             PyGcra,
-            base(Gcra::new(rate, capacity).map(AnyAlgorithm::Gcra), repr)?,
+            base(
+                Gcra::new(rate, capacity).map(AnyAlgorithm::Gcra),
+                spec(Kind::Gcra, Ok(rate), Some(capacity)),
+                repr,
+            )?,
         ))
     }
 
@@ -344,8 +368,10 @@ impl PyGcra {
         let count = uint(count, "count", 1)?;
         let period = uint(period, "period", 1)?;
         let repr = format!("GCRA.from_cell(max_burst={max_burst}, count={count}, period={period})");
+        let rate = Rate::new(count, std::time::Duration::from_secs(period));
         let base = base(
             Gcra::from_cell(max_burst, count, period).map(AnyAlgorithm::Gcra),
+            spec(Kind::Gcra, rate, Some(max_burst.saturating_add(1))),
             repr,
         )?;
         Py::new(py, (PyGcra, base))

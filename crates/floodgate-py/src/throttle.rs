@@ -2,10 +2,10 @@
 //! [`floodgate_redis::RedisStore::throttle`]: one atomic GCRA script per call on Redis
 //! `TIME`, the same five integers as redis-cell.
 //!
-//! One small tokio runtime (one worker thread) per process drives the connections; a
-//! connection per `(url, prefix)` is opened on first use and kept (it reconnects on its
-//! own). Each call has its own timeout, applied here around the store's call. A forked child (gunicorn, multiprocessing) notices the new process id and
-//! starts its own runtime and connections: the parent's cannot be used across a fork.
+//! The process's runtime ([`crate::runtime`]) drives the connections; a connection per
+//! `(url, prefix)` is opened on first use and kept (it reconnects on its own). Each call
+//! has its own timeout, applied here around the store's call. A forked child (gunicorn,
+//! multiprocessing) opens its own connections: the parent's cannot be used across a fork.
 //! The GIL is released for the whole call (connect and round trip), so other Python threads
 //! run while one waits for Redis.
 
@@ -18,6 +18,7 @@ use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::args::{ConfigError, Quantity, key_bytes, seconds, uint};
+use crate::runtime;
 
 pyo3::create_exception!(
     floodgate,
@@ -44,47 +45,33 @@ struct Target {
 /// wrapped in the caller's `timeout_s` (so one connection serves every timeout).
 const STORE_TIMEOUT: Duration = Duration::from_secs(3600);
 
-/// The runtime and connections of one process.
-struct Process {
-    pid: u32,
-    runtime: tokio::runtime::Runtime,
-    stores: HashMap<Target, Arc<RedisStore>>,
-}
+/// The connections opened in one process, by target.
+type Stores = HashMap<Target, Arc<RedisStore>>;
 
-static PROCESS: Mutex<Option<Process>> = Mutex::new(None);
+/// The connections of one process (the process id they were opened in).
+static STORES: Mutex<Option<(u32, Stores)>> = Mutex::new(None);
 
-/// The runtime's handle and the cached store for `target`, if any; a new runtime when
-/// this process has none yet or was forked from the one that made it.
-fn lookup(target: &Target) -> Result<(tokio::runtime::Handle, Option<Arc<RedisStore>>), String> {
-    let mut guard = PROCESS.lock().unwrap_or_else(|e| e.into_inner());
-    let pid = std::process::id();
-    if guard.as_ref().is_none_or(|p| p.pid != pid) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("floodgate-redis")
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the Redis I/O thread: {e}"))?;
-        if let Some(stale) = guard.replace(Process {
-            pid,
-            runtime,
-            stores: HashMap::new(),
-        }) {
-            // Inherited through fork: its worker thread does not exist in this process, so
-            // dropping it could wait forever. Leak it (once per fork).
-            std::mem::forget(stale);
-        }
+/// The cached store for `target`, if this process opened one.
+fn lookup(target: &Target) -> Option<Arc<RedisStore>> {
+    let guard = STORES.lock().unwrap_or_else(|e| e.into_inner());
+    match guard.as_ref() {
+        Some((pid, stores)) if *pid == runtime::pid() => stores.get(target).cloned(),
+        _ => None,
     }
-    let p = guard.as_ref().expect("set above");
-    Ok((p.runtime.handle().clone(), p.stores.get(target).cloned()))
 }
 
 fn remember(target: Target, store: Arc<RedisStore>) -> Arc<RedisStore> {
-    let mut guard = PROCESS.lock().unwrap_or_else(|e| e.into_inner());
-    match guard.as_mut() {
-        Some(p) if p.pid == std::process::id() => p.stores.entry(target).or_insert(store).clone(),
-        _ => store,
+    let mut guard = STORES.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = runtime::pid();
+    if guard.as_ref().is_none_or(|(p, _)| *p != pid) {
+        // another process's connections (inherited through fork) are not used: dropping
+        // them would need the parent's runtime
+        if let Some(stale) = guard.replace((pid, HashMap::new())) {
+            std::mem::forget(stale);
+        }
     }
+    let (_, stores) = guard.as_mut().expect("set above");
+    stores.entry(target).or_insert(store).clone()
 }
 
 enum Failure {
@@ -116,8 +103,8 @@ fn call(
     key: &[u8],
     args: &ThrottleArgs,
 ) -> Result<[i64; 5], Failure> {
-    let (handle, store) = lookup(&target).map_err(Failure::Runtime)?;
-    let store = match store {
+    let handle = runtime::handle().map_err(|e| Failure::Runtime(e.to_string()))?;
+    let store = match lookup(&target) {
         Some(s) => s,
         None => {
             let config = StoreConfig {

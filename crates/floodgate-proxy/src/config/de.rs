@@ -229,25 +229,9 @@ impl<'de> Deserialize<'de> for KeySpec {
         }
         parts
             .iter()
-            .map(|p| parse_key_part(p).map_err(serde::de::Error::custom))
+            .map(|p| KeyPart::parse(p).map_err(serde::de::Error::custom))
             .collect::<Result<Vec<_>, _>>()
             .map(|v| KeySpec(KeySource(v)))
-    }
-}
-
-pub(super) fn parse_key_part(s: &str) -> Result<KeyPart, String> {
-    match s {
-        "ip" => Ok(KeyPart::Ip),
-        "global" => Ok(KeyPart::Global),
-        "route" => Ok(KeyPart::Route),
-        _ => match s.strip_prefix("header:") {
-            Some(h) => HeaderName::from_bytes(h.trim().as_bytes())
-                .map(KeyPart::Header)
-                .map_err(|_| format!("key {s:?}: {h:?} is not a valid header name")),
-            None => Err(format!(
-                "key {s:?}: expected ip, global, route or header:NAME"
-            )),
-        },
     }
 }
 

@@ -18,7 +18,6 @@ use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 
-use floodgate_core::algorithms::DelayMode;
 use floodgate_core::{Kind, Rate, Spec};
 use floodgate_engine::config::fault_policy_legacy;
 /// The sections shared with floodgate server.

@@ -14,13 +14,21 @@ LeakyMeter), LeakyQueue, GCRA, all subclasses of Limiter; KeyedLimiter for per-k
 InFlight for at most n calls at once per key (leases: Lease, InFlightFull);
 Decision; ConfigError (a ValueError). throttle() is redis-cell's CL.THROTTLE on any Redis
 (RedisError, RedisTimeoutError when Redis cannot answer).
+
+On Redis: KeyedLimiter(..., store=RedisStore(url), name=...) keeps every algorithm's keys
+in Redis, shared with other processes and with `floodgate proxy` (StoreUnavailable when
+Redis cannot answer and on_failure="raise"). acquire() waits until admitted
+(RateLimitExceeded). floodgate.aio.KeyedLimiter is the same limiter for asyncio.
+
+For requests: RequestLimiter(policies=[Policy(...)], routes=[Route(...)]) is the decision
+procedure of `floodgate proxy` (keys, denials, headers); decide() returns a Verdict.
 """
 
 from floodgate._floodgate import (
-    GCRA,
     ConfigError,
     Decision,
     FixedWindow,
+    GCRA,
     InFlight,
     InFlightFull,
     KeyedLimiter,
@@ -29,14 +37,21 @@ from floodgate._floodgate import (
     LeakyQueue,
     Lease,
     Limiter,
+    Policy,
+    RateLimitExceeded,
     RedisError,
+    RedisStore,
     RedisTimeoutError,
+    RequestLimiter,
     Reservation,
+    Route,
     SlidingCounter,
     SlidingLog,
+    StoreUnavailable,
     TokenBucket,
-    __version__,
+    Verdict,
     throttle,
+    __version__,
 )
 
 __all__ = [
@@ -52,12 +67,19 @@ __all__ = [
     "LeakyQueue",
     "Lease",
     "Limiter",
+    "Policy",
+    "RateLimitExceeded",
     "RedisError",
+    "RedisStore",
     "RedisTimeoutError",
+    "RequestLimiter",
     "Reservation",
+    "Route",
     "SlidingCounter",
     "SlidingLog",
-    "TokenBucket",
-    "__version__",
+    "StoreUnavailable",
     "throttle",
+    "TokenBucket",
+    "Verdict",
+    "__version__",
 ]

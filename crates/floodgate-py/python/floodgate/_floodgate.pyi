@@ -1,6 +1,7 @@
 """Type stubs for floodgate's native module. Every time and duration is in seconds."""
 
-from typing import final
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import Literal, final
 
 __version__: str
 BUILD_PROFILE: str
@@ -14,6 +15,16 @@ class RedisError(ConnectionError):
 
 class RedisTimeoutError(RedisError):
     """Redis did not answer within the call's timeout."""
+
+class StoreUnavailable(RedisError):
+    """The decision store (Redis) could not answer, and the limiter was told to raise
+    (``on_failure="raise"``) rather than decide under its fault policy."""
+
+class RateLimitExceeded(Exception):
+    """``acquire`` gave up: the cost can never be admitted, or the next admission comes
+    after ``timeout_s``. ``decision`` is the last Decision."""
+
+    decision: Decision
 
 def throttle(
     key: str | bytes,
@@ -198,7 +209,34 @@ class KeyedLimiter:
     keys (default 100000). Keys are str or bytes ("a" and b"a" are the same key).
     Thread-safe; `sweep`, `stats` and `len` release the GIL."""
 
-    def __init__(self, algorithm: Limiter, max_keys: int | None = None) -> None: ...
+    def __init__(
+        self,
+        algorithm: Limiter,
+        max_keys: int | None = None,
+        *,
+        store: RedisStore | None = None,
+        name: str = "default",
+        on_failure: Literal["allow", "deny", "raise"] = "allow",
+    ) -> None:
+        """With ``store``, the keys are kept in Redis under the policy ``name`` (shared with
+        other processes and with ``floodgate proxy``'s policy of that name); time is Redis
+        TIME (``now`` is refused); when Redis cannot answer, decisions admit (``allow``),
+        deny with a 1 s retry (``deny``) or raise StoreUnavailable (``raise``).
+        reserve, set_key_algorithm, sweep, stats and len work in process only."""
+    def acquire(
+        self, key: str | bytes, cost: int = 1, timeout_s: float | None = None
+    ) -> Decision:
+        """Wait (sleeping, the GIL released) until admitted, and for a LeakyQueue's delay;
+        RateLimitExceeded when never admissible or not within ``timeout_s``."""
+    def check_async(self, key: str | bytes, cost: int = 1) -> Awaitable[Decision]:
+        """``check`` as an awaitable: Redis round trips never block the event loop."""
+    def peek_async(self, key: str | bytes, cost: int = 1) -> Awaitable[Decision]:
+        """``peek`` as an awaitable."""
+    @property
+    def store(self) -> RedisStore | None: ...
+    @property
+    def name(self) -> str | None:
+        """The policy name in Redis (None in process)."""
     def allow(self, key: str | bytes, now: float | None = None, cost: int = 1) -> bool: ...
     def check(self, key: str | bytes, now: float | None = None, cost: int = 1) -> Decision: ...
     def peek(self, key: str | bytes, now: float | None = None, cost: int = 1) -> Decision: ...
@@ -246,4 +284,158 @@ class Reservation:
         """Settle once; the key's state after it. ValueError: denied, settled already,
         or ``actual`` not a whole number >= 0."""
     def __enter__(self) -> Reservation: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+@final
+class RedisStore:
+    """Decisions kept in Redis, with the scripts and key layout of ``floodgate proxy``'s
+    ``[store] type = "redis"``: ``prefix`` (default ``"floodgate:"``), ``timeout_s`` per
+    decision (default 0.05), ``connect_timeout_s`` (default 1.0). Connected on first use
+    in each process; a Redis that does not answer yet is not an error."""
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379",
+        *,
+        prefix: str = "floodgate:",
+        timeout_s: float = 0.05,
+        connect_timeout_s: float = 1.0,
+    ) -> None: ...
+    def reachable(self) -> bool:
+        """Whether Redis answers now."""
+    @property
+    def prefix(self) -> str: ...
+
+KeySpec = str | Sequence[str]
+"""``"ip"``, ``"global"``, ``"route"``, ``"header:NAME"``, ``"provided"``, or a list."""
+
+@final
+class Policy:
+    """One named limit, as ``floodgate proxy``'s ``[[policy]]`` with its defaults:
+    ``rate`` ("10/s", "100/min"), ``algorithm`` (default "leaky-queue"), ``burst`` or
+    ``capacity`` (default 1), ``nodelay``/``delay`` (leaky queue), ``key`` (default "ip";
+    "provided": the key passed to ``decide(keys=...)``), ``dry_run``, ``advertise``; or
+    ``max_in_flight`` (leases held until ``Verdict.finish``) with ``lease_ttl_s``."""
+
+    def __init__(
+        self,
+        name: str,
+        rate: str | None = None,
+        *,
+        algorithm: str = "leaky-queue",
+        burst: int | None = None,
+        capacity: int | None = None,
+        key: KeySpec | None = None,
+        dry_run: bool = False,
+        advertise: bool = False,
+        nodelay: bool = False,
+        delay: int | None = None,
+        max_in_flight: int | None = None,
+        lease_ttl_s: float | None = None,
+    ) -> None: ...
+    @property
+    def name(self) -> str: ...
+
+@final
+class Route:
+    """Paths starting with ``prefix`` (longest prefix wins), optionally only ``methods``,
+    checked against ``policies`` ({name: cost} or names at ``cost``, default 1).
+    ``estimate``/``estimate_header`` admit at an estimate settled after the response
+    (``Verdict.settle``); ``abort_cost`` is charged when no cost comes."""
+
+    def __init__(
+        self,
+        prefix: str = "/",
+        *,
+        policies: Mapping[str, int] | Sequence[str],
+        methods: Sequence[str] | None = None,
+        cost: int | None = None,
+        estimate: int | None = None,
+        estimate_header: str | None = None,
+        cost_header: str | None = None,
+        abort_cost: int | None = None,
+    ) -> None: ...
+    @property
+    def prefix(self) -> str: ...
+
+Headers = Mapping[str, str] | Mapping[bytes, bytes] | Iterable[tuple[str | bytes, str | bytes]]
+
+@final
+class RequestLimiter:
+    """The decision procedure of ``floodgate proxy`` for requests a Python application
+    serves: the same keys, headers and denials, byte for byte. Defaults are the proxy's."""
+
+    def __init__(
+        self,
+        policies: Sequence[Policy],
+        *,
+        routes: Sequence[Route] | None = None,
+        store: RedisStore | None = None,
+        on_store_failure: Literal["allow", "deny", "fail-open", "fail-closed"] = "allow",
+        trusted_proxies: Sequence[str] = (),
+        forwarded_header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for",
+        ipv4_prefix: int = 32,
+        ipv6_prefix: int = 64,
+        deny_status: int | None = None,
+        missing_key: Literal["deny", "allow", "fallback"] = "deny",
+        fallback_key: str | bytes | None = None,
+        missing_key_status: int | None = None,
+        retry_after_jitter_s: float = 1.0,
+        max_keys: int | None = None,
+        ratelimit_headers: bool = True,
+        legacy_headers: Literal["off", "delta", "epoch"] | None = None,
+        delay_header: bool = True,
+        allowlist_ips: Sequence[str] = (),
+        allowlist_keys: Sequence[str | bytes] = (),
+    ) -> None: ...
+    def decide(
+        self,
+        method: str,
+        path: str | bytes,
+        headers: Headers | None = None,
+        client: str | tuple[str, int] | None = None,
+        keys: str | bytes | Mapping[str, str | bytes] | None = None,
+    ) -> Verdict:
+        """Decide on one request (the GIL released). ``client``: the peer address, or
+        ASGI's (host, port); ``keys``: for policies keyed "provided"."""
+    def decide_async(
+        self,
+        method: str,
+        path: str | bytes,
+        headers: Headers | None = None,
+        client: str | tuple[str, int] | None = None,
+        keys: str | bytes | Mapping[str, str | bytes] | None = None,
+    ) -> Awaitable[Verdict]:
+        """``decide`` as an awaitable; never blocks the event loop."""
+    @property
+    def policies(self) -> list[str]: ...
+    def store_reachable(self) -> bool: ...
+    def metrics(self) -> str:
+        """The Prometheus/OpenMetrics text of the limiter's metrics."""
+
+@final
+class Verdict:
+    """What a RequestLimiter decided. ``allowed``: forward after ``delay_s``, adding
+    ``headers``; else send ``response`` = (status, headers, body). Hold it while the
+    request runs and ``finish()`` it after (or use ``with``)."""
+
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def delay_s(self) -> float: ...
+    @property
+    def headers(self) -> list[tuple[str, str]]: ...
+    @property
+    def response(self) -> tuple[int, list[tuple[str, str]], bytes] | None: ...
+    @property
+    def policy(self) -> str | None: ...
+    @property
+    def outcome(self) -> Literal["allowed", "limited", "shadow", "allowlisted"] | None: ...
+    def settle(self, actual_cost: int) -> list[tuple[str, str]]:
+        """Settle a route's estimate with the actual cost; the settled RateLimit headers."""
+    def settle_async(self, actual_cost: int) -> Awaitable[list[tuple[str, str]]]: ...
+    def finish(self) -> None:
+        """Release the in-flight leases and an open reservation (idempotent)."""
+    def __bool__(self) -> bool: ...
+    def __enter__(self) -> Verdict: ...
     def __exit__(self, *exc: object) -> bool: ...

@@ -1,0 +1,496 @@
+//! `floodgate.RequestLimiter`: floodgate-http's `RateLimiter` built from `Policy` and
+//! `Route` objects and the proxy's settings, deciding on requests given as method, path,
+//! headers, client address and caller keys.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use floodgate_engine::fault::StoreFailure;
+use floodgate_engine::headers::{HeaderOptions, ResetFormat};
+use floodgate_http::key::{ClientIpConfig, ForwardedHeader, MissingKey, PeerAddr, ProvidedKeys};
+use floodgate_http::policy::{Policy, Route};
+use floodgate_http::{RateLimiter, RateLimiterBuilder};
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
+use ipnet::IpNet;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+
+use super::verdict::PyVerdict;
+use super::{PyPolicy, PyRoute};
+use crate::args::{ConfigError, config_duration, uint};
+use crate::runtime;
+use crate::store::PyRedisStore;
+
+/// Everything a limiter is built from (kept to build it again in a forked child, whose
+/// Redis connection is its own).
+#[derive(Clone)]
+struct Settings {
+    policies: Vec<Policy>,
+    routes: Vec<Route>,
+    client_ip: ClientIpConfig,
+    store_failure: StoreFailure,
+    deny_status: StatusCode,
+    missing_key: MissingKey,
+    missing_key_status: StatusCode,
+    jitter: Duration,
+    headers: HeaderOptions,
+    max_keys: usize,
+    allow_nets: Vec<IpNet>,
+    allow_keys: Vec<Vec<u8>>,
+}
+
+impl Settings {
+    fn builder(&self) -> RateLimiterBuilder {
+        let mut b = RateLimiter::builder()
+            .admin_keys("python", Default::default())
+            .client_ip(self.client_ip.clone())
+            .store_failure(self.store_failure)
+            .deny_status(self.deny_status)
+            .missing_key(self.missing_key.clone())
+            .missing_key_status(self.missing_key_status)
+            .retry_after_jitter(self.jitter)
+            .headers(self.headers)
+            .max_keys(self.max_keys)
+            .record_decisions(true);
+        for n in &self.allow_nets {
+            b = b.allow_net(*n);
+        }
+        for k in &self.allow_keys {
+            b = b.allow_key(k.clone());
+        }
+        for p in &self.policies {
+            b = b.policy(p.clone());
+        }
+        for r in &self.routes {
+            b = b.route(r.clone());
+        }
+        b
+    }
+
+    /// The limiter, on `store` when given (connected in this process).
+    fn build(&self, py: Python<'_>, store: Option<&PyRedisStore>) -> PyResult<RateLimiter> {
+        let b = self.builder();
+        let cfg = |e: floodgate_http::BuildError| ConfigError::new_err(e.to_string());
+        let Some(store) = store else {
+            return b.build().map_err(cfg);
+        };
+        let infos = b.policy_infos().map_err(cfg)?;
+        let shared = store.shared(py)?;
+        let ds = shared
+            .decision_store(&infos)
+            .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        b.store(ds, shared.name()).build().map_err(cfg)
+    }
+}
+
+/// The decision procedure of `floodgate proxy` for requests a Python application serves
+/// itself: `policies` (a list of `Policy`), `routes` (a list of `Route`; none: every
+/// request is checked against every policy at cost 1), and the proxy's settings with
+/// its defaults: `store` (`None`: in process; a `RedisStore`), `on_store_failure`
+/// (`"allow"`, default, or `"deny"`: 503), `trusted_proxies` (CIDRs whose
+/// `forwarded_header` is believed), `ipv4_prefix`/`ipv6_prefix` (32/64),
+/// `deny_status` (429), `missing_key` (`"deny"` with `missing_key_status` 400,
+/// `"allow"`, or `"fallback"` to `fallback_key`), `retry_after_jitter_s` (1.0),
+/// `max_keys` (1 000 000 per policy, in process), `ratelimit_headers` (True),
+/// `legacy_headers` (`None`, `"delta"` or `"epoch"`), `delay_header` (True),
+/// `allowlist_ips`, `allowlist_keys`.
+#[pyclass(name = "RequestLimiter", module = "floodgate", frozen)]
+pub struct PyRequestLimiter {
+    settings: Settings,
+    store: Option<Py<PyRedisStore>>,
+    /// The limiter and the process it was built in.
+    limiter: Mutex<(u32, RateLimiter)>,
+}
+
+impl PyRequestLimiter {
+    /// This process's limiter (a forked child builds its own on Redis: the parent's
+    /// connection is not usable there; in process, the copied state is kept).
+    fn limiter(&self, py: Python<'_>) -> PyResult<RateLimiter> {
+        let pid = runtime::pid();
+        {
+            let g = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
+            if g.0 == pid || self.store.is_none() {
+                return Ok(g.1.clone());
+            }
+        }
+        let store = self.store.as_ref().map(|s| s.get());
+        let fresh = self.settings.build(py, store)?;
+        let mut g = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
+        let stale = std::mem::replace(&mut *g, (pid, fresh.clone()));
+        std::mem::forget(stale);
+        Ok(fresh)
+    }
+}
+
+fn choice<'a>(v: &'a str, field: &str, allowed: &[&str]) -> PyResult<&'a str> {
+    if allowed.contains(&v) {
+        Ok(v)
+    } else {
+        Err(ConfigError::new_err(format!(
+            "{field} {v:?}: expected one of {}",
+            allowed.join(", ")
+        )))
+    }
+}
+
+fn status(v: &Bound<'_, PyAny>, field: &str, client_only: bool) -> PyResult<StatusCode> {
+    let n = uint(v, field, 400).map_err(|e| ConfigError::new_err(e.value(v.py()).to_string()))?;
+    u16::try_from(n)
+        .ok()
+        .and_then(|n| StatusCode::from_u16(n).ok())
+        .filter(|s| s.is_client_error() || (!client_only && s.is_server_error()))
+        .ok_or_else(|| {
+            let want = if client_only { "a 4xx" } else { "a 4xx or 5xx" };
+            ConfigError::new_err(format!("{field} {n} is not {want} status"))
+        })
+}
+
+fn net(s: &str, field: &str) -> PyResult<IpNet> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| {
+            ConfigError::new_err(format!(
+                "{field}: {s:?} is not an IP address or CIDR (e.g. 10.0.0.0/8, 2001:db8::/32)"
+            ))
+        })
+}
+
+fn prefix_len(v: u8, max: u8, field: &str) -> PyResult<u8> {
+    if v > max {
+        return Err(ConfigError::new_err(format!(
+            "{field} must be 0..={max}, got {v}"
+        )));
+    }
+    Ok(v)
+}
+
+/// Bytes of a `str` (UTF-8) or `bytes` object named `what`.
+fn text_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(s.to_str()?.as_bytes().to_vec());
+    }
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    Err(PyTypeError::new_err(format!("{what} must be str or bytes")))
+}
+
+/// `path` as a request target: bytes outside visible ASCII percent-encoded (an ASGI
+/// server gives the path decoded).
+fn target(path: &[u8]) -> PyResult<http::Uri> {
+    if !path.starts_with(b"/") && path != b"*" {
+        return Err(PyValueError::new_err(format!(
+            "path {:?} must start with /",
+            String::from_utf8_lossy(path)
+        )));
+    }
+    let mut out = String::with_capacity(path.len());
+    for &b in path {
+        if (0x21..0x7f).contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out.parse().map_err(|e| {
+        PyValueError::new_err(format!(
+            "path {:?} is not a request target: {e}",
+            String::from_utf8_lossy(path)
+        ))
+    })
+}
+
+/// The client address: `"203.0.113.7"`, `"[2001:db8::1]"`, or ASGI's `(host, port)`.
+fn peer(client: &Bound<'_, PyAny>) -> PyResult<SocketAddr> {
+    let (host, port): (String, u16) = if let Ok(t) = client.cast::<PyTuple>() {
+        t.extract().map_err(|_| {
+            PyTypeError::new_err("client must be an address str or a (host, port) tuple")
+        })?
+    } else if let Ok(s) = client.cast::<PyString>() {
+        (s.to_str()?.to_string(), 0)
+    } else {
+        return Err(PyTypeError::new_err(
+            "client must be an address str or a (host, port) tuple",
+        ));
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let ip: IpAddr = bare
+        .parse()
+        .map_err(|_| PyValueError::new_err(format!("client {host:?} is not an IP address")))?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// The request to decide on, built from Python's parts.
+fn request(
+    method: &str,
+    path: &Bound<'_, PyAny>,
+    headers: Option<&Bound<'_, PyAny>>,
+    client: Option<&Bound<'_, PyAny>>,
+    keys: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Request<()>> {
+    let method = Method::from_bytes(method.as_bytes())
+        .map_err(|_| PyValueError::new_err(format!("method {method:?} is not an HTTP method")))?;
+    let uri = target(&text_bytes(path, "path")?)?;
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if let Some(h) = headers {
+        let items = match h.cast::<PyDict>() {
+            Ok(d) => d.items().into_any(),
+            Err(_) if h.hasattr("items")? => h.call_method0("items")?,
+            Err(_) => h.clone(),
+        };
+        for item in items.try_iter()? {
+            let item = item?;
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
+                PyTypeError::new_err(
+                    "headers must be a mapping or an iterable of (name, value) pairs",
+                )
+            })?;
+            let k = text_bytes(&k, "a header name")?;
+            let name = HeaderName::from_bytes(&k).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "header name {:?} is not valid",
+                    String::from_utf8_lossy(&k)
+                ))
+            })?;
+            let v = text_bytes(&v, "a header value")?;
+            let value = HeaderValue::from_bytes(&v).map_err(|_| {
+                PyValueError::new_err(format!("header {name}: the value is not valid"))
+            })?;
+            req.headers_mut().append(name, value);
+        }
+    }
+    if let Some(c) = client.filter(|c| !c.is_none()) {
+        req.extensions_mut().insert(PeerAddr(peer(c)?));
+    }
+    if let Some(k) = keys.filter(|k| !k.is_none()) {
+        let mut provided = ProvidedKeys::default();
+        if let Ok(d) = k.cast::<PyDict>() {
+            for (name, key) in d.iter() {
+                let name: String = name
+                    .extract()
+                    .map_err(|_| PyTypeError::new_err("keys: policy names must be str"))?;
+                let key = text_bytes(&key, "a key")?;
+                provided.by_policy.push((name, key));
+            }
+        } else {
+            provided.any = Some(text_bytes(k, "keys")?);
+        }
+        req.extensions_mut().insert(provided);
+    }
+    Ok(req)
+}
+
+#[pymethods]
+impl PyRequestLimiter {
+    #[new]
+    #[pyo3(signature = (policies, *, routes=None, store=None, on_store_failure="allow", trusted_proxies=Vec::new(), forwarded_header="x-forwarded-for", ipv4_prefix=32, ipv6_prefix=64, deny_status=None, missing_key="deny", fallback_key=None, missing_key_status=None, retry_after_jitter_s=1.0, max_keys=None, ratelimit_headers=true, legacy_headers=None, delay_header=true, allowlist_ips=Vec::new(), allowlist_keys=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        policies: Vec<PyRef<'_, PyPolicy>>,
+        routes: Option<Vec<PyRef<'_, PyRoute>>>,
+        store: Option<Py<PyRedisStore>>,
+        on_store_failure: &str,
+        trusted_proxies: Vec<String>,
+        forwarded_header: &str,
+        ipv4_prefix: u8,
+        ipv6_prefix: u8,
+        deny_status: Option<&Bound<'_, PyAny>>,
+        missing_key: &str,
+        fallback_key: Option<&Bound<'_, PyAny>>,
+        missing_key_status: Option<&Bound<'_, PyAny>>,
+        retry_after_jitter_s: f64,
+        max_keys: Option<&Bound<'_, PyAny>>,
+        ratelimit_headers: bool,
+        legacy_headers: Option<&str>,
+        delay_header: bool,
+        allowlist_ips: Vec<String>,
+        allowlist_keys: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        if policies.is_empty() {
+            return Err(ConfigError::new_err(
+                "policies is empty: at least one Policy is required",
+            ));
+        }
+        let store_failure = match choice(
+            on_store_failure,
+            "on_store_failure",
+            &["allow", "deny", "fail-open", "fail-closed"],
+        )? {
+            "allow" | "fail-open" => StoreFailure::Allow,
+            _ => StoreFailure::Deny,
+        };
+        let header = match choice(
+            forwarded_header,
+            "forwarded_header",
+            &["x-forwarded-for", "forwarded"],
+        )? {
+            "forwarded" => ForwardedHeader::Forwarded,
+            _ => ForwardedHeader::XForwardedFor,
+        };
+        let missing_key = match choice(missing_key, "missing_key", &["deny", "allow", "fallback"])?
+        {
+            "deny" => MissingKey::Deny,
+            "allow" => MissingKey::Allow,
+            _ => MissingKey::Fallback(
+                fallback_key
+                    .map(|k| text_bytes(k, "fallback_key"))
+                    .transpose()?
+                    .filter(|k| !k.is_empty())
+                    .ok_or_else(|| {
+                        ConfigError::new_err("missing_key=\"fallback\" needs fallback_key")
+                    })?,
+            ),
+        };
+        let legacy = match legacy_headers {
+            None | Some("off") => None,
+            Some(v) => Some(
+                match choice(v, "legacy_headers", &["off", "delta", "epoch"])? {
+                    "delta" => ResetFormat::Delta,
+                    _ => ResetFormat::Epoch,
+                },
+            ),
+        };
+        let max_keys = match max_keys {
+            Some(m) => {
+                let n = uint(m, "max_keys", 1)
+                    .map_err(|e| ConfigError::new_err(e.value(m.py()).to_string()))?;
+                if n == 0 {
+                    return Err(ConfigError::new_err("max_keys must be at least 1"));
+                }
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }
+            None => 1_000_000,
+        };
+        let settings = Settings {
+            policies: policies.iter().map(|p| p.policy.clone()).collect(),
+            routes: routes
+                .unwrap_or_default()
+                .iter()
+                .map(|r| r.route.clone())
+                .collect(),
+            client_ip: ClientIpConfig {
+                trusted_proxies: trusted_proxies
+                    .iter()
+                    .map(|s| net(s, "trusted_proxies"))
+                    .collect::<PyResult<_>>()?,
+                header,
+                ipv4_prefix: prefix_len(ipv4_prefix, 32, "ipv4_prefix")?,
+                ipv6_prefix: prefix_len(ipv6_prefix, 128, "ipv6_prefix")?,
+            },
+            store_failure,
+            deny_status: match deny_status {
+                Some(s) => status(s, "deny_status", false)?,
+                None => StatusCode::TOO_MANY_REQUESTS,
+            },
+            missing_key,
+            missing_key_status: match missing_key_status {
+                Some(s) => status(s, "missing_key_status", true)?,
+                None => StatusCode::BAD_REQUEST,
+            },
+            jitter: config_duration(retry_after_jitter_s, "retry_after_jitter_s", true)?,
+            headers: HeaderOptions {
+                ratelimit: ratelimit_headers,
+                legacy,
+                delay: delay_header,
+            },
+            max_keys,
+            allow_nets: allowlist_ips
+                .iter()
+                .map(|s| net(s, "allowlist_ips"))
+                .collect::<PyResult<_>>()?,
+            allow_keys: allowlist_keys
+                .iter()
+                .map(|k| text_bytes(k, "allowlist_keys"))
+                .collect::<PyResult<_>>()?,
+        };
+        let limiter = settings.build(py, store.as_ref().map(|s| s.get()))?;
+        Ok(PyRequestLimiter {
+            settings,
+            store,
+            limiter: Mutex::new((runtime::pid(), limiter)),
+        })
+    }
+
+    /// Decide on a request: `method` (`"GET"`), `path` (str or bytes, with or without the
+    /// query), `headers` (a mapping or `(name, value)` pairs, str or bytes, as ASGI and
+    /// WSGI give them), `client` (the connecting peer: an address, or ASGI's
+    /// `(host, port)`), `keys` (for policies keyed `"provided"`: one key for all, or
+    /// `{policy name: key}`). The GIL is released while deciding.
+    #[pyo3(signature = (method, path, headers=None, client=None, keys=None))]
+    fn decide(
+        &self,
+        py: Python<'_>,
+        method: &str,
+        path: &Bound<'_, PyAny>,
+        headers: Option<&Bound<'_, PyAny>>,
+        client: Option<&Bound<'_, PyAny>>,
+        keys: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyVerdict> {
+        let req = request(method, path, headers, client, keys)?;
+        let limiter = self.limiter(py)?;
+        runtime::block_on(py, async move {
+            PyVerdict::of(limiter.decide_request(&req).await).await
+        })
+    }
+
+    /// As `decide`, awaitable: never blocks the event loop (a Redis round trip or an
+    /// in-flight queue waits on the module's I/O threads).
+    #[pyo3(signature = (method, path, headers=None, client=None, keys=None))]
+    fn decide_async<'py>(
+        &self,
+        py: Python<'py>,
+        method: &str,
+        path: &Bound<'_, PyAny>,
+        headers: Option<&Bound<'_, PyAny>>,
+        client: Option<&Bound<'_, PyAny>>,
+        keys: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let req = request(method, path, headers, client, keys)?;
+        let limiter = self.limiter(py)?;
+        runtime::awaitable(py, async move {
+            Ok(PyVerdict::of(limiter.decide_request(&req).await).await)
+        })
+    }
+
+    /// The policy names, in order.
+    #[getter]
+    fn policies(&self) -> Vec<String> {
+        self.settings
+            .policies
+            .iter()
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    /// Whether the decision store answers (always True in process).
+    fn store_reachable(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.limiter(py)?.store_reachable())
+    }
+
+    /// The limiter's metrics in the Prometheus/OpenMetrics text format (the proxy's
+    /// metric names).
+    fn metrics(&self, py: Python<'_>) -> PyResult<String> {
+        let limiter = self.limiter(py)?;
+        Ok(py.detach(|| limiter.render_metrics()))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "RequestLimiter(policies={:?}, routes={}, store={})",
+            self.policies(),
+            self.settings.routes.len(),
+            if self.store.is_some() {
+                "redis"
+            } else {
+                "memory"
+            }
+        )
+    }
+}
