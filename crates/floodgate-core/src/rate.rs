@@ -152,7 +152,9 @@ impl FromStr for Rate {
     type Err = ConfigError;
 
     /// Parses `COUNT/PERIOD`: `10/s`, `10r/s` (nginx style), `100/min`, `5000/h`, `100/30s`,
-    /// `1/1.5s`. The period is a [`parse_duration`] string whose number may be omitted.
+    /// `1/1.5s`; also `COUNT per PERIOD` (`100 per hour`, `10 per 2 minutes`: the notation
+    /// of Python's `limits` package). The period is a [`parse_duration`] string whose number
+    /// may be omitted.
     fn from_str(input: &str) -> Result<Rate, ConfigError> {
         let bad = |reason: String| ConfigError::InvalidRate {
             input: input.to_string(),
@@ -161,7 +163,8 @@ impl FromStr for Rate {
         let s = input.trim();
         let (count, period) = s
             .split_once('/')
-            .ok_or_else(|| bad("missing '/' between count and period".into()))?;
+            .or_else(|| split_per(s))
+            .ok_or_else(|| bad("missing '/' (or ' per ') between count and period".into()))?;
         let count = count.trim();
         let count = count.strip_suffix('r').unwrap_or(count).trim();
         let count: u64 = count
@@ -182,6 +185,14 @@ impl FromStr for Rate {
         })?;
         Rate::new(count, period).map_err(|e| bad(e.to_string()))
     }
+}
+
+/// `"100 per hour"` -> `("100", "hour")`: split at the word `per` (any case) between
+/// spaces.
+fn split_per(s: &str) -> Option<(&str, &str)> {
+    let lower = s.to_ascii_lowercase();
+    let at = lower.find(" per ")?;
+    Some((&s[..at], &s[at + " per ".len()..]))
 }
 
 /// Parses a duration: a non-negative decimal number and a unit (`ns`, `us`, `ms`, `s`,
@@ -267,13 +278,28 @@ mod tests {
             " 5 / 1.5s ".parse::<Rate>().unwrap(),
             Rate::new(5, Duration::from_millis(1500)).unwrap()
         );
+        // the `limits` notation (slowapi, Flask-Limiter)
+        assert_eq!(
+            "100 per hour".parse::<Rate>().unwrap(),
+            Rate::new(100, Duration::from_secs(3600)).unwrap()
+        );
+        assert_eq!(
+            "10 PER 2 minutes".parse::<Rate>().unwrap(),
+            Rate::new(10, Duration::from_secs(120)).unwrap()
+        );
+        assert_eq!(
+            "10/minute".parse::<Rate>().unwrap(),
+            Rate::per_minute(10).unwrap()
+        );
     }
 
     #[test]
     fn rejects_junk_with_reasons() {
         for (input, needle) in [
             ("10/q", "unknown unit \"q\""),
-            ("10", "missing '/'"),
+            ("10", "missing '/' (or ' per ')"),
+            ("10 perhour", "missing '/'"),
+            ("10 per fortnight", "unknown unit \"fortnight\""),
             ("0/s", "at least 1"),
             ("-1/s", "not a whole number"),
             ("ten/s", "not a whole number"),

@@ -32,19 +32,23 @@ DENIED_TEXT = b'429 Too Many Requests: rate limited by policy "per-ip"; retry af
 DENIED_JSON = (b'{"detail":"rate limited by policy \\"per-ip\\"; retry after 30 s",'
                b'"policy":"per-ip","retry_after":30,"status":429,'
                b'"title":"Too Many Requests","type":"about:blank"}')
-POLICY_FIELD = '"per-ip";q=2;w=60'
+POLICY_FIELD = '"per-ip";q=2;w=60;floodgate-capacity=2'
+# RateLimit's r and t pace a client at the sustained rate (docs/ratelimit-fields.md): one
+# request left per 30 s of the window, not the bucket's level
 TABLE = [
     ("/limited", {}, 200, b"limited",
-     {"ratelimit-policy": POLICY_FIELD, "ratelimit": '"per-ip";r=1;t=30',
+     {"ratelimit-policy": POLICY_FIELD, "ratelimit": '"per-ip";r=2;t=60',
       "content-type": "text/plain; charset=utf-8"}, ["retry-after"]),
     ("/limited", {}, 200, b"limited",
-     {"ratelimit-policy": POLICY_FIELD, "ratelimit": '"per-ip";r=0;t=60'}, ["retry-after"]),
+     {"ratelimit-policy": POLICY_FIELD, "ratelimit": '"per-ip";r=1;t=60'}, ["retry-after"]),
     ("/limited", {}, 429, DENIED_TEXT,
-     {"ratelimit-policy": POLICY_FIELD, "ratelimit": '"per-ip";r=0;t=60',
+     {"ratelimit-policy": POLICY_FIELD, "ratelimit": '"per-ip";r=0;t=30',
       "retry-after": "30", "content-type": "text/plain; charset=utf-8",
-      "cache-control": "no-store"}, []),
+      "cache-control": "no-store", "content-length": "73"}, []),
     ("/limited", {"accept": PROBLEM}, 429, DENIED_JSON,
-     {"retry-after": "30", "content-type": PROBLEM, "cache-control": "no-store"}, []),
+     {"ratelimit-policy": POLICY_FIELD, "ratelimit": '"per-ip";r=0;t=30',
+      "retry-after": "30", "content-type": PROBLEM, "cache-control": "no-store",
+      "content-length": "161"}, []),
     ("/free", {}, 200, b"free", {}, ["ratelimit", "ratelimit-policy", "retry-after"]),
 ]
 
@@ -158,24 +162,28 @@ def test_key_function_of_the_scope():
     with TestClient(app, client=CLIENT) as c:
         alice = [c.get("/limited", headers={"x-api-key": "alice"}) for _ in range(3)]
         assert [r.status_code for r in alice] == [200, 200, 429]
-        assert alice[2].headers["ratelimit-policy"] == '"per-key";q=2;w=60'
+        assert alice[2].headers["ratelimit-policy"] == '"per-key";q=2;w=60;floodgate-capacity=2'
         assert c.get("/limited", headers={"x-api-key": "bob"}).status_code == 200
 
 
-MISSING_KEY = b'400 Bad Request: no rate-limit key for policy "per-key"\n'
+MISSING_KEY = (b'400 Bad Request: no rate-limit key: custom key extractor: no key provided '
+               b'for policy "per-key"\n')
 
 
-@pytest.mark.parametrize("key, request_headers", [
-    (lambda scope: 1 / 0, {}),                         # the key function raises
-    (api_key, {}),                                     # it returns None: no such header
-    (lambda scope: 42, {}),                            # not a str or bytes
-    (lambda scope: "k" * 300, {}),                     # longer than 256 bytes
+HUGE_KEY = b"400 Bad Request: no rate-limit key: key of 300 bytes is longer than the maximum of 256\n"
+
+
+@pytest.mark.parametrize("key, body", [
+    (lambda scope: 1 / 0, MISSING_KEY),      # the key function raises
+    (api_key, MISSING_KEY),                  # it returns None: no such header
+    (lambda scope: 42, MISSING_KEY),         # not a str or bytes
+    (lambda scope: "k" * 300, HUGE_KEY),     # longer than 256 bytes
 ], ids=["raises", "none", "not-a-string", "huge"])
-def test_key_function_without_a_key_gets_the_missing_key_outcome(key, request_headers, caplog):
+def test_key_function_without_a_key_gets_the_missing_key_outcome(key, body):
     app = starlette_app(provided_limiter(), key=key)
-    with caplog.at_level(logging.WARNING, logger="floodgate"), TestClient(app, client=CLIENT) as c:
-        r = c.get("/limited", headers=request_headers)
-    assert (r.status_code, r.content) == (400, MISSING_KEY)
+    with TestClient(app, client=CLIENT) as c:
+        r = c.get("/limited")
+    assert (r.status_code, r.content) == (400, body)
     assert r.headers["content-type"] == "text/plain; charset=utf-8"
 
 
@@ -214,11 +222,15 @@ def scope(headers=(), client=None, path="/limited"):
             "headers": list(headers), "client": client, "server": ("127.0.0.1", 80)}
 
 
+NO_PEER = (b"400 Bad Request: no rate-limit key: no peer address on the request (insert "
+           b"floodgate_http::PeerAddr or set a peer extractor)\n")
+
+
 def test_no_client_address_gets_the_missing_key_outcome():
     app = starlette_app(limiter())
     sent = asyncio.run(call(app, scope(client=None)))
     assert sent[0]["status"] == 400
-    assert sent[1]["body"] == b'400 Bad Request: no rate-limit key for policy "per-ip"\n'
+    assert sent[1]["body"] == NO_PEER
 
 
 @pytest.mark.parametrize("headers", [

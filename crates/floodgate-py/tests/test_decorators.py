@@ -30,9 +30,12 @@ def check_sequence(responses, policy, bodies):
     assert [r.status_code for r in responses] == [200, 200, 429], [
         (r.status_code, r.content) for r in responses]
     assert [r.content for r in responses[:2]] == bodies
-    for r, left in zip(responses, (1, 0, 0)):
-        assert r.headers["ratelimit-policy"] == f'"{policy}";q=2;w=60', dict(r.headers)
-        assert r.headers["ratelimit"].startswith(f'"{policy}";r={left};t='), dict(r.headers)
+    # the rate's whole count at once (capacity 2), then one per 30 s; r and t pace a client
+    # at that rate (docs/ratelimit-fields.md)
+    for r, field in zip(responses, ("r=2;t=60", "r=1;t=60", "r=0;t=30")):
+        assert r.headers["ratelimit-policy"] == f'"{policy}";q=2;w=60;floodgate-capacity=2', dict(
+            r.headers)
+        assert r.headers["ratelimit"] == f'"{policy}";{field}', dict(r.headers)
     denied = responses[2]
     assert denied.content == denied_text(policy, 30)
     assert denied.headers["retry-after"] == "30"
@@ -123,11 +126,12 @@ def test_key_cost_and_several_rates():
         assert alice == [200, 200, 429]  # cost 2 of 4
         assert c.get("/key", headers={"x-api-key": "bob"}).status_code == 200
         r = c.get("/key")  # no key: the missing-key outcome
-        assert (r.status_code, r.content) == (
-            400, b'400 Bad Request: no rate-limit key for policy "by_key"\n')
+        assert (r.status_code, r.content) == (400, b"400 Bad Request: no rate-limit key: custom "
+                                              b'key extractor: no key provided for policy "by_key"\n')
         both = [c.get("/both") for _ in range(3)]
         assert [r.status_code for r in both] == [200, 200, 429]
-        assert both[0].headers["ratelimit-policy"].startswith('"both";q=5;w=60, "both-2";q=2;w=3600')
+        assert both[0].headers["ratelimit-policy"] == (
+            '"both";q=5;w=60;floodgate-capacity=5, "both-2";q=2;w=3600;floodgate-capacity=2')
         assert b'policy "both-2"' in both[2].content
 
 

@@ -11,7 +11,7 @@ use floodgate_engine::headers::{HeaderOptions, ResetFormat};
 use floodgate_http::key::{ClientIpConfig, ForwardedHeader, MissingKey, PeerAddr, ProvidedKeys};
 use floodgate_http::policy::{Policy, Route};
 use floodgate_http::{RateLimiter, RateLimiterBuilder};
-use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode};
 use ipnet::IpNet;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -222,6 +222,35 @@ fn peer(client: &Bound<'_, PyAny>) -> PyResult<SocketAddr> {
     Ok(SocketAddr::new(ip, port))
 }
 
+/// Header fields from Python: a mapping or an iterable of `(name, value)` pairs, each a
+/// `str` (UTF-8) or `bytes`, as ASGI and WSGI give them; repeated names kept in order.
+pub(super) fn header_map(h: &Bound<'_, PyAny>) -> PyResult<HeaderMap> {
+    let mut map = HeaderMap::new();
+    let items = match h.cast::<PyDict>() {
+        Ok(d) => d.items().into_any(),
+        Err(_) if h.hasattr("items")? => h.call_method0("items")?,
+        Err(_) => h.clone(),
+    };
+    for item in items.try_iter()? {
+        let item = item?;
+        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
+            PyTypeError::new_err("headers must be a mapping or an iterable of (name, value) pairs")
+        })?;
+        let k = text_bytes(&k, "a header name")?;
+        let name = HeaderName::from_bytes(&k).map_err(|_| {
+            PyValueError::new_err(format!(
+                "header name {:?} is not valid",
+                String::from_utf8_lossy(&k)
+            ))
+        })?;
+        let v = text_bytes(&v, "a header value")?;
+        let value = HeaderValue::from_bytes(&v)
+            .map_err(|_| PyValueError::new_err(format!("header {name}: the value is not valid")))?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
 /// The request to decide on, built from Python's parts.
 fn request(
     method: &str,
@@ -239,31 +268,7 @@ fn request(
         .body(())
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     if let Some(h) = headers {
-        let items = match h.cast::<PyDict>() {
-            Ok(d) => d.items().into_any(),
-            Err(_) if h.hasattr("items")? => h.call_method0("items")?,
-            Err(_) => h.clone(),
-        };
-        for item in items.try_iter()? {
-            let item = item?;
-            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
-                PyTypeError::new_err(
-                    "headers must be a mapping or an iterable of (name, value) pairs",
-                )
-            })?;
-            let k = text_bytes(&k, "a header name")?;
-            let name = HeaderName::from_bytes(&k).map_err(|_| {
-                PyValueError::new_err(format!(
-                    "header name {:?} is not valid",
-                    String::from_utf8_lossy(&k)
-                ))
-            })?;
-            let v = text_bytes(&v, "a header value")?;
-            let value = HeaderValue::from_bytes(&v).map_err(|_| {
-                PyValueError::new_err(format!("header {name}: the value is not valid"))
-            })?;
-            req.headers_mut().append(name, value);
-        }
+        *req.headers_mut() = header_map(h)?;
     }
     if let Some(c) = client.filter(|c| !c.is_none()) {
         req.extensions_mut().insert(PeerAddr(peer(c)?));
