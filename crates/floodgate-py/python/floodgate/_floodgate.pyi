@@ -408,6 +408,9 @@ class RequestLimiter:
     ) -> Awaitable[Verdict]:
         """``decide`` as an awaitable; never blocks the event loop."""
     @property
+    @property
+    def waits(self) -> bool:
+        """True on a RedisStore (await decide_async); False in process (decide never waits)."""
     def policies(self) -> list[str]: ...
     def store_reachable(self) -> bool: ...
     def metrics(self) -> str:

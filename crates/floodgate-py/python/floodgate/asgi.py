@@ -6,7 +6,9 @@
     app.add_middleware(RateLimitMiddleware, limiter=RequestLimiter([Policy("per-ip", "10/s")]))
 
 Every HTTP request is decided by the native `RequestLimiter`, the decision procedure of
-`floodgate proxy` (routes, keys, trusted proxies, store, fault policy):
+`floodgate proxy` (routes, keys, trusted proxies, store, fault policy): awaited on a
+Redis store (the event loop runs on meanwhile), called directly in process (where a
+decision never waits):
 
 * denied: the verdict's response is sent as it is (status, headers, body: 429 with
   problem+json or text by `Accept`, jittered `Retry-After`, RateLimit fields), and the
@@ -30,6 +32,7 @@ from floodgate._web import (
     byte_pairs,
     check_key_function,
     check_limiter,
+    decide,
     decide_async,
     denial_parts,
     provided_key,
@@ -86,14 +89,18 @@ class RateLimitMiddleware:
         self.app = app
         self.limiter = limiter
         self.key = key
+        # in process a decision never waits: the direct call costs less than a hand-off
+        # to the I/O threads and back to the event loop
+        self.direct = not limiter.waits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         keys = provided_key(self.key, scope) if self.key is not None else None
-        verdict = await decide_async(self.limiter, scope["method"], request_path(scope),
-                                     scope.get("headers") or [], client_host(scope), keys)
+        args = (self.limiter, scope["method"], request_path(scope), scope.get("headers") or [],
+                client_host(scope), keys)
+        verdict = decide(*args) if self.direct else await decide_async(*args)
         await run_with_verdict(self.app, verdict, scope, receive, send)
 
 

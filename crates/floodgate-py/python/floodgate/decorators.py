@@ -143,8 +143,8 @@ def _wrap(func: Callable, lim: Any, key_fn: Callable | None) -> Callable:
         async def async_endpoint(*args: Any, **kwargs: Any) -> Any:
             kw = {k: v for k, v in kwargs.items() if k not in (_REQUEST_PARAM, _RESPONSE_PARAM)}
             adapter = _adapter(args, kwargs)
-            verdict = await decide_async(lim, *adapter.decide_args(),
-                                         _keys(key_fn, adapter.request))
+            request = (lim, *adapter.decide_args(), _keys(key_fn, adapter.request))
+            verdict = await decide_async(*request) if lim.waits else decide(*request)
             try:
                 if not verdict.allowed:
                     return adapter.denial(verdict)

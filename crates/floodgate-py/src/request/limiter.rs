@@ -464,6 +464,14 @@ impl PyRequestLimiter {
         })
     }
 
+    /// Whether a decision may wait on I/O: `True` on a `RedisStore` (a round trip), where
+    /// an `asyncio` caller awaits `decide_async`; `False` in process, where `decide`
+    /// never waits and costs less than handing the call to the I/O threads.
+    #[getter]
+    fn waits(&self) -> bool {
+        self.store.is_some()
+    }
+
     /// The policy names, in order.
     #[getter]
     fn policies(&self) -> Vec<String> {
