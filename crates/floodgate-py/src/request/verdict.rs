@@ -15,7 +15,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::limiter::header_map;
+use super::fields::header_map;
 use crate::errors::StoreUnavailable;
 use crate::runtime;
 
