@@ -6,6 +6,7 @@ asserted exactly, request by request, from one table."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import httpx
@@ -248,6 +249,7 @@ def test_bad_header_bytes_are_decided_never_a_500(headers):
 def test_lifespan_and_websocket_pass_through():
     started = []
 
+    @contextlib.asynccontextmanager
     async def lifespan(app):
         started.append(True)
         yield
