@@ -117,8 +117,9 @@ async def run_with_verdict(app: ASGIApp, verdict: Any, scope: Scope, receive: Re
     try:
         if verdict.delay_s > 0:
             await asyncio.sleep(verdict.delay_s)
-        added = byte_pairs(verdict.headers)
-        cost_header = getattr(verdict, "cost_header", None)
+        # the native limiter gives (name, value) str pairs, names lower case
+        added = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in verdict.headers]
+        cost_header = verdict.cost_header
         if not added and cost_header is None:
             await app(scope, receive, send)
             return
