@@ -40,7 +40,7 @@ rm -rf "$wheels"
 # The floodgate binary for the tests that compare the module with a real `floodgate proxy`
 # (tests/proxyproc.py), unless $FLOODGATE_BIN names one.
 if [ -z "${FLOODGATE_BIN:-}" ]; then
-    cargo build --quiet -p floodgate --bin floodgate
+    cargo build --quiet --bin floodgate
 fi
 
 # -p no:cacheprovider: no .pytest_cache in the work tree.

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use http::{Extensions, HeaderMap, HeaderName, Method, Uri};
 use ipnet::IpNet;
 
+mod parse;
 mod provided;
 mod route;
 pub use provided::ProvidedKeys;
@@ -173,27 +174,6 @@ impl fmt::Debug for KeyPart {
             KeyPart::Route => f.write_str("route"),
             KeyPart::Header(h) => write!(f, "header:{h}"),
             KeyPart::Custom(_) => f.write_str("custom"),
-        }
-    }
-}
-
-impl KeyPart {
-    /// A part in its config form: `ip`, `global`, `route` or `header:NAME` (the form of
-    /// the proxy's `key = ...` and of the Python `Policy(key=...)`). The error names the
-    /// part and what was expected.
-    pub fn parse(s: &str) -> Result<KeyPart, String> {
-        match s {
-            "ip" => Ok(KeyPart::Ip),
-            "global" => Ok(KeyPart::Global),
-            "route" => Ok(KeyPart::Route),
-            _ => match s.strip_prefix("header:") {
-                Some(h) => HeaderName::from_bytes(h.trim().as_bytes())
-                    .map(KeyPart::Header)
-                    .map_err(|_| format!("key {s:?}: {h:?} is not a valid header name")),
-                None => Err(format!(
-                    "key {s:?}: expected ip, global, route or header:NAME"
-                )),
-            },
         }
     }
 }

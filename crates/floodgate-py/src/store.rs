@@ -26,7 +26,8 @@ pub struct PyRedisStore {
 }
 
 impl PyRedisStore {
-    /// The connection of this process: opened on first use (again after a fork). A Redis
+    /// The connection of this process: opened on first use (again after a fork), the
+    /// lock not held meanwhile (connecting releases the GIL). A Redis
     /// that cannot be reached is not an error (it connects in the background); a URL
     /// that cannot work is a `ConfigError`.
     pub(crate) fn shared(&self, py: Python<'_>) -> PyResult<SharedStore> {
@@ -43,14 +44,19 @@ impl PyRedisStore {
         let (store, _unreachable) =
             connected.map_err(|e| ConfigError::new_err(format!("RedisStore url: {e}")))?;
         let mut guard = self.lock();
-        if let Some(stale) = guard.replace((pid, store.clone()))
-            && stale.0 != pid
-        {
-            // the parent's connection (inherited through fork) lives on the parent's
-            // runtime: dropping it here could wait on threads this process lacks
-            std::mem::forget(stale);
+        match guard.as_ref() {
+            // another thread connected meanwhile: one connection per process
+            Some((p, s)) if *p == pid => Ok(s.clone()),
+            _ => {
+                if let Some(stale) = guard.replace((pid, store.clone())) {
+                    // the parent's connection (inherited through fork) lives on the
+                    // parent's runtime: dropping it here could wait on threads this
+                    // process lacks
+                    std::mem::forget(stale);
+                }
+                Ok(store)
+            }
         }
-        Ok(store)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u32, SharedStore)>> {

@@ -3,7 +3,7 @@ Python module: a backend answering 200, the proxy in front of it on free ports, 
 admin listener answering before a test begins.
 
 The binary is $FLOODGATE_BIN, else target/debug/floodgate (scripts/test-python.sh builds
-it with `cargo build -p floodgate`)."""
+it with `cargo build --bin floodgate`)."""
 
 import http.client
 import http.server

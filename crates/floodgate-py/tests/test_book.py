@@ -8,7 +8,8 @@ top-level statement's line, or be a line of its own right after one, and start w
 repr of that statement's value (an expression's, or an assignment's target's); the rest
 of the comment is prose. A value comment anywhere else fails the test, so none goes
 unchecked. `throttle` runs on keys of this run's own (the block's key with a suffix,
-deleted afterwards), so "on a fresh key" holds on a shared Redis."""
+deleted afterwards), and a `RedisStore` under a prefix of this run's own, so "on a fresh
+key" holds on a shared Redis."""
 
 import ast
 import io
@@ -104,7 +105,8 @@ def run_checked(code, ns):
 
 @pytest.fixture
 def own_keys(monkeypatch):
-    """`floodgate.throttle` on this run's keys; deleted from Redis afterwards."""
+    """`floodgate.throttle` and `floodgate.RedisStore` on this run's keys; deleted from
+    Redis afterwards."""
     real = floodgate.throttle
 
     def throttle(key, *args, **kwargs):
@@ -113,6 +115,12 @@ def own_keys(monkeypatch):
         return real(key, *args, **kwargs)
 
     monkeypatch.setattr(floodgate, "throttle", throttle)
+    real_store = floodgate.RedisStore
+
+    def redis_store(url="redis://127.0.0.1:6379", *, prefix="floodgate:", **kwargs):
+        return real_store(url, prefix=f"{prefix}{RUN}:", **kwargs)
+
+    monkeypatch.setattr(floodgate, "RedisStore", redis_store)
     yield
     if shutil.which("redis-cli"):
         cli = ["redis-cli", "-h", "127.0.0.1", "-p", "6379"]

@@ -38,6 +38,8 @@ def test_admits_then_denies_with_the_proxys_denial():
     assert body == f'429 Too Many Requests: rate limited by policy "api"; retry after {retry} s\n'.encode()
     # another client has a key of its own
     assert lim.decide("GET", "/x", client="203.0.113.9").allowed
+    # counted under the proxy's metric names
+    assert 'floodgate_requests_total{outcome="rejected"} 1' in lim.metrics()
 
 
 def test_same_answers_as_a_floodgate_proxy_process(tmp_path):

@@ -3,9 +3,12 @@
 a real `floodgate proxy` process, and the fault policy when Redis goes away (a
 redis-server of the test's own, killed)."""
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 
@@ -177,3 +180,65 @@ def test_bad_store_settings_and_in_process_only_methods():
     for call in (lambda: lim.reserve("k"), lambda: len(lim), lim.stats, lim.sweep):
         with pytest.raises(NotImplementedError, match="in process"):
             call()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_worker_decides_on_its_own_connection():
+    # a pre-fork server (gunicorn) builds its limiters before forking: the child cannot
+    # use the parent's connection or I/O threads, and connects again
+    lim = KeyedLimiter(GCRA(limit=3, period_s=3600, capacity=3),
+                       store=RedisStore(prefix=PREFIX, timeout_s=2.0), name="fork")
+    req = RequestLimiter([Policy("fork-req", "3/h", algorithm="gcra", capacity=3,
+                                 key="global")],
+                         store=RedisStore(prefix=PREFIX, timeout_s=2.0))
+    assert lim.check("k").remaining == 2 and req.decide("GET", "/").allowed
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ok = lim.check("k").remaining == 1 and req.decide("GET", "/").allowed
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # the child's decisions counted in Redis, where the parent sees them
+    assert lim.check("k").remaining == 0
+
+
+def test_threads_connecting_at_once_share_one_count():
+    # eight threads make the first decisions of a fresh store at once: one connection,
+    # no thread left waiting, exactly the limit admitted
+    lim = KeyedLimiter(GCRA(limit=20, period_s=3600, capacity=20),
+                       store=RedisStore(prefix=PREFIX, timeout_s=2.0), name="threads")
+    results = []
+
+    def work():
+        for _ in range(10):
+            results.append(lim.check("k").allowed)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert len(results) == 80 and sum(results) == 20
+
+
+def test_a_redis_that_stops_answering_times_out_into_the_fault_policy(own_redis):
+    proc, url = own_redis
+    store = RedisStore(url, prefix="t:", timeout_s=0.2)
+    allow = KeyedLimiter(GCRA(limit=5, period_s=60), store=store, name="paused")
+    strict = KeyedLimiter(GCRA(limit=5, period_s=60), store=store, name="paused",
+                          on_failure="raise")
+    assert allow.check("k").remaining == 4 and strict.check("k").remaining == 3
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            strict.check("k2")
+        assert allow.check("k3").allowed  # fail open
+        assert time.monotonic() - t0 < 2.0  # bounded by timeout_s, not by Redis
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)

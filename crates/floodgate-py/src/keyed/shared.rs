@@ -158,11 +158,12 @@ impl Shared {
         })
     }
 
-    /// This process's decision store (connecting on first use).
+    /// This process's decision store (connecting on first use). The lock is not held
+    /// while connecting: that releases the GIL, which another thread waiting on the lock
+    /// would hold.
     fn decisions(&self, py: Python<'_>) -> PyResult<Arc<dyn DecisionStore>> {
         let pid = runtime::pid();
-        let mut g = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((p, s)) = g.as_ref()
+        if let Some((p, s)) = self.lock().as_ref()
             && *p == pid
         {
             return Ok(s.clone());
@@ -171,10 +172,22 @@ impl Shared {
         let store = shared
             .decision_store(std::slice::from_ref(&self.info))
             .map_err(|e| ConfigError::new_err(e.to_string()))?;
-        if let Some(stale) = g.replace((pid, store.clone())) {
-            std::mem::forget(stale);
+        let mut g = self.lock();
+        match g.as_ref() {
+            // another thread connected meanwhile: one store per process
+            Some((p, s)) if *p == pid => Ok(s.clone()),
+            _ => {
+                if let Some(stale) = g.replace((pid, store.clone())) {
+                    // the parent's (inherited through fork): not dropped in this process
+                    std::mem::forget(stale);
+                }
+                Ok(store)
+            }
         }
-        Ok(store)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u32, Arc<dyn DecisionStore>)>> {
+        self.decisions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The decision's future (nothing borrowed).

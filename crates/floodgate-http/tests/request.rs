@@ -1,0 +1,89 @@
+//! `RateLimiter::decide_request`: what the layer decides before it calls its service,
+//! for a surface that serves the request itself: the verdict, the decision as recorded,
+//! a key the caller provides, and the settle handle of a route with an estimate.
+
+use std::time::Duration;
+
+use floodgate_core::{Kind, Spec};
+use floodgate_http::{
+    KeySource, Policy, ProvidedKeys, RateLimiter, RecordedOutcome, Route, SettleSpec, Verdict,
+};
+use http::{HeaderName, Request, StatusCode};
+
+fn limiter() -> RateLimiter {
+    let mut spec = Spec::new(Kind::Gcra, "10/min".parse().unwrap());
+    spec.capacity = Some(10);
+    RateLimiter::builder()
+        .policy(Policy::new("tokens", spec).key(KeySource::provided("tokens")))
+        .route(
+            Route::prefix("/llm")
+                .policy("tokens", 1)
+                .settle(SettleSpec {
+                    estimate: 4,
+                    cost_header: Some(HeaderName::from_static("x-cost")),
+                    ..SettleSpec::default()
+                }),
+        )
+        .retry_after_jitter(Duration::ZERO)
+        .record_decisions(true)
+        .build()
+        .unwrap()
+}
+
+fn req(path: &str, key: Option<&str>) -> Request<()> {
+    let mut r = Request::get(path).body(()).unwrap();
+    if let Some(k) = key {
+        r.extensions_mut().insert(ProvidedKeys {
+            any: Some(k.as_bytes().to_vec()),
+            by_policy: Vec::new(),
+        });
+    }
+    r
+}
+
+#[tokio::test]
+async fn admitted_at_the_estimate_settled_then_denied() {
+    let lim = limiter();
+    let d = lim.decide_request(&req("/llm", Some("alice"))).await;
+    assert!(
+        matches!(&d.verdict, Verdict::Pass { headers, .. } if headers.contains_key("ratelimit"))
+    );
+    let recorded = d.recorded.expect("recorded");
+    assert_eq!(recorded.outcome, RecordedOutcome::Allowed);
+    assert_eq!(recorded.policy.as_deref(), Some("tokens"));
+    let handle = d.settle.expect("a reservation to settle");
+    assert_eq!(handle.estimate(), 4);
+    let settled = handle.settle(9).await.unwrap();
+    let fields = handle.settled_header_map(&settled);
+    assert_eq!(
+        fields["ratelimit-policy"],
+        "\"tokens\";q=10;w=60;floodgate-capacity=10"
+    );
+    // 9 of 10 spent: the next estimate of 4 is denied, with the layer's own 429
+    let d = lim.decide_request(&req("/llm", Some("alice"))).await;
+    let Verdict::Respond(r) = d.verdict else {
+        panic!("admitted past the settled cost")
+    };
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().contains_key("retry-after"));
+    assert!(d.settle.is_none());
+    assert_eq!(d.recorded.unwrap().outcome, RecordedOutcome::Limited);
+    // another caller's key has its own count
+    let d = lim.decide_request(&req("/llm", Some("bob"))).await;
+    assert!(matches!(d.verdict, Verdict::Pass { .. }) && d.settle.is_some());
+}
+
+#[tokio::test]
+async fn no_key_is_the_missing_key_answer_and_no_route_passes_untouched() {
+    let lim = limiter();
+    let d = lim.decide_request(&req("/llm", None)).await;
+    let Verdict::Respond(r) = d.verdict else {
+        panic!("admitted without a key")
+    };
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let d = lim.decide_request(&req("/other", None)).await;
+    assert!(
+        matches!(&d.verdict, Verdict::Pass { headers, delay, .. } if headers.is_empty() && delay.is_zero())
+    );
+    assert!(d.recorded.is_none() && d.settle.is_none());
+}
