@@ -5,7 +5,7 @@
 # Idempotent: the venv and its tools are kept between runs; the wheel is rebuilt
 # (incrementally) and reinstalled every time.
 # Needs python3 (>= 3.10) with venv and pip, a Redis on 127.0.0.1:6379 (throttle(),
-# RedisStore) and redis-server (the tests that stop a Redis of their own).
+# RedisStore, the middleware's Redis tests) and redis-server (the tests that stop a Redis of their own).
 # Extra arguments go to pytest (e.g. -k keyed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,13 @@ fi
 # parse_many with floodgate.parse_rates, string for string.
 if ! "$py" -c 'import limits' 2>/dev/null; then
     "$py" -m pip install -q --disable-pip-version-check 'limits>=5,<6'
+fi
+# The frameworks the middleware and decorators are tested with (tests/test_asgi.py,
+# test_wsgi.py, test_decorators.py, docs/python-middleware.md), and httpx to drive them.
+if ! "$py" -c 'import fastapi, starlette, uvicorn, httpx, flask, werkzeug, django' 2>/dev/null; then
+    "$py" -m pip install -q --disable-pip-version-check 'fastapi>=0.115,<1' \
+        'starlette>=0.40,<2' 'uvicorn>=0.30,<1' 'httpx>=0.27,<1' 'flask>=3.0,<4' \
+        'werkzeug>=3.0,<4' 'django>=5.2,<7'
 fi
 
 # The release wheel, built once: the one abi3 wheel that ships, tested here and, by

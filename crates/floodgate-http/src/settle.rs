@@ -229,7 +229,8 @@ impl SettleHandle {
         self.0.limiter.settled_headers(&self.0.policies, settled)
     }
 
-    pub(crate) fn cost_header(&self) -> Option<&HeaderName> {
+    /// The response header the route settles from (its `cost_header`), if it names one.
+    pub fn cost_header(&self) -> Option<&HeaderName> {
         self.0.spec.cost_header.as_ref()
     }
 }

@@ -436,6 +436,9 @@ class RequestLimiter:
     ) -> Awaitable[Verdict]:
         """``decide`` as an awaitable; never blocks the event loop."""
     @property
+    @property
+    def waits(self) -> bool:
+        """True on a RedisStore (await decide_async); False in process (decide never waits)."""
     def policies(self) -> list[str]: ...
     def store_reachable(self) -> bool: ...
     def metrics(self) -> str:
@@ -462,6 +465,17 @@ class Verdict:
     def settle(self, actual_cost: int) -> list[tuple[str, str]]:
         """Settle a route's estimate with the actual cost; the settled RateLimit headers."""
     def settle_async(self, actual_cost: int) -> Awaitable[list[tuple[str, str]]]: ...
+    @property
+    def cost_header(self) -> str | None:
+        """The response header the route settles its cost from, while the reservation is open."""
+    def settle_from_response(
+        self, headers: Mapping[str, str | bytes] | Iterable[tuple[str | bytes, str | bytes]]
+    ) -> list[tuple[str, str]]:
+        """Settle from the application's response header fields (the route's cost_header):
+        the settled state's RateLimit headers, or `headers` when nothing was settled."""
+    def settle_from_response_async(
+        self, headers: Mapping[str, str | bytes] | Iterable[tuple[str | bytes, str | bytes]]
+    ) -> Awaitable[list[tuple[str, str]]]: ...
     def finish(self) -> None:
         """Release the in-flight leases and an open reservation (idempotent)."""
     def __bool__(self) -> bool: ...

@@ -11,12 +11,13 @@ use floodgate_engine::headers::{HeaderOptions, ResetFormat};
 use floodgate_http::key::{ClientIpConfig, ForwardedHeader, MissingKey, PeerAddr, ProvidedKeys};
 use floodgate_http::policy::{Policy, Route};
 use floodgate_http::{RateLimiter, RateLimiterBuilder};
-use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
+use http::{Method, Request, StatusCode};
 use ipnet::IpNet;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple};
 
+use super::fields::{header_map, text_bytes};
 use super::verdict::PyVerdict;
 use super::{PyPolicy, PyRoute};
 use crate::args::{ConfigError, config_duration, uint};
@@ -166,17 +167,6 @@ fn prefix_len(v: u8, max: u8, field: &str) -> PyResult<u8> {
     Ok(v)
 }
 
-/// Bytes of a `str` (UTF-8) or `bytes` object named `what`.
-fn text_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
-    if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(s.to_str()?.as_bytes().to_vec());
-    }
-    if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(b.as_bytes().to_vec());
-    }
-    Err(PyTypeError::new_err(format!("{what} must be str or bytes")))
-}
-
 /// `path` as a request target: bytes outside visible ASCII percent-encoded (an ASGI
 /// server gives the path decoded).
 fn target(path: &[u8]) -> PyResult<http::Uri> {
@@ -239,31 +229,7 @@ fn request(
         .body(())
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     if let Some(h) = headers {
-        let items = match h.cast::<PyDict>() {
-            Ok(d) => d.items().into_any(),
-            Err(_) if h.hasattr("items")? => h.call_method0("items")?,
-            Err(_) => h.clone(),
-        };
-        for item in items.try_iter()? {
-            let item = item?;
-            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
-                PyTypeError::new_err(
-                    "headers must be a mapping or an iterable of (name, value) pairs",
-                )
-            })?;
-            let k = text_bytes(&k, "a header name")?;
-            let name = HeaderName::from_bytes(&k).map_err(|_| {
-                PyValueError::new_err(format!(
-                    "header name {:?} is not valid",
-                    String::from_utf8_lossy(&k)
-                ))
-            })?;
-            let v = text_bytes(&v, "a header value")?;
-            let value = HeaderValue::from_bytes(&v).map_err(|_| {
-                PyValueError::new_err(format!("header {name}: the value is not valid"))
-            })?;
-            req.headers_mut().append(name, value);
-        }
+        *req.headers_mut() = header_map(h)?;
     }
     if let Some(c) = client.filter(|c| !c.is_none()) {
         req.extensions_mut().insert(PeerAddr(peer(c)?));
@@ -457,6 +423,14 @@ impl PyRequestLimiter {
         runtime::awaitable(py, async move {
             Ok(PyVerdict::of(limiter.decide_request(&req).await).await)
         })
+    }
+
+    /// Whether a decision may wait on I/O: `True` on a `RedisStore` (a round trip), where
+    /// an `asyncio` caller awaits `decide_async`; `False` in process, where `decide`
+    /// never waits and costs less than handing the call to the I/O threads.
+    #[getter]
+    fn waits(&self) -> bool {
+        self.store.is_some()
     }
 
     /// The policy names, in order.

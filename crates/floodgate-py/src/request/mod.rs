@@ -6,6 +6,7 @@
 //! and `Route` take the fields of the proxy's `[[policy]]` and `[[route]]` tables, with
 //! the same meaning and defaults.
 
+mod fields;
 mod limiter;
 mod verdict;
 

@@ -8,13 +8,14 @@ use floodgate_engine::adaptive::AdaptivePermit;
 use floodgate_engine::leases::LeaseGuard;
 use floodgate_http::Verdict;
 use floodgate_http::request::RequestDecision;
-use floodgate_http::settle::{SettleError, SettleHandle};
+use floodgate_http::settle::{SettleError, SettleHandle, settle_from_head};
 use http::HeaderMap;
 use http_body_util::BodyExt;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use super::fields::header_map;
 use crate::errors::StoreUnavailable;
 use crate::runtime;
 
@@ -137,6 +138,20 @@ async fn settle(handle: SettleHandle, actual: u64) -> PyResult<Pairs> {
     }
 }
 
+/// Settle `handle` (when there is one) from the response head `head`, as the proxy does
+/// with its upstream's head: the RateLimit headers of the settled state, or `admitted`
+/// when nothing was settled (no cost header, a malformed one, or a failed settle: each
+/// logged by floodgate-http; `finish()` then charges the abort cost).
+async fn settle_from(handle: Option<SettleHandle>, head: HeaderMap, admitted: Pairs) -> Pairs {
+    let Some(handle) = handle else {
+        return admitted;
+    };
+    match settle_from_head(&handle, &head).await {
+        Some(s) => pairs(&handle.settled_header_map(&s)),
+        None => admitted,
+    }
+}
+
 /// Drop what a request holds inside the runtime (a lease on Redis is released by a task).
 fn release(held: Held) {
     match runtime::handle() {
@@ -215,6 +230,45 @@ impl PyVerdict {
         let actual = crate::args::uint(actual_cost, "actual_cost", 0)?;
         let handle = self.handle()?;
         runtime::awaitable(py, settle(handle, actual))
+    }
+
+    /// The response header this request's route settles its cost from
+    /// (`Route(cost_header=...)`) while its reservation is open, else `None`: a
+    /// middleware reads the application's response head for it (`settle_from_response`).
+    #[getter]
+    fn cost_header(&self) -> Option<String> {
+        let held = self.held();
+        let handle = held.settle.as_ref().filter(|h| h.is_open())?;
+        handle.cost_header().map(|n| n.as_str().to_string())
+    }
+
+    /// Settle from the application's response header fields (a mapping or
+    /// `(name, value)` pairs, `str` or `bytes`), as the proxy settles from its upstream's
+    /// head: when they carry the route's `cost_header` with a whole number, the
+    /// reservation is settled at it and the RateLimit headers of the settled state are
+    /// returned, to send in place of `headers`; else (no such field, a malformed or
+    /// repeated one: logged) nothing is settled, `finish()` charges the abort cost, and
+    /// `headers` is returned. Raises `ValueError` for a field HTTP cannot carry.
+    fn settle_from_response(&self, py: Python<'_>, headers: &Bound<'_, PyAny>) -> PyResult<Pairs> {
+        let head = header_map(headers)?;
+        let handle = self.held().settle.clone();
+        let admitted = self.headers.clone();
+        runtime::block_on(py, settle_from(handle, head, admitted))
+    }
+
+    /// As `settle_from_response`, awaitable: never blocks the event loop.
+    fn settle_from_response_async<'py>(
+        &self,
+        py: Python<'py>,
+        headers: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let head = header_map(headers)?;
+        let handle = self.held().settle.clone();
+        let admitted = self.headers.clone();
+        runtime::awaitable(
+            py,
+            async move { Ok(settle_from(handle, head, admitted).await) },
+        )
     }
 
     /// Release what the request holds: its in-flight leases, and a reservation still
