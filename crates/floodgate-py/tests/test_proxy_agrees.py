@@ -30,6 +30,9 @@ from floodgate.asgi import RateLimitMiddleware
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 BIN = pathlib.Path(os.environ.get("FLOODGATE_BIN", ROOT / "target" / "debug" / "floodgate"))
 
+# Every Retry-After and `t` here counts from a request of the same run (GCRA, token bucket,
+# sliding log): a fixed window's would count to the next multiple of its width on the wall
+# clock, and the two runs, a moment apart, could straddle a second.
 COMPARED = ["ratelimit", "ratelimit-policy", "retry-after", "content-type", "cache-control",
             "x-ratelimit-delay-ms"]
 
@@ -43,7 +46,7 @@ key = "ip"
 
 [[policy]]
 name = "per-key"
-algorithm = "fixed-window"
+algorithm = "sliding-log"
 rate = "4/h"
 capacity = 4
 key = "header:x-api-key"
@@ -74,7 +77,7 @@ cost = 5
 def native_limiter(store):
     return RequestLimiter(
         [Policy("per-ip", "3/min", algorithm="gcra", burst=2, key="ip"),
-         Policy("per-key", "4/h", algorithm="fixed-window", capacity=4, key="header:x-api-key"),
+         Policy("per-key", "4/h", algorithm="sliding-log", capacity=4, key="header:x-api-key"),
          Policy("global", "10/min", algorithm="token-bucket", capacity=5, key="global")],
         routes=[Route("/search", policies={"per-ip": 1, "global": 2}),
                 Route("/api", policies={"per-key": 1}),
