@@ -238,13 +238,15 @@ impl RateLimiterBuilder {
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), floodgate_http::BuildError> {
+    /// use floodgate_core::{Kind, Spec};
     /// use floodgate_engine::quota::{QuotaClientConfig, QuotaFallback};
     /// use floodgate_http::{Policy, RateLimiter};
     ///
     /// let mut quota = QuotaClientConfig::new("http://127.0.0.1:8081", "edge");
     /// quota.fallback = QuotaFallback::LocalShare { nodes: 3 };
+    /// let spec = Spec::new(Kind::Gcra, "100/s".parse().unwrap());
     /// let limiter = RateLimiter::builder()
-    ///     .policy(Policy::new("per-ip", "100/s".parse().unwrap()))
+    ///     .policy(Policy::new("per-ip", spec))
     ///     .quota(quota)
     ///     .build()?;
     /// # Ok(()) }
