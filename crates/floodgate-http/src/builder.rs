@@ -622,6 +622,47 @@ mod build_tests {
         );
     }
 
+    #[cfg(feature = "quota")]
+    #[test]
+    fn the_quota_strategy_names_what_it_cannot_take() {
+        use floodgate_engine::quota::QuotaClientConfig;
+        let quota = QuotaClientConfig::new("http://127.0.0.1:1", "edge");
+        let spec = Spec::new(Kind::Gcra, "10/s".parse().unwrap());
+        // built outside a runtime (a configuration check): its stream starts later
+        let l = RateLimiter::builder()
+            .policy(Policy::new("p", spec.clone()))
+            .quota(quota.clone())
+            .build()
+            .unwrap();
+        assert_eq!(l.inner.store_name, "quota");
+        let e = RateLimiter::builder()
+            .policy(Policy::new("p", spec.clone()))
+            .quota(quota.clone())
+            .store(Arc::new(LocalStore::new(&[], 10).unwrap()), "memory")
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("give no store with it"), "{e}");
+        let inflight = crate::policy::InFlightSpec::new(2, Duration::from_secs(1)).unwrap();
+        let e = RateLimiter::builder()
+            .policy(Policy::max_in_flight("gpu", inflight))
+            .quota(quota.clone())
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"gpu\"") && e.contains("keeps no leases"),
+            "{e}"
+        );
+        let e = RateLimiter::builder()
+            .policy(Policy::new("p", spec))
+            .quota(QuotaClientConfig::new("127.0.0.1:1", "edge"))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("quota: quota_server \"127.0.0.1:1\""), "{e}");
+    }
+
     #[test]
     fn a_route_naming_a_policy_twice_is_refused() {
         let spec = Spec::new(Kind::Gcra, "10/s".parse().unwrap());
