@@ -24,4 +24,4 @@ pub use assignment::{Assignment, ClientFallback, QuotaStrategy, StrategyKind, Un
 pub use bucket::{QuotaBucket, Usage};
 #[cfg(feature = "quota-client")]
 pub use client::QuotaStore;
-pub use settings::{QuotaClientConfig, QuotaClientError, QuotaFallback, bucket_entries};
+pub use settings::{QuotaClientConfig, QuotaClientError, QuotaFallback, bucket_entries, key_bytes};

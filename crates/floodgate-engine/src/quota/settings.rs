@@ -151,8 +151,9 @@ pub fn bucket_entries(policy: &str, key: &[u8]) -> HashMap<String, String> {
     ])
 }
 
-/// The key bytes of a `key` entry ([`bucket_entries`]'s inverse).
-pub(crate) fn key_bytes(entry: &str) -> Option<Vec<u8>> {
+/// The key bytes of a `key` entry ([`bucket_entries`]'s inverse); `None` when an entry
+/// starting with `hex:` is not whole bytes of hex.
+pub fn key_bytes(entry: &str) -> Option<Vec<u8>> {
     let Some(hex) = entry.strip_prefix("hex:") else {
         return Some(entry.as_bytes().to_vec());
     };
