@@ -94,9 +94,12 @@ impl QuotaClientConfig {
             .server
             .parse()
             .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https"))
-            || uri.host().is_none_or(str::is_empty)
-        {
+        if uri.scheme_str() == Some("https") {
+            return Err(bad(
+                "https is not supported: the client speaks cleartext HTTP/2 (http://host:port)",
+            ));
+        }
+        if uri.scheme_str() != Some("http") || uri.host().is_none_or(str::is_empty) {
             return Err(bad("expected http://host:port"));
         }
         if self.domain.is_empty() {
@@ -211,5 +214,9 @@ mod tests {
         let mut c = ok;
         c.fallback = QuotaFallback::LocalShare { nodes: 0 };
         assert!(c.check().is_err());
+        let e = QuotaClientConfig::new("https://a:1", "edge")
+            .check()
+            .unwrap_err();
+        assert!(e.to_string().contains("https is not supported"), "{e}");
     }
 }
