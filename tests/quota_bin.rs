@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::Proc;
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
@@ -110,16 +111,33 @@ impl Stream {
         };
         self.first = false;
         self.tx.send(msg).await.unwrap();
-        let reply = tokio::time::timeout(Duration::from_secs(10), self.rx.message())
+        // the answer: the first message naming the bucket, or empty (the server's pushes
+        // of other buckets' fresh assignments may come first)
+        loop {
+            let reply = self.next().await;
+            let names = |a: &BucketAction| {
+                a.bucket_id
+                    .as_ref()
+                    .and_then(|id| id.bucket.get("name"))
+                    .is_some_and(|n| n == name)
+            };
+            if reply.bucket_action.is_empty() || reply.bucket_action.iter().any(names) {
+                return reply
+                    .bucket_action
+                    .into_iter()
+                    .map(|a| a.bucket_action.unwrap())
+                    .collect();
+            }
+        }
+    }
+
+    /// The next message of the stream (at most 10 s away).
+    async fn next(&mut self) -> RateLimitQuotaResponse {
+        tokio::time::timeout(Duration::from_secs(10), self.rx.message())
             .await
-            .expect("an answer within 10 s")
+            .expect("a message within 10 s")
             .unwrap()
-            .expect("an open stream");
-        reply
-            .bucket_action
-            .into_iter()
-            .map(|a| a.bucket_action.unwrap())
-            .collect()
+            .expect("an open stream")
     }
 }
 
@@ -136,6 +154,41 @@ fn rate(action: Action) -> f64 {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn the_server_pushes_a_changed_share_without_waiting_for_a_report() {
+    let s = spawn(RULES);
+    let (mut a, mut b) = (Stream::open(&s.grpc).await, Stream::open(&s.grpc).await);
+    // alone, a gets the whole limit
+    assert!((rate(a.report("api", 90).await) - 100.0).abs() < 0.5);
+    // b comes: b's answer is its share; a hears of its own smaller share from the
+    // server's push (the rules' report interval: 1 s), a never reporting again
+    let y = rate(b.report("api", 90).await);
+    assert!((y - 50.0).abs() < 0.5, "{y}");
+    let started = std::time::Instant::now();
+    let push = a.next().await;
+    let waited = started.elapsed();
+    let x = rate(push.bucket_action[0].bucket_action.unwrap());
+    assert!((x - 50.0).abs() < 0.5, "{x}");
+    assert!(x + y <= 100.0 + 1e-6, "{x} + {y}");
+    assert!(waited < Duration::from_secs(3), "pushed after {waited:?}");
+    // b goes silent: its report ages out of the division after the assignment's time to
+    // live (3 s after it); a reports on (1.2 s apart, so its own report is live when b's
+    // has aged out) and is pushed the whole limit again, between its reports
+    drop(b);
+    assert!((rate(a.report("api", 90).await) - 50.0).abs() < 0.5);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let x = rate(a.report("api", 90).await);
+    if (x - 50.0).abs() < 0.5 {
+        let push = a.next().await;
+        let x = rate(push.bucket_action[0].bucket_action.unwrap());
+        assert!((x - 100.0).abs() < 0.5, "{x}");
+    } else {
+        // a machine slow enough that b's report aged out before a's second report
+        assert!((x - 100.0).abs() < 0.5, "{x}");
+    }
+    drop(s.proc);
 }
 
 /// Two report rounds of `a` and `b`; their last shares.
@@ -185,6 +238,10 @@ async fn two_servers_on_one_redis_share_the_division() {
     let mut a2 = Stream::open(&two.grpc).await;
     let z = rate(a2.report("api", 400).await);
     assert!(z > 0.0 && z <= 100.0, "{z}");
+    // a, on the first replica, hears of its smaller share by a push (read from Redis)
+    let push = a.next().await;
+    let x = rate(push.bucket_action[0].bucket_action.unwrap());
+    assert!((x - 100.0 / 3.0).abs() < 0.5, "{x}");
     common::delete_redis_keys(&prefix);
 }
 

@@ -7,13 +7,16 @@
 //! | [`Strategy::Local`] | enforces [`floodgate_dist::local_share`] of every policy (`limit / N`) in process, no round trip | the in-process store |
 //! | [`Strategy::Shared`] | every decision on the shared Redis counter (one round trip) | a shared store (`RedisDecisionStore`, feature `redis`) |
 //! | [`Strategy::Hybrid`] | spends leases of quota from the shared counter locally while a key is far from its limit, shared decisions near it (`HybridStore`, feature `redis`) | a shared store (`HybridStore`) |
+//! | [`Strategy::Quota`] | decides locally from the share a quota server assigns it (Envoy's Rate Limit Quota Service), reporting each bucket's usage every interval ([`crate::quota`]) | a quota server (`QuotaStore`, feature `quota-client`) |
 //!
 //! Error bounds: sticky is exact while the node list is stable; each key that moves (a
 //! node leaves or joins) starts over on its new owner with a full burst. Local share admits
 //! the whole limit only to a client spread evenly over the nodes (a client on one node gets
 //! `1/N`). Shared is exact. Hybrid never admits a unit that was not first charged to the
 //! shared counter; within any span it can exceed the limit's bound by at most
-//! `nodes x lease` units.
+//! `nodes x lease` units. Quota admits at most the sum of the live assignments: the server's
+//! division sums to the limit, so within a report interval the fleet's excess is bounded by
+//! the buckets' bursts and by shares still live on a node after the server moved them.
 
 use std::fmt;
 use std::str::FromStr;
@@ -33,6 +36,8 @@ pub enum Strategy {
     Shared,
     /// Leases from the shared counter spent locally, shared decisions near the limit.
     Hybrid,
+    /// Each node enforces the share a quota server assigns it (see [`crate::quota`]).
+    Quota,
 }
 
 impl Strategy {
@@ -43,6 +48,7 @@ impl Strategy {
             Strategy::Local => "local",
             Strategy::Shared => "shared",
             Strategy::Hybrid => "hybrid",
+            Strategy::Quota => "quota",
         }
     }
 
@@ -66,12 +72,13 @@ impl FromStr for Strategy {
             "local" => Ok(Strategy::Local),
             "shared" => Ok(Strategy::Shared),
             "hybrid" => Ok(Strategy::Hybrid),
+            "quota" => Ok(Strategy::Quota),
             other => Err(FleetError::UnknownStrategy(other.to_string())),
         }
     }
 }
 
-/// The config form: `sticky`, `local`, `shared` or `hybrid`.
+/// The config form: `sticky`, `local`, `shared`, `hybrid` or `quota`.
 #[cfg(feature = "config")]
 impl<'de> serde::Deserialize<'de> for Strategy {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Strategy, D::Error> {
@@ -83,8 +90,10 @@ impl<'de> serde::Deserialize<'de> for Strategy {
 /// Why a fleet is invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FleetError {
-    /// Not one of sticky, local, shared, hybrid.
-    #[error("unknown strategy {0:?}; expected \"sticky\", \"local\", \"shared\" or \"hybrid\"")]
+    /// Not one of sticky, local, shared, hybrid, quota.
+    #[error(
+        "unknown strategy {0:?}; expected \"sticky\", \"local\", \"shared\", \"hybrid\" or \"quota\""
+    )]
     UnknownStrategy(String),
     /// The node list is empty.
     #[error("nodes is empty: list every node of the fleet, this one included")]
@@ -292,7 +301,7 @@ mod tests {
         let e = "round-robin".parse::<Strategy>().unwrap_err();
         assert!(
             e.to_string()
-                .contains("\"sticky\", \"local\", \"shared\" or \"hybrid\"")
+                .contains("\"sticky\", \"local\", \"shared\", \"hybrid\" or \"quota\"")
         );
         let f = Fleet::new(Strategy::Hybrid, n, "127.0.0.1:1").unwrap();
         assert_eq!(

@@ -19,6 +19,7 @@ pub mod inflight;
 pub mod insight;
 pub mod leases;
 pub mod metrics;
+pub mod quota;
 #[cfg(feature = "redis")]
 pub mod redis_leases;
 #[cfg(feature = "redis")]

@@ -74,6 +74,9 @@ pub struct RateLimiterBuilder {
     store: Option<Arc<dyn DecisionStore>>,
     store_name: &'static str,
     fleet: Option<Fleet>,
+    /// The `quota` fleet strategy's client settings.
+    #[cfg(feature = "quota")]
+    quota: Option<floodgate_engine::quota::QuotaClientConfig>,
     surface: &'static str,
     key_display: KeyDisplay,
     rejection_log: RejectionLogConfig,
@@ -103,6 +106,8 @@ impl Default for RateLimiterBuilder {
             store: None,
             store_name: "memory",
             fleet: None,
+            #[cfg(feature = "quota")]
+            quota: None,
             surface: "layer",
             key_display: KeyDisplay::Plain,
             rejection_log: RejectionLogConfig::default(),
@@ -220,6 +225,61 @@ impl RateLimiterBuilder {
     pub fn fleet(mut self, fleet: Fleet) -> Self {
         self.fleet = Some(fleet);
         self
+    }
+
+    /// This node is one of a fleet under the `quota` strategy (see
+    /// [`floodgate_engine::quota`]): `build` starts a
+    /// [`QuotaStore`](floodgate_engine::quota::QuotaStore) on the current tokio runtime
+    /// (so `build` must then run inside one), a client of the quota server at
+    /// `config.server` that decides every request locally from the share the server
+    /// assigns each (policy, key) bucket. Exclusive with [`store`](Self::store); refused
+    /// with `max_in_flight` policies (a quota store keeps no leases).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), floodgate_http::BuildError> {
+    /// use floodgate_core::{Kind, Spec};
+    /// use floodgate_engine::quota::{QuotaClientConfig, QuotaFallback};
+    /// use floodgate_http::{Policy, RateLimiter};
+    ///
+    /// let mut quota = QuotaClientConfig::new("http://127.0.0.1:8081", "edge");
+    /// quota.fallback = QuotaFallback::LocalShare { nodes: 3 };
+    /// let spec = Spec::new(Kind::Gcra, "100/s".parse().unwrap());
+    /// let limiter = RateLimiter::builder()
+    ///     .policy(Policy::new("per-ip", spec))
+    ///     .quota(quota)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "quota")]
+    pub fn quota(mut self, config: floodgate_engine::quota::QuotaClientConfig) -> Self {
+        self.quota = Some(config);
+        self
+    }
+
+    /// The quota strategy's store, started (`None` without [`quota`](Self::quota)).
+    #[cfg(feature = "quota")]
+    fn quota_store(
+        &self,
+        infos: &[PolicyInfo],
+    ) -> Result<Option<Arc<dyn DecisionStore>>, BuildError> {
+        let Some(q) = &self.quota else {
+            return Ok(None);
+        };
+        if self.store.is_some() {
+            return Err(BuildError::Invalid(
+                "quota: the quota strategy decides on its own store; give no store with it".into(),
+            ));
+        }
+        if let Some(p) = infos.iter().find(|p| p.in_flight.is_some()) {
+            return Err(BuildError::Invalid(format!(
+                "policy {:?} limits requests in flight, and the quota strategy's store keeps no leases",
+                p.name
+            )));
+        }
+        let store = floodgate_engine::quota::QuotaStore::start(infos, q.clone())
+            .map_err(|e| BuildError::Invalid(format!("quota: {e}")))?;
+        Ok(Some(Arc::new(store)))
     }
 
     /// The policies as a store sees them (to build a custom store before `build`). Under
@@ -351,6 +411,15 @@ impl RateLimiterBuilder {
     /// Validate everything and build.
     pub fn build(self) -> Result<RateLimiter, BuildError> {
         let infos = self.policy_infos()?;
+        #[cfg(feature = "quota")]
+        let quota_store = self.quota_store(&infos)?;
+        #[cfg(not(feature = "quota"))]
+        let quota_store: Option<Arc<dyn DecisionStore>> = None;
+        let store_name = if quota_store.is_some() {
+            "quota"
+        } else {
+            self.store_name
+        };
         if infos.is_empty() {
             return Err(BuildError::Invalid(
                 "at least one policy is required".into(),
@@ -438,7 +507,7 @@ impl RateLimiterBuilder {
                 p.name, self.store_name
             )));
         }
-        let (store, local): (Arc<dyn DecisionStore>, _) = match self.store {
+        let (store, local): (Arc<dyn DecisionStore>, _) = match self.store.or(quota_store) {
             Some(s) => (s, None),
             None => {
                 let local = Arc::new(Self::local_store(
@@ -485,7 +554,7 @@ impl RateLimiterBuilder {
                 routes: compiled,
                 store,
                 local,
-                store_name: self.store_name,
+                store_name,
                 client_ip: self.client_ip,
                 peer: self.peer,
                 allow_nets: self.allow_nets,
@@ -551,6 +620,47 @@ mod build_tests {
             e.contains("\"gpu\"") && e.contains("keeps no leases"),
             "{e}"
         );
+    }
+
+    #[cfg(feature = "quota")]
+    #[test]
+    fn the_quota_strategy_names_what_it_cannot_take() {
+        use floodgate_engine::quota::QuotaClientConfig;
+        let quota = QuotaClientConfig::new("http://127.0.0.1:1", "edge");
+        let spec = Spec::new(Kind::Gcra, "10/s".parse().unwrap());
+        // built outside a runtime (a configuration check): its stream starts later
+        let l = RateLimiter::builder()
+            .policy(Policy::new("p", spec.clone()))
+            .quota(quota.clone())
+            .build()
+            .unwrap();
+        assert_eq!(l.inner.store_name, "quota");
+        let e = RateLimiter::builder()
+            .policy(Policy::new("p", spec.clone()))
+            .quota(quota.clone())
+            .store(Arc::new(LocalStore::new(&[], 10).unwrap()), "memory")
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("give no store with it"), "{e}");
+        let inflight = crate::policy::InFlightSpec::new(2, Duration::from_secs(1)).unwrap();
+        let e = RateLimiter::builder()
+            .policy(Policy::max_in_flight("gpu", inflight))
+            .quota(quota.clone())
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"gpu\"") && e.contains("keeps no leases"),
+            "{e}"
+        );
+        let e = RateLimiter::builder()
+            .policy(Policy::new("p", spec))
+            .quota(QuotaClientConfig::new("127.0.0.1:1", "edge"))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("quota: quota_server \"127.0.0.1:1\""), "{e}");
     }
 
     #[test]

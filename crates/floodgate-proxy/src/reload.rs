@@ -53,7 +53,7 @@ pub const RESTART_ONLY: [&str; 20] = [
 /// The [`RESTART_ONLY`] settings whose values differ between `old` and `new`.
 pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     // the fleet's section has no equality of its own: compared as validated
-    let fleet = |c: &Config| format!("{:?}", c.fleet());
+    let fleet = |c: &Config| format!("{:?} {:?}", c.fleet(), c.fleet.quota);
     let changed = [
         old.listen != new.listen,
         old.upstream != new.upstream,

@@ -1,4 +1,6 @@
-//! `[fleet]`: the strategy, `nodes` as a count or addresses, `self`, the hybrid lease.
+//! `[fleet]`: the strategy, `nodes` as a count or addresses, `self`, the hybrid lease, and
+//! the quota client's settings (`quota_server`, `quota_domain`, `report_interval`,
+//! `no_assignment`, `quota_max_buckets`).
 
 use std::time::Duration;
 
@@ -8,6 +10,8 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use super::{StoreKind, StoreSection};
 use crate::fleet::{DEFAULT_LEASE, DEFAULT_LEASE_TTL, Fleet, FleetError, Strategy, check_node};
+use crate::quota::settings::{DEFAULT_MAX_BUCKETS, DEFAULT_REPORT_INTERVAL};
+use crate::quota::{QuotaClientConfig, QuotaFallback};
 
 /// `[fleet] nodes`: how many nodes share the limits, or their addresses (`host:port`).
 /// Either way the count is the fleet's size; addresses are needed where a node talks to
@@ -70,6 +74,9 @@ impl<'de> Deserialize<'de> for FleetNodes {
     }
 }
 
+/// The quota domain when `quota_domain` is not given.
+pub const DEFAULT_DOMAIN: &str = "floodgate";
+
 /// `[fleet]`: several nodes (proxies, or servers behind one balancer) sharing each limit
 /// with a [`Strategy`] (see [`crate::fleet`]).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -87,6 +94,8 @@ pub struct FleetSection {
     pub lease: u64,
     /// `lease_ttl`: hybrid, a lease's lifetime, above 0 (default 1 s).
     pub lease_ttl: Duration,
+    /// The quota client's settings: `Some` exactly when the strategy is `quota`.
+    pub quota: Option<QuotaClientConfig>,
 }
 
 impl Default for FleetSection {
@@ -97,6 +106,7 @@ impl Default for FleetSection {
             self_node: None,
             lease: DEFAULT_LEASE,
             lease_ttl: DEFAULT_LEASE_TTL,
+            quota: None,
         }
     }
 }
@@ -113,6 +123,68 @@ struct FleetTable {
     lease: u64,
     #[serde(default = "default_lease_ttl", deserialize_with = "positive_duration")]
     lease_ttl: Duration,
+    #[serde(default, deserialize_with = "de_server")]
+    quota_server: Option<String>,
+    #[serde(default, deserialize_with = "de_domain")]
+    quota_domain: Option<String>,
+    #[serde(default, deserialize_with = "de_interval")]
+    report_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "de_no_assignment")]
+    no_assignment: Option<NoAssignment>,
+    #[serde(default, deserialize_with = "de_max_buckets")]
+    quota_max_buckets: Option<usize>,
+}
+
+/// `no_assignment`: what a quota bucket does with no live assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoAssignment {
+    AllowAll,
+    DenyAll,
+    LocalShare,
+}
+
+fn de_server<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    QuotaClientConfig::new(s.clone(), DEFAULT_DOMAIN)
+        .check()
+        .map_err(de::Error::custom)?;
+    Ok(Some(s))
+}
+
+fn de_domain<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() {
+        return Err(de::Error::custom(
+            "quota_domain must not be empty: the domain the quota server's rules are written for",
+        ));
+    }
+    Ok(Some(s))
+}
+
+fn de_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    positive_duration(d).map(Some)
+}
+
+fn de_no_assignment<'de, D: Deserializer<'de>>(d: D) -> Result<Option<NoAssignment>, D::Error> {
+    let s = String::deserialize(d)?;
+    match s.as_str() {
+        "allow_all" => Ok(Some(NoAssignment::AllowAll)),
+        "deny_all" => Ok(Some(NoAssignment::DenyAll)),
+        "local_share" => Ok(Some(NoAssignment::LocalShare)),
+        other => Err(de::Error::custom(format!(
+            "unknown no_assignment {other:?}; expected allow_all, deny_all or local_share (each policy's limit / nodes)"
+        ))),
+    }
+}
+
+fn de_max_buckets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n == 0 {
+        return Err(de::Error::custom(
+            "quota_max_buckets must be at least 1, got 0",
+        ));
+    }
+    Ok(Some(usize::try_from(n).unwrap_or(usize::MAX)))
 }
 
 fn default_lease() -> u64 {
@@ -138,7 +210,7 @@ fn de_strategy<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Strategy>, D::E
     }
     s.parse::<Strategy>().map(Some).map_err(|_| {
         de::Error::custom(format!(
-            "unknown strategy {s:?}; expected single, local, shared or hybrid (or sticky: floodgate proxy's)"
+            "unknown strategy {s:?}; expected single, local, shared or hybrid (or sticky and quota: floodgate proxy's)"
         ))
     })
 }
@@ -180,12 +252,48 @@ impl TryFrom<FleetTable> for FleetSection {
             }
             _ => {}
         }
+        let quota = if t.strategy == Some(Strategy::Quota) {
+            let Some(server) = t.quota_server else {
+                return Err(
+                    "strategy quota needs quota_server: the quota server's gRPC address, e.g. \"http://127.0.0.1:8081\""
+                        .into(),
+                );
+            };
+            let nodes = t.nodes.as_ref().map_or(1, FleetNodes::count);
+            Some(QuotaClientConfig {
+                server,
+                domain: t.quota_domain.unwrap_or_else(|| DEFAULT_DOMAIN.into()),
+                report_interval: t.report_interval.unwrap_or(DEFAULT_REPORT_INTERVAL),
+                fallback: match t.no_assignment.unwrap_or(NoAssignment::AllowAll) {
+                    NoAssignment::AllowAll => QuotaFallback::AllowAll,
+                    NoAssignment::DenyAll => QuotaFallback::DenyAll,
+                    NoAssignment::LocalShare => QuotaFallback::LocalShare { nodes },
+                },
+                max_buckets: t.quota_max_buckets.unwrap_or(DEFAULT_MAX_BUCKETS),
+            })
+        } else {
+            let given = [
+                ("quota_server", t.quota_server.is_some()),
+                ("quota_domain", t.quota_domain.is_some()),
+                ("report_interval", t.report_interval.is_some()),
+                ("no_assignment", t.no_assignment.is_some()),
+                ("quota_max_buckets", t.quota_max_buckets.is_some()),
+            ];
+            if let Some((name, _)) = given.iter().find(|(_, g)| *g) {
+                return Err(format!(
+                    "{name} is a setting of strategy quota (the strategy is {})",
+                    t.strategy.map_or("single", Strategy::name)
+                ));
+            }
+            None
+        };
         Ok(FleetSection {
             strategy: t.strategy,
             nodes: t.nodes,
             self_node: t.self_node,
             lease: t.lease,
             lease_ttl: t.lease_ttl,
+            quota,
         })
     }
 }
@@ -213,9 +321,10 @@ impl FleetSection {
     }
 
     /// The fleet of a node that knows its peers by address (the proxy): `None` for
-    /// `single`; an error when `nodes` is a count or `self` is missing.
+    /// `single` and for `quota` (whose nodes need not know each other: see
+    /// [`quota`](Self::quota)); an error when `nodes` is a count or `self` is missing.
     pub fn fleet(&self) -> Result<Option<Fleet>, String> {
-        let Some(strategy) = self.strategy else {
+        let Some(strategy) = self.strategy.filter(|s| *s != Strategy::Quota) else {
             return Ok(None);
         };
         let nodes = match &self.nodes {

@@ -672,6 +672,9 @@ impl Config {
         if let Some(f) = fleet {
             b = b.fleet(f);
         }
+        if let Some(q) = &self.fleet.quota {
+            b = b.quota(q.clone());
+        }
         for r in &self.routes {
             let mut route = Route::prefix(r.prefix.clone()).methods(r.methods.iter().cloned());
             for n in &r.policies {

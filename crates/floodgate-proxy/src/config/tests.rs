@@ -212,6 +212,74 @@ fn fleet_errors_are_clear_and_located() {
 }
 
 #[test]
+fn fleet_quota_settings_are_read_and_bad_values_located() {
+    use floodgate_engine::quota::QuotaFallback;
+    let cfg = Config::parse(
+        &format!(
+            "{POLICY}[fleet]\nstrategy = \"quota\"\nquota_server = \"http://127.0.0.1:8081\"\nquota_domain = \"edge\"\nreport_interval = \"250ms\"\nno_assignment = \"local_share\"\nnodes = 3\n"
+        ),
+        Path::new("floodgate.toml"),
+    )
+    .unwrap();
+    let q = cfg.fleet.quota.clone().unwrap();
+    assert_eq!(q.server, "http://127.0.0.1:8081");
+    assert_eq!(q.domain, "edge");
+    assert_eq!(q.report_interval, std::time::Duration::from_millis(250));
+    assert_eq!(q.fallback, QuotaFallback::LocalShare { nodes: 3 });
+    // the quota strategy has no node-addressed fleet
+    assert!(cfg.fleet().is_none());
+    let quota = "strategy = \"quota\"\nquota_server = \"http://127.0.0.1:8081\"\n";
+    for (extra, at, want) in [
+        (
+            "strategy = \"quota\"\n",
+            "5:1",
+            "strategy quota needs quota_server",
+        ),
+        (
+            "strategy = \"quota\"\nquota_server = \"127.0.0.1:8081\"\n",
+            "7:16",
+            "quota_server \"127.0.0.1:8081\" is not a server address: expected http://host:port",
+        ),
+        (
+            &format!("{quota}report_interval = \"0s\"\n"),
+            "8:19",
+            "report_interval",
+        ),
+        (
+            &format!("{quota}no_assignment = \"maybe\"\n"),
+            "8:17",
+            "unknown no_assignment \"maybe\"; expected allow_all, deny_all or local_share",
+        ),
+        (
+            &format!("{quota}quota_domain = \"\"\n"),
+            "8:16",
+            "quota_domain must not be empty",
+        ),
+        (
+            &format!("{quota}quota_max_buckets = 0\n"),
+            "8:21",
+            "quota_max_buckets must be at least 1",
+        ),
+        (
+            "strategy = \"local\"\nnodes = 2\nquota_server = \"http://a:1\"\n",
+            "5:1",
+            "quota_server is a setting of strategy quota (the strategy is local)",
+        ),
+    ] {
+        let e = fleet_err("", extra);
+        assert!(
+            e.starts_with(&format!("floodgate.toml:{at}: ")) && e.contains(want),
+            "{extra:?}: {e}"
+        );
+    }
+    let e = fleet_err("store = \"redis://127.0.0.1:6379/\"\n", quota);
+    assert!(
+        e.contains("strategy \"quota\" counts in process on each node"),
+        "{e}"
+    );
+}
+
+#[test]
 fn fleet_local_enforces_the_share_and_sticky_names_owners() {
     let nodes = "nodes = [\"127.0.0.1:8081\", \"127.0.0.1:8082\", \"127.0.0.1:8083\"]\n";
     let src = format!(

@@ -219,6 +219,9 @@ pub(super) fn check_fleet(file: &FileConfig) -> Result<(), String> {
     if file.fleet.strategy == Some(Strategy::Sticky) {
         return Err("strategy sticky forwards requests to the key's owner, which floodgate proxy does over HTTP; the server offers local, shared or hybrid".into());
     }
+    if file.fleet.strategy == Some(Strategy::Quota) {
+        return Err("strategy quota makes a node a client of a quota server (floodgate proxy's); the server is the quota server (its quota: rules); it offers local, shared or hybrid".into());
+    }
     file.fleet
         .check_store(&file.store)
         .map_err(|e| e.to_string())

@@ -60,12 +60,7 @@ impl RlsService {
     }
 }
 
-pub(crate) fn pb_duration(d: std::time::Duration) -> PbDuration {
-    PbDuration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: d.subsec_nanos() as i32,
-    }
-}
+pub(crate) use floodgate_engine::quota::envoy::pb_duration;
 
 fn clamp_u32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)

@@ -20,6 +20,13 @@
 //! * a store failure: no action for the bucket (the client keeps its assignment until it
 //!   expires, then follows its `expired_assignment_behavior`).
 //!
+//! Between a client's reports the server also pushes: every report interval (the
+//! shortest of the rules its buckets matched, at least 100 ms) each stream's buckets are
+//! divided again from the live reports (recording nothing: [`DemandBook::read`]), and
+//! the buckets whose assignment changed since the last one sent on the stream get the
+//! new one. So shares converge on other clients' reports (and on a silent client's
+//! report ageing out of the division) without waiting for this client's next report.
+//!
 //! Caps: the door's message size (`limits.max_request_bytes`), HTTP/2's concurrent
 //! streams per connection, `quota.max_buckets_per_stream` (past it the stream ends with
 //! `RESOURCE_EXHAUSTED`), `limits.max_entries` and `limits.max_value_bytes` on each
@@ -32,11 +39,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, RequestsPerTimeUnit, Strategy};
-use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, RateLimitUnit, TokenBucket};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
-    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+    AbandonAction, BucketAction as Action,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
@@ -44,19 +49,20 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_serv
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use envoy_types::pb::google::protobuf::UInt32Value;
+use floodgate_engine::quota::envoy::assignment_action;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::config::{Caps, QuotaBucketDef, QuotaRules, UnknownBucket};
+use crate::config::{Caps, DEFAULT_REPORT_INTERVAL, QuotaBucketDef, QuotaRules, UnknownBucket};
 use crate::descriptors::Engine;
 use crate::quota::{
-    Assignment, BookError, BucketView, ClientView, DemandBook, QuotaStrategy, QuotaUnit as Unit,
-    QuotaView, Report, demand_of, strategy_for,
+    Assignment, BookError, BucketView, ClientView, DemandBook, QuotaStrategy, QuotaView, Report,
+    demand_of, strategy_for,
 };
 
-use super::pb_duration;
+/// Pushes are at most this frequent, whatever the rules' report intervals.
+const MIN_PUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The time to live of a deny-all or allow-all answer to a bucket no rule matches.
 pub const UNKNOWN_BUCKET_TTL: Duration = Duration::from_secs(15);
@@ -131,9 +137,31 @@ impl RateLimitQuotaService for QuotaService {
             };
             let mut reports = request.into_inner();
             let mut stop = inner.stop.clone();
+            let mut idle_since = tokio::time::Instant::now();
+            // pushes tick on their own, whatever the client's reports
+            let mut push_at = idle_since + inner.push_interval(&stream);
             loop {
+                let idle_at = idle_since + inner.idle;
                 let next = tokio::select! {
-                    next = tokio::time::timeout(inner.idle, reports.message()) => next,
+                    next = reports.message() => next,
+                    () = tokio::time::sleep_until(push_at.min(idle_at)) => {
+                        if tokio::time::Instant::now() >= idle_at {
+                            let _ = tx
+                                .send(Err(Status::deadline_exceeded(format!(
+                                    "no usage report for {:?}; reconnect to report again",
+                                    inner.idle
+                                ))))
+                                .await;
+                            return;
+                        }
+                        push_at = tokio::time::Instant::now() + inner.push_interval(&stream);
+                        if let Some(push) = inner.push(&mut stream).await
+                            && tx.send(Ok(push)).await.is_err()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
                     () = tx.closed() => return,
                     () = async { drop(stop.wait_for(|s| *s).await) } => {
                         let _ = tx
@@ -145,23 +173,17 @@ impl RateLimitQuotaService for QuotaService {
                     }
                 };
                 let reports = match next {
-                    Err(_) => {
-                        let _ = tx
-                            .send(Err(Status::deadline_exceeded(format!(
-                                "no usage report for {:?}; reconnect to report again",
-                                inner.idle
-                            ))))
-                            .await;
-                        return;
-                    }
-                    Ok(Ok(Some(r))) => r,
-                    Ok(Ok(None)) => return,
-                    Ok(Err(status)) => {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return,
+                    Err(status) => {
                         tracing::debug!(%status, "quota stream ended by the client");
                         return;
                     }
                 };
+                idle_since = tokio::time::Instant::now();
                 let answer = inner.answer(&mut stream, reports).await;
+                // a first bucket (or a rule of a shorter interval) brings the push nearer
+                push_at = push_at.min(idle_since + inner.push_interval(&stream));
                 let end = answer.is_err();
                 if tx.send(answer).await.is_err() || end {
                     return;
@@ -176,8 +198,20 @@ impl RateLimitQuotaService for QuotaService {
 struct StreamState {
     client: String,
     domain: Option<String>,
-    /// Bucket key -> the rule it matched at its last report (`None`: no rule).
-    buckets: HashMap<String, Option<String>>,
+    /// Bucket key -> what the stream knows of it.
+    buckets: HashMap<String, Subscribed>,
+}
+
+/// One bucket a stream subscribed.
+struct Subscribed {
+    /// The rule it matched at its last report (`None`: no rule).
+    rule: Option<String>,
+    /// Its `BucketId`, as reported.
+    id: BucketId,
+    /// Its name for people (`DOMAIN|key=value,...`).
+    name: String,
+    /// The assignment last sent for it on this stream.
+    sent: Option<Assignment>,
 }
 
 /// A `BucketId` under the request caps, as a key: the domain and the sorted entries,
@@ -243,14 +277,14 @@ impl Inner {
                 .ok_or_else(|| Status::invalid_argument("a bucket usage without a bucket_id"))?;
             let (key, name) = bucket_key(&domain, id, &rules.caps)?;
             let rule = quota.rule(&domain, |k| id.bucket.get(k).map(String::as_str));
-            let known = stream.buckets.get(&key);
+            let known = stream.buckets.get(&key).map(|b| b.rule.is_some());
             if known.is_none() && stream.buckets.len() >= quota.max_buckets_per_stream {
                 return Err(Status::resource_exhausted(format!(
                     "a stream may report at most {} buckets (quota.max_buckets_per_stream)",
                     quota.max_buckets_per_stream
                 )));
             }
-            if matches!(known, Some(Some(_))) && rule.is_none() {
+            if known == Some(true) && rule.is_none() {
                 // its rule was removed by a reload: the client forgets the bucket
                 stream.buckets.remove(&key);
                 actions.push(BucketAction {
@@ -259,9 +293,6 @@ impl Inner {
                 });
                 continue;
             }
-            stream
-                .buckets
-                .insert(key.clone(), rule.map(|r| r.name.clone()));
             let elapsed = usage
                 .time_elapsed
                 .map(|d| {
@@ -289,6 +320,15 @@ impl Inner {
                     ttl: UNKNOWN_BUCKET_TTL,
                 }),
             };
+            stream.buckets.insert(
+                key.clone(),
+                Subscribed {
+                    rule: rule.map(|r| r.name.clone()),
+                    id: id.clone(),
+                    name,
+                    sent: assignment,
+                },
+            );
             if let Some(a) = assignment {
                 actions.push(BucketAction {
                     bucket_id: Some(id.clone()),
@@ -297,6 +337,73 @@ impl Inner {
             }
         }
         Ok(RateLimitQuotaResponse {
+            bucket_action: actions,
+        })
+    }
+
+    /// How long until the next push to `stream`: the shortest report interval of the
+    /// rules its buckets matched ([`DEFAULT_REPORT_INTERVAL`] without one).
+    fn push_interval(&self, stream: &StreamState) -> Duration {
+        let generation = self.engine.current();
+        let quota = &generation.rules.quota;
+        let Some(domain) = &stream.domain else {
+            return DEFAULT_REPORT_INTERVAL;
+        };
+        stream
+            .buckets
+            .values()
+            .filter_map(|b| {
+                quota
+                    .rule(domain, |k| b.id.bucket.get(k).map(String::as_str))
+                    .or(match &quota.unknown {
+                        UnknownBucket::Default(d) => Some(d),
+                        _ => None,
+                    })
+            })
+            .map(|d| d.report_interval)
+            .min()
+            .unwrap_or(DEFAULT_REPORT_INTERVAL)
+            .max(MIN_PUSH_INTERVAL)
+    }
+
+    /// Fresh assignments for the buckets of `stream` whose division changed since the
+    /// last one sent on it (other clients' reports came or aged out): divided from the
+    /// live reports, recording nothing. `None` when nothing changed.
+    async fn push(&self, stream: &mut StreamState) -> Option<RateLimitQuotaResponse> {
+        let domain = stream.domain.clone()?;
+        let generation = self.engine.current();
+        let quota = &generation.rules.quota;
+        let mut actions = Vec::new();
+        for (key, b) in stream.buckets.iter_mut() {
+            let def = match (
+                quota.rule(&domain, |k| b.id.bucket.get(k).map(String::as_str)),
+                &quota.unknown,
+            ) {
+                (Some(def), _) => def,
+                (None, UnknownBucket::Default(def)) => def,
+                // allow all or deny all: nothing to divide
+                (None, _) => continue,
+            };
+            let recorded = match self.book.read(key, def.assignment_ttl).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(bucket = b.name, error = %e, "quota push: the store failed");
+                    continue;
+                }
+            };
+            let Some(a) = self.divide(&b.name, &stream.client, def, &recorded) else {
+                continue;
+            };
+            if b.sent == Some(a) {
+                continue;
+            }
+            b.sent = Some(a);
+            actions.push(BucketAction {
+                bucket_id: Some(b.id.clone()),
+                bucket_action: Some(Action::QuotaAssignmentAction(assignment_action(&a))),
+            });
+        }
+        (!actions.is_empty()).then_some(RateLimitQuotaResponse {
             bucket_action: actions,
         })
     }
@@ -343,6 +450,18 @@ impl Inner {
                 return None;
             }
         };
+        self.divide(name, client, def, &recorded)
+    }
+
+    /// `client`'s assignment in the division of `recorded` under `def` (shown in the
+    /// view); `None` when the client is not among the live reports.
+    fn divide(
+        &self,
+        name: &str,
+        client: &str,
+        def: &QuotaBucketDef,
+        recorded: &crate::quota::Recorded,
+    ) -> Option<Assignment> {
         let ttl_ms = u64::try_from(def.assignment_ttl.as_millis()).unwrap_or(u64::MAX);
         let shares = def
             .division
@@ -374,46 +493,6 @@ impl Inner {
     }
 }
 
-fn rate_limit_unit(unit: Unit) -> RateLimitUnit {
-    match unit {
-        Unit::Second => RateLimitUnit::Second,
-        Unit::Minute => RateLimitUnit::Minute,
-        Unit::Hour => RateLimitUnit::Hour,
-        Unit::Day => RateLimitUnit::Day,
-    }
-}
-
-/// An assignment as Envoy's `QuotaAssignmentAction`.
-pub fn assignment_action(a: &Assignment) -> QuotaAssignmentAction {
-    let strategy = match a.strategy {
-        QuotaStrategy::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
-        QuotaStrategy::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
-        QuotaStrategy::RequestsPerUnit { requests, unit } => {
-            Strategy::RequestsPerTimeUnit(RequestsPerTimeUnit {
-                requests_per_time_unit: requests,
-                time_unit: rate_limit_unit(unit) as i32,
-            })
-        }
-        QuotaStrategy::TokenBucket {
-            max_tokens,
-            tokens_per_fill,
-            fill_interval,
-        } => Strategy::TokenBucket(TokenBucket {
-            max_tokens,
-            tokens_per_fill: Some(UInt32Value {
-                value: tokens_per_fill,
-            }),
-            fill_interval: Some(pb_duration(fill_interval)),
-        }),
-    };
-    QuotaAssignmentAction {
-        assignment_time_to_live: Some(pb_duration(a.ttl)),
-        rate_limit_strategy: Some(RateLimitStrategy {
-            strategy: Some(strategy),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,32 +521,5 @@ mod tests {
             .collect();
         let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert!(bucket_key("d", &id(&many), &caps).is_err());
-    }
-
-    #[test]
-    fn assignments_as_envoy_messages() {
-        let a = assignment_action(&Assignment {
-            strategy: QuotaStrategy::RequestsPerUnit {
-                requests: 60,
-                unit: Unit::Minute,
-            },
-            ttl: Duration::from_secs(15),
-        });
-        assert_eq!(a.assignment_time_to_live.unwrap().seconds, 15);
-        match a.rate_limit_strategy.unwrap().strategy.unwrap() {
-            Strategy::RequestsPerTimeUnit(r) => {
-                assert_eq!(r.requests_per_time_unit, 60);
-                assert_eq!(r.time_unit, RateLimitUnit::Minute as i32);
-            }
-            other => panic!("{other:?}"),
-        }
-        let a = assignment_action(&Assignment {
-            strategy: QuotaStrategy::DenyAll,
-            ttl: Duration::from_secs(1),
-        });
-        assert_eq!(
-            a.rate_limit_strategy.unwrap().strategy,
-            Some(Strategy::BlanketRule(BlanketRule::DenyAll as i32))
-        );
     }
 }

@@ -88,6 +88,9 @@ impl std::fmt::Debug for DemandBook {
 /// The script's source.
 const REPORT_LUA: &str = include_str!("report.lua");
 static REPORT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(REPORT_LUA));
+/// The read script's source.
+const READ_LUA: &str = include_str!("read.lua");
+static READ: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(READ_LUA));
 
 /// Demands are kept in Redis as whole milli-requests per second, below 2^53.
 const MAX_MILLI: f64 = 9.0e15;
@@ -114,6 +117,19 @@ impl DemandBook {
                 record_in(&mut all, r, now_ms)
             }
             DemandBook::Redis(store) => record_redis(store, r).await,
+        }
+    }
+
+    /// The live reports of `bucket` (under a time to live of `ttl`), recording nothing:
+    /// what the server divides when it pushes fresh assignments between reports.
+    pub async fn read(&self, bucket: &str, ttl: Duration) -> Result<Recorded, BookError> {
+        match self {
+            DemandBook::Memory { buckets, clock } => {
+                let now_ms = clock.now().0 / 1_000_000;
+                let all = buckets.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(read_in(&all, bucket, ms(ttl), now_ms))
+            }
+            DemandBook::Redis(store) => read_redis(store, bucket, ttl).await,
         }
     }
 
@@ -167,6 +183,40 @@ fn record_in(
             })
             .collect(),
     })
+}
+
+fn read_in(all: &HashMap<String, Ledger>, bucket: &str, ttl: u64, now_ms: u64) -> Recorded {
+    let clients = all
+        .get(bucket)
+        .into_iter()
+        .flatten()
+        .filter(|(_, (_, at))| at.saturating_add(ttl) > now_ms)
+        .map(|(c, &(demand, reported_ms))| ClientDemand {
+            client: c.clone(),
+            demand,
+            reported_ms,
+        })
+        .collect();
+    Recorded { now_ms, clients }
+}
+
+async fn read_redis(
+    store: &RedisStore,
+    bucket: &str,
+    ttl: Duration,
+) -> Result<Recorded, BookError> {
+    let key = store.key_space().key("quota", bucket.as_bytes())?;
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(READ.get_hash()).arg(1).arg(&key).arg(ms(ttl));
+    let reply: Vec<String> = match store.command(&cmd).await {
+        Err(floodgate_redis::Error::Redis(e)) if e.code() == Some("NOSCRIPT") => {
+            let mut load = redis::cmd("EVAL");
+            load.arg(READ_LUA).arg(1).arg(&key).arg(ms(ttl));
+            store.command(&load).await?
+        }
+        other => other?,
+    };
+    parse_reply(&reply, 0)
 }
 
 async fn record_redis(store: &RedisStore, r: Report<'_>) -> Result<Recorded, BookError> {
@@ -265,6 +315,14 @@ mod tests {
         ));
         // once b2's only report expired, a new bucket fits
         record_in(&mut all, report("b3", "a", 1.0), 21_500).unwrap();
+        // reading writes nothing and drops expired reports from the answer
+        let held = all.len();
+        let r = read_in(&all, "b3", 10_000, 22_000);
+        assert_eq!(r.clients.len(), 1);
+        assert_eq!(r.now_ms, 22_000);
+        assert!(read_in(&all, "b3", 10_000, 31_500).clients.is_empty());
+        assert!(read_in(&all, "nope", 10_000, 22_000).clients.is_empty());
+        assert_eq!(all.len(), held);
     }
 
     #[test]

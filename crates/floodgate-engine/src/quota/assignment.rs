@@ -1,8 +1,9 @@
 //! What a quota client is told to enforce for one bucket, apart from the protocol that
 //! carries it: the strategy (allow all, deny all, requests per time unit, a token
-//! bucket) and how long it holds. [`crate::grpc::quota`] writes these as Envoy's
-//! `RateLimitQuotaResponse`; a client (Envoy's `rate_limit_quota` filter, or any other)
-//! reads them back into this shape.
+//! bucket) and how long it holds. floodgate server's quota service writes these as
+//! Envoy's `RateLimitQuotaResponse`; a client (Envoy's `rate_limit_quota` filter,
+//! floodgate's own [`crate::quota::QuotaBucket`], or any other) reads them back into this
+//! shape.
 
 use std::time::Duration;
 
