@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use floodgate_core::{AnyAlgorithm, Decision, KeyedLimiter, MonotonicClock, Nanos};
-use pyo3::exceptions::{PyNotImplementedError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -18,6 +18,7 @@ use crate::store::PyRedisStore;
 mod settle;
 mod shared;
 
+use settle::Open;
 pub use settle::PyReservation;
 
 /// Keys are byte strings: a `str` key is its UTF-8 encoding, so `"alice"` and `b"alice"`
@@ -67,6 +68,11 @@ impl PyKeyedLimiter {
     /// The limiter's own clock.
     pub(crate) fn clock(&self) -> &MonotonicClock {
         &self.clock
+    }
+
+    /// The policy in Redis, when the keys are kept there.
+    pub(crate) fn shared(&self) -> Option<&shared::Shared> {
+        self.shared.as_ref()
     }
 
     /// One decision, the key's bytes borrowed from the `str`/`bytes` object (no copy).
@@ -127,12 +133,27 @@ impl PyKeyedLimiter {
         }
     }
 
-    /// `Err` naming `what` when the keys are in Redis: `what` works in process only.
+    /// `TypeError` naming `what` when the keys are in Redis: `what` works on a key table
+    /// of this process, which a limiter on a RedisStore does not keep.
     fn in_process(&self, what: &str) -> PyResult<()> {
         match self.shared {
             None => Ok(()),
-            Some(_) => Err(PyNotImplementedError::new_err(format!(
-                "{what} works on a KeyedLimiter in process; this one keeps its keys in Redis"
+            Some(_) => Err(PyTypeError::new_err(format!(
+                "{what}: a RedisStore keeps no per-process key table (the keys are in Redis, \
+                 shared by every process, and expire by TTL)"
+            ))),
+        }
+    }
+
+    /// `TypeError` naming `what` when the keys are in Redis: a quota changed in one
+    /// process would not be seen by the others sharing the keys.
+    fn quota_in_process(&self, what: &str) -> PyResult<()> {
+        match self.shared {
+            None => Ok(()),
+            Some(_) => Err(PyTypeError::new_err(format!(
+                "{what}: the quota of a KeyedLimiter on a RedisStore is its policy's, shared \
+                 with every process deciding under the same name; make a KeyedLimiter with \
+                 another name (and algorithm) instead"
             ))),
         }
     }
@@ -258,6 +279,11 @@ impl PyKeyedLimiter {
     }
 
     /// The `Decision` that `check` would return, consuming nothing and storing no key.
+    ///
+    /// On a RedisStore: one read of the key at cost 0 (its script writes nothing at cost
+    /// 0), whatever `cost` is: `remaining` and `reset_after` are the key's, `allowed`
+    /// answers for a request of cost 0. Compare `remaining` with a cost to know whether
+    /// it would be admitted now.
     #[pyo3(signature = (key, now=None, cost=Cost(1)))]
     fn peek(&self, key: &Bound<'_, PyAny>, now: Option<f64>, cost: Cost) -> PyResult<PyDecision> {
         Ok(self.decide(key, now, cost, false)?.into())
@@ -274,7 +300,21 @@ impl PyKeyedLimiter {
         now: Option<f64>,
     ) -> PyResult<PyReservation> {
         let this = slf.get();
-        this.in_process("reserve")?;
+        if let Some(shared) = &this.shared {
+            if now.is_some() {
+                return Err(PyValueError::new_err(
+                    "now is not taken by a KeyedLimiter on a RedisStore: its time is Redis TIME",
+                ));
+            }
+            let key = key_bytes(key)?.to_vec();
+            let (decision, reservation) = shared.reserve_now(slf.py(), key, estimate.0)?;
+            return Ok(PyReservation::new(
+                slf.clone().unbind(),
+                decision,
+                estimate.0,
+                reservation.map(Open::Shared),
+            ));
+        }
         let key = key_bytes(key)?.to_vec();
         let now = instant(now, &this.clock)?;
         let (decision, reservation) = this.inner.reserve(key, now, estimate.0);
@@ -282,13 +322,13 @@ impl PyKeyedLimiter {
             slf.clone().unbind(),
             decision,
             estimate.0,
-            reservation,
+            reservation.map(Open::Local),
         ))
     }
 
     /// Give `key` its own quota (a limiter instance used as a template), at run time.
     fn set_key_algorithm(&self, key: &Bound<'_, PyAny>, algorithm: Py<PyLimiter>) -> PyResult<()> {
-        self.in_process("set_key_algorithm")?;
+        self.quota_in_process("set_key_algorithm")?;
         let key = key_bytes(key)?.to_vec();
         self.inner
             .set_key_algorithm(key, algorithm.get().algorithm.clone());
@@ -297,7 +337,7 @@ impl PyKeyedLimiter {
 
     /// Return `key` to the default quota.
     fn clear_key_algorithm(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.in_process("clear_key_algorithm")?;
+        self.quota_in_process("clear_key_algorithm")?;
         self.inner.clear_key_algorithm(key_bytes(key)?);
         Ok(())
     }
@@ -305,7 +345,7 @@ impl PyKeyedLimiter {
     /// Replace the default quota for every key without its own, at run time; the keys'
     /// state is kept and read with the new parameters.
     fn set_algorithm(&self, algorithm: Py<PyLimiter>) -> PyResult<()> {
-        self.in_process("set_algorithm")?;
+        self.quota_in_process("set_algorithm")?;
         let mut template = self.template.lock().unwrap_or_else(|e| e.into_inner());
         self.inner.set_algorithm(algorithm.get().algorithm.clone());
         *template = algorithm;
@@ -313,16 +353,27 @@ impl PyKeyedLimiter {
     }
 
     /// Drop every key back at full capacity at `now` (loses nothing); returns how many.
+    ///
+    /// On a RedisStore: nothing to do, returns 0 (`now` is refused): Redis expires each
+    /// key by its TTL, set to when the key is back at full capacity.
     #[pyo3(signature = (now=None))]
     fn sweep(&self, py: Python<'_>, now: Option<f64>) -> PyResult<usize> {
-        self.in_process("sweep")?;
+        if self.shared.is_some() {
+            if now.is_some() {
+                return Err(PyValueError::new_err(
+                    "now is not taken by a KeyedLimiter on a RedisStore: its time is Redis TIME",
+                ));
+            }
+            return Ok(0);
+        }
         let now = instant(now, &self.clock)?;
         let inner = &self.inner;
         Ok(py.detach(|| inner.sweep(now)))
     }
 
     /// Counters: `{"keys": held now, "idle_dropped": dropped at full capacity,
-    /// "evicted": live keys evicted to respect max_keys, "max_keys": the cap}`.
+    /// "evicted": live keys evicted to respect max_keys, "max_keys": the cap}`. On a
+    /// RedisStore: `TypeError` (no per-process key table).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.in_process("stats")?;
         let inner = &self.inner;
@@ -350,7 +401,7 @@ impl PyKeyedLimiter {
             .clone_ref(py)
     }
 
-    /// Keys held now.
+    /// Keys held now. On a RedisStore: `TypeError` (no per-process key table).
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         self.in_process("len()")?;
         let inner = &self.inner;

@@ -39,10 +39,11 @@ class _Ok(http.server.BaseHTTPRequestHandler):
 
 class Proxy:
     """`floodgate proxy` with `config` (TOML without `listen`, `upstream`, `admin`,
-    which are added) in front of a 200 backend."""
+    which are added) in front of a backend: `handler` (an `http.server` request handler
+    class), by default one answering 200 at once."""
 
-    def __init__(self, tmp_path, config):
-        self.backend = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    def __init__(self, tmp_path, config, handler=_Ok):
+        self.backend = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self.backend.serve_forever, daemon=True).start()
         self.port, admin = free_port(), free_port()
         path = tmp_path / "proxy.toml"

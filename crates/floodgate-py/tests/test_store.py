@@ -177,8 +177,17 @@ def test_bad_store_settings_and_in_process_only_methods():
     lim = KeyedLimiter(GCRA(rate_per_s=1), store=RedisStore(prefix=PREFIX), name="x")
     with pytest.raises(ValueError, match="Redis TIME"):
         lim.check("k", now=1.0)
-    for call in (lambda: lim.reserve("k"), lambda: len(lim), lim.stats, lim.sweep):
-        with pytest.raises(NotImplementedError, match="in process"):
+    with pytest.raises(ValueError, match="Redis TIME"):
+        lim.reserve("k", now=1.0)
+    with pytest.raises(ValueError, match="Redis TIME"):
+        lim.sweep(now=1.0)
+    for call in (lambda: len(lim), lim.stats):
+        with pytest.raises(TypeError, match="no per-process key table"):
+            call()
+    for call in (lambda: lim.set_key_algorithm("k", GCRA(rate_per_s=2)),
+                 lambda: lim.clear_key_algorithm("k"),
+                 lambda: lim.set_algorithm(GCRA(rate_per_s=2))):
+        with pytest.raises(TypeError, match="another name"):
             call()
 
 

@@ -20,18 +20,13 @@
 //! match = { header = "x-priority", value = "critical" }
 //! ```
 
+use floodgate_http::adaptive::{AdaptiveFields, AdaptivePolicy, ClassMatch, ClassSpec};
+#[cfg(test)]
 use floodgate_http::adaptive::{
-    AdaptivePolicy, AdaptiveSpec, AlgorithmKind, ClassMatch, ClassSpec, DropOn, Latency,
+    AlgorithmKind, DEFAULT_INITIAL_LIMIT, DEFAULT_MAX_LIMIT, DEFAULT_MIN_LIMIT, DropOn, Latency,
 };
 
 use super::*;
-
-/// The floor of an adaptive policy without `min_limit`.
-pub const DEFAULT_MIN_LIMIT: usize = 1;
-/// The ceiling of an adaptive policy without `max_limit`.
-pub const DEFAULT_MAX_LIMIT: usize = 200;
-/// The start of an adaptive policy without `initial_limit` (raised to the floor).
-pub const DEFAULT_INITIAL_LIMIT: usize = 20;
 
 /// `[[policy.class]]`: a priority class of an adaptive policy.
 #[derive(Debug, Deserialize)]
@@ -65,33 +60,13 @@ pub struct MatchSection {
 
 impl MatchSection {
     fn conditions(&self) -> Result<Vec<ClassMatch>, String> {
-        let mut out = Vec::new();
-        match (&self.header, &self.value) {
-            (Some(h), Some(v)) => {
-                let name = HeaderName::try_from(h.as_str())
-                    .map_err(|_| format!("match.header {h:?} is not a header name"))?;
-                out.push(ClassMatch::header(name, v.clone()));
-            }
-            (None, None) => {}
-            _ => return Err("match: header and value go together".into()),
-        }
-        if let Some(m) = &self.method {
-            let method = Method::from_bytes(m.as_bytes())
-                .ok()
-                .filter(|_| !m.is_empty() && m.bytes().all(|b| b.is_ascii_uppercase()))
-                .ok_or_else(|| format!("match.method {m:?} is not an upper-case method"))?;
-            out.push(ClassMatch::Method(method));
-        }
-        if let Some(r) = &self.route {
-            if !r.starts_with('/') {
-                return Err(format!("match.route {r:?} must start with /"));
-            }
-            out.push(ClassMatch::Route(r.clone()));
-        }
-        if let Some(k) = &self.key {
-            out.push(ClassMatch::Key(k.as_bytes().to_vec()));
-        }
-        Ok(out)
+        ClassMatch::conditions(
+            self.header.as_deref(),
+            self.value.as_deref(),
+            self.method.as_deref(),
+            self.route.as_deref(),
+            self.key.as_deref(),
+        )
     }
 }
 
@@ -120,31 +95,17 @@ impl PolicySection {
         {
             return Err("adaptive limits requests at once by latency: remove rate, burst, capacity, nodelay, delay, max_in_flight and lease_ttl (a rate or max_in_flight goes in a policy of its own, listed on the same route)".into());
         }
-        let algorithm = AlgorithmKind::parse(word).map_err(|e| format!("adaptive: {e}"))?;
-        let min = self.min_limit.unwrap_or(DEFAULT_MIN_LIMIT);
-        let max = self.max_limit.unwrap_or(DEFAULT_MAX_LIMIT);
-        let initial = self
-            .initial_limit
-            .unwrap_or(DEFAULT_INITIAL_LIMIT.clamp(min, max.max(min)));
-        let mut spec = AdaptiveSpec::new(algorithm, min, initial, max)
-            .map_err(|e| format!("min_limit, initial_limit, max_limit: {e}"))?;
-        spec.latency = match self.latency.as_deref() {
-            None | Some("head") => Latency::Head,
-            Some("end") => Latency::End,
-            Some(other) => {
-                return Err(format!("latency: {other:?} is not \"head\" or \"end\""));
-            }
-        };
-        if let Some(words) = &self.drop_on {
-            spec.drop_on = DropOn::parse(words).map_err(|e| format!("drop_on: {e}"))?;
+        let spec = AdaptiveFields {
+            algorithm: word,
+            min_limit: self.min_limit,
+            max_limit: self.max_limit,
+            initial_limit: self.initial_limit,
+            latency: self.latency.as_deref(),
+            drop_on: self.drop_on.as_deref(),
+            queue: self.queue,
+            queue_timeout: self.queue_timeout,
         }
-        let queue = self.queue.unwrap_or(0);
-        let timeout = self.queue_timeout.unwrap_or(if queue > 0 {
-            DEFAULT_QUEUE_TIMEOUT
-        } else {
-            Duration::ZERO
-        });
-        spec = spec.with_queue(queue, timeout).map_err(|e| e.to_string())?;
+        .spec()?;
         let mut policy = AdaptivePolicy::new(spec);
         if !self.class.is_empty() {
             let mut classes = Vec::with_capacity(self.class.len());

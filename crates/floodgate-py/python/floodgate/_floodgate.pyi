@@ -250,7 +250,9 @@ class KeyedLimiter:
         other processes and with ``floodgate proxy``'s policy of that name); time is Redis
         TIME (``now`` is refused); when Redis cannot answer, decisions admit (``allow``),
         deny with a 1 s retry (``deny``) or raise StoreUnavailable (``raise``).
-        reserve, set_key_algorithm, sweep, stats and len work in process only."""
+        On Redis, ``reserve`` and ``Reservation.settle`` charge and refund the shared count;
+        ``peek`` reads the key at cost 0 whatever ``cost`` is; ``sweep`` returns 0 (Redis
+        expires keys by TTL); ``stats``, ``len`` and the quota setters raise TypeError."""
     def acquire(
         self, key: str | bytes, cost: int = 1, timeout_s: float | None = None
     ) -> Decision:
@@ -267,26 +269,33 @@ class KeyedLimiter:
         """The policy name in Redis (None in process)."""
     def allow(self, key: str | bytes, now: float | None = None, cost: int = 1) -> bool: ...
     def check(self, key: str | bytes, now: float | None = None, cost: int = 1) -> Decision: ...
-    def peek(self, key: str | bytes, now: float | None = None, cost: int = 1) -> Decision: ...
+    def peek(self, key: str | bytes, now: float | None = None, cost: int = 1) -> Decision:
+        """``check``'s decision, consuming nothing. On a RedisStore the key is read at cost
+        0 whatever ``cost`` is (``allowed`` answers for cost 0; compare ``remaining``)."""
     def set_key_algorithm(self, key: str | bytes, algorithm: Limiter) -> None:
-        """Give ``key`` its own quota."""
+        """Give ``key`` its own quota (in process; TypeError on a RedisStore)."""
     def clear_key_algorithm(self, key: str | bytes) -> None:
-        """Return ``key`` to the default quota."""
+        """Return ``key`` to the default quota (in process; TypeError on a RedisStore)."""
     def set_algorithm(self, algorithm: Limiter) -> None:
-        """Replace the default quota; per-key state is kept."""
+        """Replace the default quota; per-key state is kept (in process; TypeError on a
+        RedisStore)."""
     def reserve(
         self, key: str | bytes, estimate: int = 1, now: float | None = None
     ) -> Reservation:
-        """Admit at ``estimate``; settle the actual cost on the returned Reservation."""
+        """Admit at ``estimate``; settle the actual cost on the returned Reservation (on a
+        RedisStore: one round trip each, the same semantics; ``now`` is refused)."""
     def sweep(self, now: float | None = None) -> int:
-        """Drop keys back at full capacity (loses nothing); returns how many."""
+        """Drop keys back at full capacity (loses nothing); returns how many. On a
+        RedisStore: 0, nothing to do (Redis expires keys by TTL)."""
     def stats(self) -> dict[str, int]:
-        """{"keys", "idle_dropped", "evicted", "max_keys"}."""
+        """{"keys", "idle_dropped", "evicted", "max_keys"}. TypeError on a RedisStore (no
+        per-process key table)."""
     @property
     def max_keys(self) -> int: ...
     @property
     def algorithm(self) -> Limiter: ...
-    def __len__(self) -> int: ...
+    def __len__(self) -> int:
+        """Keys held. TypeError on a RedisStore (no per-process key table)."""
 
 @final
 class Reservation:
@@ -310,7 +319,9 @@ class Reservation:
     def cost(self, cost: int) -> None: ...
     def settle(self, actual: int, now: float | None = None) -> Decision:
         """Settle once; the key's state after it. ValueError: denied, settled already,
-        or ``actual`` not a whole number >= 0."""
+        or ``actual`` not a whole number >= 0. On a RedisStore: StoreUnavailable when Redis
+        does not answer (the reservation stays open); a request admitted by the fault
+        policy charged nothing and settles to its own decision."""
     def __enter__(self) -> Reservation: ...
     def __exit__(self, *exc: object) -> bool: ...
 
@@ -343,7 +354,12 @@ class Policy:
     ``rate`` ("10/s", "100/min"), ``algorithm`` (default "leaky-queue"), ``burst`` or
     ``capacity`` (default 1), ``nodelay``/``delay`` (leaky queue), ``key`` (default "ip";
     "provided": the key passed to ``decide(keys=...)``), ``dry_run``, ``advertise``; or
-    ``max_in_flight`` (leases held until ``Verdict.finish``) with ``lease_ttl_s``."""
+    ``max_in_flight`` (leases held until ``Verdict.finish``) with ``lease_ttl_s``; or
+    ``adaptive`` ("gradient2", "vegas", "aimd"): one concurrency limit (key "global"
+    unless ``key``) between ``min_limit`` (1) and ``max_limit`` (200) from
+    ``initial_limit`` (20), following the latency from ``decide`` to ``Verdict.finish``;
+    ``queue``/``queue_timeout_s``, ``drop_on`` and ``classes`` (dicts of "name",
+    "share", "match") as the proxy's; a refused request gets 503 with Retry-After."""
 
     def __init__(
         self,
@@ -360,6 +376,14 @@ class Policy:
         delay: int | None = None,
         max_in_flight: int | None = None,
         lease_ttl_s: float | None = None,
+        adaptive: str | None = None,
+        min_limit: int | None = None,
+        max_limit: int | None = None,
+        initial_limit: int | None = None,
+        queue: int | None = None,
+        queue_timeout_s: float | None = None,
+        drop_on: list[str] | None = None,
+        classes: list[dict[str, object]] | None = None,
     ) -> None: ...
     @property
     def name(self) -> str: ...
@@ -476,8 +500,10 @@ class Verdict:
     def settle_from_response_async(
         self, headers: Mapping[str, str | bytes] | Iterable[tuple[str | bytes, str | bytes]]
     ) -> Awaitable[list[tuple[str, str]]]: ...
-    def finish(self) -> None:
-        """Release the in-flight leases and an open reservation (idempotent)."""
+    def finish(self, status: int | None = None) -> None:
+        """Release the in-flight leases, the adaptive permits (the time since ``decide``
+        is the latency sample; a 5xx ``status`` a drop under ``drop_on``) and an open
+        reservation (idempotent)."""
     def __bool__(self) -> bool: ...
     def __enter__(self) -> Verdict: ...
     def __exit__(self, *exc: object) -> bool: ...

@@ -14,8 +14,16 @@ use super::PyKeyedLimiter;
 use crate::args::{instant, uint};
 use crate::decision::PyDecision;
 
+/// What an admitted, unsettled request holds.
+pub(crate) enum Open {
+    /// Charged in process.
+    Local(Reservation<Vec<u8>>),
+    /// Charged in Redis (the engine's reservation).
+    Shared(floodgate_engine::Reservation),
+}
+
 struct State {
-    open: Option<Reservation<Vec<u8>>>,
+    open: Option<Open>,
     settled: Option<(u64, u64)>,
     cost: Option<u64>,
 }
@@ -34,7 +42,7 @@ impl PyReservation {
         limiter: Py<PyKeyedLimiter>,
         decision: Decision,
         estimate: u64,
-        reservation: Option<Reservation<Vec<u8>>>,
+        reservation: Option<Open>,
     ) -> PyReservation {
         PyReservation {
             limiter,
@@ -101,10 +109,27 @@ impl PyReservation {
     /// Returns the key's `Decision` after it, as a request of cost 0 sees it. A denied
     /// reservation, or one settled already, raises `ValueError`; so does an actual cost
     /// that is not a whole number >= 0, or whose debt does not fit.
+    ///
+    /// On a RedisStore: one round trip, at Redis `TIME` (`now` is refused); a Redis that
+    /// does not answer raises `StoreUnavailable` and the reservation stays open (its
+    /// estimate charged) to settle again. A request admitted by the fault policy
+    /// (`on_failure="allow"` while Redis did not answer) charged nothing: its settle
+    /// changes nothing and returns its decision (`charged` and `refunded` stay None).
     #[pyo3(signature = (actual, now=None))]
-    fn settle(&self, actual: &Bound<'_, PyAny>, now: Option<f64>) -> PyResult<PyDecision> {
+    fn settle(
+        &self,
+        py: Python<'_>,
+        actual: &Bound<'_, PyAny>,
+        now: Option<f64>,
+    ) -> PyResult<PyDecision> {
         let actual = uint(actual, "actual", 0)?;
         let limiter = self.limiter.get();
+        let shared = limiter.shared();
+        if shared.is_some() && now.is_some() {
+            return Err(PyValueError::new_err(
+                "now is not taken by a KeyedLimiter on a RedisStore: its time is Redis TIME",
+            ));
+        }
         let now = instant(now, limiter.clock())?;
         let reservation = {
             let mut st = self.state();
@@ -115,11 +140,34 @@ impl PyReservation {
                         "this reservation was settled already",
                     ));
                 }
+                // admitted by the fault policy while Redis did not answer: nothing
+                // was charged, so there is nothing to settle
+                None if self.decision.allowed => return Ok(self.decision.into()),
                 None => {
                     return Err(PyValueError::new_err(
                         "this request was not admitted: there is nothing to settle",
                     ));
                 }
+            }
+        };
+        let reservation = match (reservation, shared) {
+            (Open::Local(r), _) => r,
+            (Open::Shared(r), Some(shared)) => {
+                return match shared.settle_now(py, r, actual)? {
+                    Ok(s) => {
+                        self.state().settled = Some((s.charged, s.refunded));
+                        Ok(s.decision.into())
+                    }
+                    Err((r, e)) => {
+                        self.state().open = Some(Open::Shared(r));
+                        Err(e)
+                    }
+                };
+            }
+            (Open::Shared(_), None) => {
+                return Err(PyValueError::new_err(
+                    "a reservation made in Redis cannot be settled in process",
+                ));
             }
         };
         let (key, charge) = reservation.into_parts();
@@ -130,7 +178,7 @@ impl PyReservation {
             }
             Err(e) => {
                 // nothing changed: the reservation can still be settled
-                self.state().open = Some(Reservation::from_parts(key, charge));
+                self.state().open = Some(Open::Local(Reservation::from_parts(key, charge)));
                 Err(PyValueError::new_err(e.to_string()))
             }
         }
@@ -149,7 +197,7 @@ impl PyReservation {
             (st.open.is_some(), st.cost)
         };
         if let (true, Some(cost)) = (open, cost) {
-            self.settle(&cost.into_pyobject(py)?.into_any(), None)?;
+            self.settle(py, &cost.into_pyobject(py)?.into_any(), None)?;
         }
         Ok(false)
     }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use floodgate_core::Decision;
 use floodgate_engine::decide::{self, Check, FaultPolicy, Role, Stores};
 use floodgate_engine::fault::StoreFailure;
-use floodgate_engine::store::{DecisionStore, PolicyInfo};
+use floodgate_engine::settle::Reservation;
+use floodgate_engine::store::{DecisionStore, PolicyInfo, StoreCheck};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -123,6 +124,38 @@ pub async fn decide(
         .ok_or_else(|| Failed::Refused("the store returned no decision".into()))
 }
 
+/// A reservation of `cost` units on `store` (the engine's reserve: one round trip): the
+/// decision and, when admitted by Redis, the reservation to settle. A Redis fault decides
+/// by `on_failure` and reserves nothing (`None`), or is `Unavailable` under `raise`.
+pub async fn reserve(
+    store: Arc<dyn DecisionStore>,
+    info: Arc<PolicyInfo>,
+    on_failure: OnFailure,
+    key: Vec<u8>,
+    cost: u64,
+) -> Result<(Decision, Option<Reservation>), Failed> {
+    let checks = [StoreCheck {
+        policy: &info,
+        key: &key,
+        cost,
+    }];
+    match store.reserve(&checks).await {
+        Ok((multi, reservation)) => {
+            let d = multi
+                .decisions
+                .first()
+                .copied()
+                .ok_or_else(|| Failed::Refused("the store returned no decision".into()))?;
+            Ok((d, reservation))
+        }
+        Err(e) if e.is_transient() && on_failure != OnFailure::Raise => {
+            Ok((fault_policy(on_failure).decision(&info), None))
+        }
+        Err(e) if e.is_transient() => Err(Failed::Unavailable(e.to_string())),
+        Err(e) => Err(Failed::Refused(e.to_string())),
+    }
+}
+
 fn fault_policy(on_failure: OnFailure) -> FaultPolicy {
     FaultPolicy {
         failure: match on_failure {
@@ -220,6 +253,45 @@ impl Shared {
     ) -> PyResult<Decision> {
         let fut = self.future(py, key, cost, peek)?;
         Ok(runtime::block_on(py, fut)??)
+    }
+
+    /// Reserve `cost` units of `key` (see [`reserve`]), the GIL released while Redis
+    /// answers.
+    pub fn reserve_now(
+        &self,
+        py: Python<'_>,
+        key: Vec<u8>,
+        cost: u64,
+    ) -> PyResult<(Decision, Option<Reservation>)> {
+        let store = self.decisions(py)?;
+        let fut = reserve(store, self.info.clone(), self.on_failure, key, cost);
+        Ok(runtime::block_on(py, fut)??)
+    }
+
+    /// Settle `reservation` with `actual` units (one round trip), the GIL released. A
+    /// Redis fault is `Unavailable` whatever `on_failure` says (a settle decides nothing;
+    /// the estimate stays charged until a settle succeeds), a refusal (a debt that does
+    /// not fit) `Refused`; either way the reservation comes back, to settle again.
+    pub fn settle_now(
+        &self,
+        py: Python<'_>,
+        reservation: Reservation,
+        actual: u64,
+    ) -> PyResult<Result<floodgate_core::Settlement, (Reservation, PyErr)>> {
+        let store = self.decisions(py)?;
+        let again = Reservation::from_parts(reservation.parts().to_vec());
+        let out = runtime::block_on(py, async move { store.settle(reservation, actual).await })?;
+        Ok(match out {
+            Ok(settled) => match settled.into_iter().next() {
+                Some(s) => Ok(s),
+                None => Err((
+                    again,
+                    Failed::Refused("the store settled no part".into()).into(),
+                )),
+            },
+            Err(e) if e.is_transient() => Err((again, Failed::Unavailable(e.to_string()).into())),
+            Err(e) => Err((again, Failed::Refused(e.to_string()).into())),
+        })
     }
 
     pub fn store(&self, py: Python<'_>) -> Py<PyRedisStore> {

@@ -6,6 +6,7 @@
 //! and `Route` take the fields of the proxy's `[[policy]]` and `[[route]]` tables, with
 //! the same meaning and defaults.
 
+mod adaptive;
 mod fields;
 mod limiter;
 mod verdict;
@@ -13,6 +14,7 @@ mod verdict;
 use std::time::Duration;
 
 use floodgate_core::{Kind, Rate};
+use floodgate_http::adaptive::{AdaptiveFields, AdaptivePolicy};
 use floodgate_http::key::{KeyPart, KeySource};
 use floodgate_http::policy::{InFlightSpec, Policy, Route};
 use floodgate_http::settle::SettleSpec;
@@ -37,6 +39,15 @@ const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 /// decides and reports without enforcing; `advertise` shows a dry run in the headers.
 /// `max_in_flight=N` (instead of a rate) admits at most N requests of one key at once,
 /// each holding a lease until `Verdict.finish()` (or `lease_ttl_s`, default 30).
+/// `adaptive="gradient2"` (or `"vegas"`, `"aimd"`; instead of a rate) is one concurrency
+/// limit for every request it applies to (key `"global"` unless `key` says otherwise)
+/// that follows the latency from `decide` to `Verdict.finish()`, between `min_limit`
+/// (default 1) and `max_limit` (default 200) from `initial_limit` (default 20), with
+/// `queue` requests waiting up to `queue_timeout_s` (default 0: none wait; 1 s with a
+/// queue), `drop_on` (`["5xx", "timeout"]`, the default) and `classes`, a list of
+/// `{"name": str, "share": float, "match": {"header", "value", "method", "route",
+/// "key"}}` (the proxy's `[[policy.class]]`, highest priority first). A refused
+/// request gets the proxy's 503 with `Retry-After`.
 #[pyclass(name = "Policy", module = "floodgate", frozen)]
 pub struct PyPolicy {
     pub(crate) policy: Policy,
@@ -46,7 +57,7 @@ pub struct PyPolicy {
 #[pymethods]
 impl PyPolicy {
     #[new]
-    #[pyo3(signature = (name, rate=None, *, algorithm="leaky-queue", burst=None, capacity=None, key=None, dry_run=false, advertise=false, nodelay=false, delay=None, max_in_flight=None, lease_ttl_s=None))]
+    #[pyo3(signature = (name, rate=None, *, algorithm="leaky-queue", burst=None, capacity=None, key=None, dry_run=false, advertise=false, nodelay=false, delay=None, max_in_flight=None, lease_ttl_s=None, adaptive=None, min_limit=None, max_limit=None, initial_limit=None, queue=None, queue_timeout_s=None, drop_on=None, classes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: &str,
@@ -61,6 +72,14 @@ impl PyPolicy {
         delay: Option<&Bound<'_, PyAny>>,
         max_in_flight: Option<&Bound<'_, PyAny>>,
         lease_ttl_s: Option<f64>,
+        adaptive: Option<&str>,
+        min_limit: Option<&Bound<'_, PyAny>>,
+        max_limit: Option<&Bound<'_, PyAny>>,
+        initial_limit: Option<&Bound<'_, PyAny>>,
+        queue: Option<&Bound<'_, PyAny>>,
+        queue_timeout_s: Option<f64>,
+        drop_on: Option<Vec<String>>,
+        classes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let err =
             |field: &str, m: String| ConfigError::new_err(format!("policy {name:?}: {field}: {m}"));
@@ -83,52 +102,109 @@ impl PyPolicy {
             count(capacity, "capacity")?,
             count(delay, "delay")?,
         );
-        let policy = match count(max_in_flight, "max_in_flight")? {
-            Some(n) => {
-                if rate.is_some()
-                    || burst.is_some()
-                    || capacity.is_some()
-                    || nodelay
-                    || delay.is_some()
-                {
-                    return Err(err("max_in_flight", "limits requests at once, not a rate: remove rate, burst, capacity, nodelay and delay (a rate goes in a policy of its own, listed on the same route)".into()));
-                }
-                let ttl = match lease_ttl_s {
-                    Some(s) => config_seconds(s, "lease_ttl_s")?,
-                    None => DEFAULT_LEASE_TTL,
-                };
-                let spec =
-                    InFlightSpec::new(n, ttl).map_err(|e| err("max_in_flight", e.to_string()))?;
-                Policy::max_in_flight(name, spec)
+        let limits = (
+            count(min_limit, "min_limit")?,
+            count(max_limit, "max_limit")?,
+            count(initial_limit, "initial_limit")?,
+            count(queue, "queue")?,
+        );
+        let adaptive_given = limits != (None, None, None, None)
+            || queue_timeout_s.is_some()
+            || drop_on.is_some()
+            || classes.is_some();
+        let max_in_flight = count(max_in_flight, "max_in_flight")?;
+        let policy = if let Some(word) = adaptive {
+            if rate.is_some()
+                || burst.is_some()
+                || capacity.is_some()
+                || nodelay
+                || delay.is_some()
+                || max_in_flight.is_some()
+                || lease_ttl_s.is_some()
+            {
+                return Err(err("adaptive", "limits requests at once by latency: remove rate, burst, capacity, nodelay, delay, max_in_flight and lease_ttl_s (a rate or max_in_flight goes in a policy of its own, listed on the same route)".into()));
             }
-            None => {
-                if lease_ttl_s.is_some() {
-                    return Err(err("lease_ttl_s", "applies only with max_in_flight".into()));
+            let size = |v: Option<u64>| v.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+            let queue_timeout = queue_timeout_s
+                .map(|s| crate::args::config_duration(s, "queue_timeout_s", true))
+                .transpose()?;
+            let spec = AdaptiveFields {
+                algorithm: word,
+                min_limit: size(limits.0),
+                max_limit: size(limits.1),
+                initial_limit: size(limits.2),
+                latency: None,
+                drop_on: drop_on.as_deref(),
+                queue: size(limits.3),
+                queue_timeout,
+            }
+            .spec()
+            .map_err(|m| ConfigError::new_err(format!("policy {name:?}: {m}")))?;
+            let mut adaptive = AdaptivePolicy::new(spec);
+            if let Some(c) = classes {
+                let (specs, matches) = adaptive::class_list(c)
+                    .map_err(|m| ConfigError::new_err(format!("policy {name:?}: classes: {m}")))?;
+                adaptive.spec = adaptive
+                    .spec
+                    .with_classes(specs)
+                    .map_err(|e| ConfigError::new_err(format!("policy {name:?}: classes: {e}")))?;
+                adaptive.matches = matches;
+            }
+            Policy::adaptive(name, adaptive)
+        } else if adaptive_given {
+            return Err(err("adaptive", "min_limit, max_limit, initial_limit, queue, queue_timeout_s, drop_on and classes apply only with adaptive=\"gradient2\" (or \"vegas\", \"aimd\")".into()));
+        } else {
+            match max_in_flight {
+                Some(n) => {
+                    if rate.is_some()
+                        || burst.is_some()
+                        || capacity.is_some()
+                        || nodelay
+                        || delay.is_some()
+                    {
+                        return Err(err("max_in_flight", "limits requests at once, not a rate: remove rate, burst, capacity, nodelay and delay (a rate goes in a policy of its own, listed on the same route)".into()));
+                    }
+                    let ttl = match lease_ttl_s {
+                        Some(s) => config_seconds(s, "lease_ttl_s")?,
+                        None => DEFAULT_LEASE_TTL,
+                    };
+                    let spec = InFlightSpec::new(n, ttl)
+                        .map_err(|e| err("max_in_flight", e.to_string()))?;
+                    Policy::max_in_flight(name, spec)
                 }
-                let rate = rate.ok_or_else(|| {
-                    err(
-                        "rate",
-                        "is required (COUNT/PERIOD such as \"10/s\"), or max_in_flight".into(),
-                    )
-                })?;
-                let rate: Rate = rate
-                    .parse()
-                    .map_err(|e: floodgate_core::ConfigError| err("rate", e.to_string()))?;
-                let kind: Kind = algorithm
-                    .parse()
-                    .map_err(|e: floodgate_core::ConfigError| err("algorithm", e.to_string()))?;
-                let shape = RateShape {
-                    burst,
-                    capacity,
-                    nodelay,
-                    delay,
-                };
-                let spec = rate_spec(kind, rate, shape)
-                    .map_err(|m| ConfigError::new_err(format!("policy {name:?}: {m}")))?;
-                Policy::new(name, spec)
+                None => {
+                    if lease_ttl_s.is_some() {
+                        return Err(err("lease_ttl_s", "applies only with max_in_flight".into()));
+                    }
+                    let rate = rate.ok_or_else(|| {
+                        err(
+                            "rate",
+                            "is required (COUNT/PERIOD such as \"10/s\"), or max_in_flight".into(),
+                        )
+                    })?;
+                    let rate: Rate = rate
+                        .parse()
+                        .map_err(|e: floodgate_core::ConfigError| err("rate", e.to_string()))?;
+                    let kind: Kind =
+                        algorithm
+                            .parse()
+                            .map_err(|e: floodgate_core::ConfigError| {
+                                err("algorithm", e.to_string())
+                            })?;
+                    let shape = RateShape {
+                        burst,
+                        capacity,
+                        nodelay,
+                        delay,
+                    };
+                    let spec = rate_spec(kind, rate, shape)
+                        .map_err(|m| ConfigError::new_err(format!("policy {name:?}: {m}")))?;
+                    Policy::new(name, spec)
+                }
             }
         };
         let key = match key {
+            None if adaptive.is_some() => KeySource::global(),
             None => KeySource::ip(),
             Some(k) => key_source(k, name)?,
         };

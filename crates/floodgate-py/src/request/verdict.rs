@@ -4,7 +4,7 @@
 
 use std::sync::Mutex;
 
-use floodgate_engine::adaptive::AdaptivePermit;
+use floodgate_engine::adaptive::{AdaptivePermit, Outcome};
 use floodgate_engine::leases::LeaseGuard;
 use floodgate_http::Verdict;
 use floodgate_http::request::RequestDecision;
@@ -152,6 +152,18 @@ async fn settle_from(handle: Option<SettleHandle>, head: HeaderMap, admitted: Pa
     }
 }
 
+impl PyVerdict {
+    /// Release what the request holds, each adaptive permit with `outcome` of its spec.
+    fn end(&self, outcome: impl Fn(&floodgate_engine::adaptive::AdaptiveSpec) -> Outcome) {
+        let mut held = std::mem::take(&mut *self.held());
+        for p in std::mem::take(&mut held.permits) {
+            let o = p.spec().map_or(Outcome::Success, &outcome);
+            p.release(o);
+        }
+        release(held);
+    }
+}
+
 /// Drop what a request holds inside the runtime (a lease on Redis is released by a task).
 fn release(held: Held) {
     match runtime::handle() {
@@ -271,11 +283,26 @@ impl PyVerdict {
         )
     }
 
-    /// Release what the request holds: its in-flight leases, and a reservation still
+    /// Release what the request holds: its in-flight leases, its adaptive permits (the
+    /// time since `decide` is the latency sample; with `status`, the response's status,
+    /// a 5xx counts as a drop under the policy's `drop_on`), and a reservation still
     /// open (charged the route's abort cost, by default its estimate). Idempotent.
-    fn finish(&self) {
-        let held = std::mem::take(&mut *self.held());
-        release(held);
+    #[pyo3(signature = (status=None))]
+    fn finish(&self, status: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let status = status
+            .map(|s| crate::args::uint(s, "status", 100))
+            .transpose()?
+            .map(|s| {
+                u16::try_from(s).ok().filter(|s| *s <= 999).ok_or_else(|| {
+                    PyValueError::new_err(format!("status: {s} is not an HTTP status (100 to 999)"))
+                })
+            })
+            .transpose()?;
+        self.end(|spec| match status {
+            Some(s) => spec.drop_on.outcome(Some(s)),
+            None => Outcome::Success,
+        });
+        Ok(())
     }
 
     fn __bool__(&self) -> bool {
@@ -292,7 +319,13 @@ impl PyVerdict {
         _value: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> bool {
-        self.finish();
+        let failed = _ty.is_some_and(|t| !t.is_none());
+        // an exception: the service failed with no response (a drop under drop_on's
+        // `timeout`)
+        self.end(|spec| match failed {
+            true => spec.drop_on.outcome(None),
+            false => Outcome::Success,
+        });
         false
     }
 
