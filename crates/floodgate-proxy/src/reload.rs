@@ -187,10 +187,11 @@ impl Reloader {
         cfg.log.access_log.clone_from(&self.startup.log.access_log);
         cfg.log.access_format = self.startup.log.access_format;
         // the store is the one opened at startup ("store" is restart-only)
-        let limiter = match {
+        let built = {
             let _in_runtime = self.runtime.enter();
             cfg.build_on(&self.store, Some(prev))
-        } {
+        };
+        let limiter = match built {
             Ok(l) => l,
             Err(e) => return fail(format!("{}: {e}", self.path.display())),
         };
