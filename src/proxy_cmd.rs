@@ -293,11 +293,20 @@ pub fn run(args: ProxyArgs) -> Result<()> {
         .build()
         .context("cannot start the runtime")?;
     rt.block_on(async move {
-        let limiter = match &cfg {
+        // opened once: reloads decide on the same store
+        let (limiter, store) = match &cfg {
             Some(cfg) if cfg.store.kind != floodgate_proxy::config::StoreKind::Memory => {
-                cfg.build().await.context("invalid configuration")?
+                let store = cfg.open_store().await.context("invalid configuration")?;
+                let limiter = cfg
+                    .build_on(&store, None)
+                    .context("invalid configuration")?;
+                (limiter, Some(store))
             }
-            _ => builder.build().usage("invalid configuration")?,
+            Some(cfg) => (
+                builder.build().usage("invalid configuration")?,
+                Some(cfg.open_store().await.context("invalid configuration")?),
+            ),
+            None => (builder.build().usage("invalid configuration")?, None),
         };
         let insight = limiter.insight();
         match &args.config {
@@ -320,13 +329,14 @@ pub fn run(args: ProxyArgs) -> Result<()> {
             reopen_on_sigusr1(log.clone(), stop_rx.clone())?;
         }
         let mut _watcher = None;
-        match (&args.config, cfg) {
-            (Some(path), Some(cfg)) => {
+        match (&args.config, cfg, store) {
+            (Some(path), Some(cfg), Some(store)) => {
                 let access_log = proxy.access_log().cloned();
                 let reloader = Arc::new(
                     Reloader::new(
                         path.clone(),
                         cfg,
+                        store,
                         proxy.generations().clone(),
                         tokio::runtime::Handle::current(),
                     )

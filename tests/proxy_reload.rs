@@ -439,3 +439,29 @@ async fn a_reload_sends_a_route_to_its_new_group_and_refuses_a_group_added_by_th
         "{m}"
     );
 }
+
+/// `store` is read at startup only: a reload that moves it to Redis (here one that never
+/// answers, failing closed) is named as needing a restart, and decisions stay in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_store_opened_at_startup() {
+    let upstream = ok_backend().await;
+    let [listen, admin, nowhere] = free_ports();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.toml");
+    std::fs::write(&path, config(upstream, listen, admin, 2)).unwrap();
+    let p = Running::start(&path, listen, admin, &["--no-watch"]).await;
+    assert_eq!(p.get("/kept").await, 200);
+    let moved = format!(
+        "{}\n[store]\ntype = \"redis\"\n[store.redis]\nurl = \"redis://{nowhere}\"\nconnect_timeout = \"100ms\"\nfault_policy = \"fail-closed\"\n",
+        config(upstream, listen, admin, 2)
+    );
+    std::fs::write(&path, moved).unwrap();
+    p.hup();
+    p.wait_log("needs_restart=store", Duration::from_secs(5))
+        .await;
+    // in process as before, with the count kept: 4 of the 5 left, then 429
+    for _ in 0..4 {
+        assert_eq!(p.get("/kept").await, 200);
+    }
+    assert_eq!(p.get("/kept").await, 429);
+}

@@ -99,6 +99,11 @@ fn proxy_toml_server_toml_and_server_yaml_read_equal_sections() {
         p.0.redis().store_config().module,
         floodgate_redis::ModuleUse::Always
     );
+    // one store: the server's startup settings hold the value the proxy opens its store from
+    let yaml = format!("{SHARED_YAML}{SERVER_YAML_REST}");
+    let server_cfg = floodgate_server::config::parse(Path::new("limits.yaml"), &yaml).unwrap();
+    assert_eq!(server_cfg.settings.store, p.0.settings());
+    assert_eq!(p.0.settings().max_keys(), 5000);
 }
 
 #[test]

@@ -94,6 +94,11 @@ impl SharedStore {
         &self.redis
     }
 
+    /// The `hybrid` strategy's settings (`None`: every decision shared).
+    pub fn hybrid(&self) -> Option<&HybridLeases> {
+        self.hybrid.as_ref()
+    }
+
     /// `"hybrid"` or `"redis"`: the store's name in logs and metrics.
     pub fn name(&self) -> &'static str {
         if self.hybrid.is_some() {

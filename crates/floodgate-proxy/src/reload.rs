@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use floodgate_http::RateLimiter;
 
-use crate::config::Config;
+use crate::config::{Config, OpenedStore};
 use crate::generation::Generations;
 
 /// The top-level settings read at startup only, as the file names them.
@@ -61,7 +61,8 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
         old.admin != new.admin,
         old.admin_keys != new.admin_keys,
         old.admin_allowed_hosts != new.admin_allowed_hosts,
-        old.store != new.store,
+        // as resolved: two spellings of one store are the same store
+        old.store.settings() != new.store.settings(),
         old.upstream_timeout != new.upstream_timeout,
         old.connect_timeout != new.connect_timeout,
         old.head_timeout != new.head_timeout,
@@ -92,7 +93,9 @@ pub struct Reloader {
     /// The text last read (the watch reloads only when it changes); the lock also
     /// serializes reloads.
     last_text: Mutex<Option<String>>,
-    /// The runtime a Redis store's connection is made on.
+    /// The store opened at startup: every reload's limiter decides on it.
+    store: OpenedStore,
+    /// The runtime the store's background tasks run on.
     runtime: tokio::runtime::Handle,
     /// Called after each reload attempt with its outcome (the access log reopens its
     /// file there).
@@ -108,11 +111,12 @@ impl std::fmt::Debug for Reloader {
 }
 
 impl Reloader {
-    /// A reloader of `path` (read at startup as `startup`) into `generations`; `runtime`
-    /// is where a Redis store connects.
+    /// A reloader of `path` (read at startup as `startup`, its store opened as `store`)
+    /// into `generations`; `runtime` runs the store's background tasks.
     pub fn new(
         path: PathBuf,
         startup: Config,
+        store: OpenedStore,
         generations: Arc<Generations>,
         runtime: tokio::runtime::Handle,
     ) -> Reloader {
@@ -122,6 +126,7 @@ impl Reloader {
             generations,
             startup,
             last_text: Mutex::new(text),
+            store,
             runtime,
             after: Box::new(|_| {}),
         }
@@ -181,7 +186,12 @@ impl Reloader {
         // the access log runs as started: its decisions keep being recorded
         cfg.log.access_log.clone_from(&self.startup.log.access_log);
         cfg.log.access_format = self.startup.log.access_format;
-        let limiter = match self.runtime.block_on(cfg.build_after(Some(prev))) {
+        // the store is the one opened at startup ("store" is restart-only)
+        let built = {
+            let _in_runtime = self.runtime.enter();
+            cfg.build_on(&self.store, Some(prev))
+        };
+        let limiter = match built {
             Ok(l) => l,
             Err(e) => return fail(format!("{}: {e}", self.path.display())),
         };

@@ -8,15 +8,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use floodgate_engine::config::{DEFAULT_RESP_MAX_KEYS, OpenedStore};
 use floodgate_engine::fleet::Strategy;
-use floodgate_engine::{CallerLimits, HybridLeases, SharedStore, TokioWallClock};
+use floodgate_engine::{CallerLimits, HybridLeases, TokioWallClock};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::{Config, Settings, StoreSettings};
-use crate::descriptors::{Engine, FaultPolicy, StoreHandle};
+use crate::descriptors::{Engine, StoreHandle};
 use crate::gate::Gate;
 use crate::grpc::RlsService;
 use crate::grpc::conn::Http2Limits;
@@ -29,9 +30,6 @@ use crate::quota::DemandBook;
 use crate::reload::{self, Reloader};
 use crate::resp::{RespLimits, RespService, RespTimeouts};
 use crate::tls::Door;
-
-/// Most leases the `hybrid` strategy holds (one per limiter key in use).
-const HYBRID_MAX_LEASES: usize = 1_000_000;
 
 /// Why the server could not start.
 #[derive(Debug, Error)]
@@ -131,54 +129,45 @@ pub async fn start(
     settings: Settings,
     options: Options,
 ) -> Result<Running, StartError> {
-    let (store, fault, throttle, redis) = match &settings.store {
-        StoreSettings::Memory {
-            max_keys,
-            resp_max_keys,
-        } => (
-            StoreHandle::Memory {
-                max_keys: *max_keys,
-                share: match settings.fleet.strategy {
-                    Some(Strategy::Local) => settings.fleet.nodes,
-                    _ => 1,
-                },
-                clock: TokioWallClock::new(),
-            },
-            FaultPolicy::default(),
-            CallerLimits::memory(*resp_max_keys).map_err(|e| StartError::Rules {
-                path: options.path.clone(),
-                message: format!("store.resp_max_keys: {e}"),
-            })?,
-            None,
-        ),
-        StoreSettings::Redis {
-            url,
-            config,
-            on_fault,
-        } => {
-            let fleet = &settings.fleet;
-            let hybrid = (fleet.strategy == Some(Strategy::Hybrid)).then_some(HybridLeases {
-                nodes: fleet.nodes,
-                lease: fleet.lease,
-                lease_ttl: fleet.lease_ttl,
-                max_leases: HYBRID_MAX_LEASES,
-            });
-            let (shared, unreachable) =
-                SharedStore::connect_or_retry(url, config.clone(), hybrid).await?;
-            if let Some(e) = unreachable {
-                tracing::warn!(
-                    error = %e,
-                    fault_policy = ?on_fault,
-                    "Redis does not answer: starting anyway; decisions follow the fault policy until it does, and the server connects in the background"
-                );
-            }
-            let s = shared.redis().clone();
-            let store = StoreHandle::Shared(shared);
-            let fault = FaultPolicy {
-                failure: *on_fault,
-                retry: config.breaker_open_for,
+    let fleet = &settings.fleet;
+    // the cap on leases is the store's (`store.max_keys`), set by `open`
+    let hybrid = (fleet.strategy == Some(Strategy::Hybrid)).then_some(HybridLeases {
+        nodes: fleet.nodes,
+        lease: fleet.lease,
+        lease_ttl: fleet.lease_ttl,
+        max_leases: settings.store.max_keys(),
+    });
+    let opened = settings.store.open(hybrid, "server").await?;
+    let fault = opened.fault_policy();
+    let (store, throttle, redis) = match opened {
+        OpenedStore::Memory { max_keys } => {
+            let resp_max_keys = match &settings.store {
+                StoreSettings::Memory { resp_max_keys, .. } => *resp_max_keys,
+                StoreSettings::Redis { .. } => DEFAULT_RESP_MAX_KEYS,
             };
-            (store, fault, CallerLimits::redis(s.clone()), Some(s))
+            (
+                StoreHandle::Memory {
+                    max_keys,
+                    share: match fleet.strategy {
+                        Some(Strategy::Local) => fleet.nodes,
+                        _ => 1,
+                    },
+                    clock: TokioWallClock::new(),
+                },
+                CallerLimits::memory(resp_max_keys).map_err(|e| StartError::Rules {
+                    path: options.path.clone(),
+                    message: format!("store.resp_max_keys: {e}"),
+                })?,
+                None,
+            )
+        }
+        OpenedStore::Shared { store: shared, .. } => {
+            let s = shared.redis().clone();
+            (
+                StoreHandle::Shared(shared),
+                CallerLimits::redis(s.clone()),
+                Some(s),
+            )
         }
     };
     let metrics = Arc::new(Metrics::with_keys(redis.clone(), settings.admin_keys));

@@ -15,6 +15,10 @@
 //!
 //! A renamed key is still read in its old spelling; the section notes a [`Renamed`] for
 //! it, which the surface logs (and prints) when it loads the file.
+//!
+//! `[store]` resolves to one [`StoreSettings`] (defaults applied, compared on reload), and
+//! both surfaces open their store through it ([`StoreSettings::open`]): in process, or on
+//! Redis with the fleet's `hybrid` leases and the fault policy.
 
 use std::fmt;
 use std::ops::Range;
@@ -25,6 +29,7 @@ use serde::de::DeserializeOwned;
 mod fleet;
 mod headers;
 mod store;
+mod store_settings;
 #[cfg(test)]
 mod tests;
 #[cfg(feature = "watch")]
@@ -34,6 +39,7 @@ mod yaml_depth;
 pub use fleet::{FleetNodes, FleetSection};
 pub use headers::{HeadersSection, legacy_headers};
 pub use store::{DEFAULT_MAX_KEYS, RedisSection, StoreKind, StoreSection, fault_policy_legacy};
+pub use store_settings::{DEFAULT_RESP_MAX_KEYS, OpenedStore, StoreSettings};
 pub use yaml_depth::MAX_YAML_FLOW_NESTING;
 
 /// A config file that cannot be used: where, and what is wrong.

@@ -330,3 +330,126 @@ fn yaml_off_is_the_legacy_mode_off() {
     let s: Shared = from_yaml(Path::new("f.yaml"), "headers:\n  legacy: delta\n").unwrap();
     assert_eq!(s.headers.legacy, Some(ResetFormat::Delta));
 }
+
+#[test]
+fn the_store_section_resolves_to_settings_equal_by_value() {
+    let parse = |src: &str| -> StoreSettings {
+        from_toml::<Shared>(Path::new("f.toml"), src)
+            .unwrap()
+            .store
+            .settings()
+    };
+    let a = parse(TOML);
+    let StoreSettings::Redis { redis, max_keys } = &a else {
+        panic!("{a:?}")
+    };
+    assert_eq!(*max_keys, 5000);
+    assert_eq!(redis.url, "redis://127.0.0.1:6379/2");
+    assert_eq!(redis.timeout, Duration::from_millis(20));
+    assert_eq!(
+        a.fault_policy(),
+        crate::decide::FaultPolicy {
+            failure: StoreFailure::Deny,
+            retry: Duration::ZERO,
+        }
+    );
+    assert_eq!(a, parse(TOML));
+    // each value that opens another store makes the settings differ
+    for (from, to) in [
+        ("timeout = \"20ms\"", "timeout = \"21ms\""),
+        ("prefix = \"fg:\"", "prefix = \"fh:\""),
+        ("deny_cache_keys = 0", "deny_cache_keys = 1"),
+        ("module = \"never\"", "module = \"auto\""),
+        ("time = \"caller\"", "time = \"redis\""),
+        (
+            "fault_policy = \"fail-closed\"",
+            "fault_policy = \"fail-open\"",
+        ),
+        ("max_keys = 5000", "max_keys = 5001"),
+        ("/2\"", "/3\""),
+    ] {
+        assert!(TOML.contains(from), "{from}");
+        assert_ne!(a, parse(&TOML.replacen(from, to, 1)), "{from} -> {to}");
+    }
+    // the defaults, in process
+    let m = parse("");
+    assert_eq!(
+        m,
+        StoreSettings::Memory {
+            max_keys: DEFAULT_MAX_KEYS,
+            resp_max_keys: DEFAULT_RESP_MAX_KEYS,
+        }
+    );
+    assert_eq!(m.fault_policy(), crate::decide::FaultPolicy::default());
+    assert_ne!(m, parse("[store]\nresp_max_keys = 7\n"));
+    // the old string form and the table resolve alike
+    assert_eq!(
+        parse("store = \"redis://h:1/\"\n"),
+        parse("[store]\ntype = \"redis\"\n[store.redis]\nurl = \"redis://h:1/\"\n")
+    );
+    assert_ne!(
+        parse("store = \"redis://h:1/\"\n"),
+        parse("store = \"redis://h:2/\"\n")
+    );
+}
+
+#[tokio::test]
+async fn opening_the_store_in_process_and_on_a_redis_that_does_not_answer() {
+    use crate::store::PolicyInfo;
+    use floodgate_core::{Kind, Spec};
+    let spec = Spec::new(Kind::Gcra, "10/s".parse().unwrap());
+    let policies = [PolicyInfo::new(
+        0,
+        "p".into(),
+        spec.clone(),
+        spec.build().unwrap(),
+    )];
+    let memory = StoreSettings::Memory {
+        max_keys: 9,
+        resp_max_keys: 1,
+    };
+    let opened = memory.open(None, "test").await.unwrap();
+    assert_eq!(opened.max_keys(), Some(9));
+    assert!(opened.decision_store(&policies).unwrap().is_none());
+
+    // a port nothing listens on: the store opens, and decides under the fault policy
+    let redis = RedisSection {
+        url: "redis://127.0.0.1:1".into(),
+        connect_timeout: Duration::from_millis(100),
+        ..RedisSection::default()
+    };
+    let on_redis = StoreSettings::Redis {
+        redis: redis.clone(),
+        max_keys: 7,
+    };
+    let opened = on_redis.open(None, "test").await.unwrap();
+    let shared = opened.shared().unwrap();
+    assert!(!shared.reachable());
+    assert!(shared.hybrid().is_none());
+    let (_, name) = opened.decision_store(&policies).unwrap().unwrap();
+    assert_eq!(name, "redis");
+    assert_eq!(opened.fault_policy(), on_redis.fault_policy());
+    assert_eq!(opened.max_keys(), None);
+    // the hybrid strategy's leases are capped by store.max_keys, whatever the caller gave
+    let leases = crate::HybridLeases {
+        nodes: 3,
+        lease: 5,
+        lease_ttl: Duration::from_secs(1),
+        max_leases: 1_000_000,
+    };
+    let opened = on_redis.open(Some(leases), "test").await.unwrap();
+    let h = opened.shared().unwrap().hybrid().copied().unwrap();
+    assert_eq!((h.nodes, h.lease, h.max_leases), (3, 5, 7));
+    let (_, name) = opened.decision_store(&policies).unwrap().unwrap();
+    assert_eq!(name, "hybrid");
+
+    // a URL that cannot work is an error
+    let bad = StoreSettings::Redis {
+        redis: RedisSection {
+            url: "redis://[::1".into(),
+            ..redis
+        },
+        max_keys: 7,
+    };
+    assert!(bad.open(None, "test").await.is_err());
+}

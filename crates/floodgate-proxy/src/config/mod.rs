@@ -19,12 +19,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use floodgate_core::{Kind, Rate, Spec};
+use floodgate_engine::HybridLeases;
 use floodgate_engine::config::fault_policy_legacy;
 /// The sections shared with floodgate server.
 pub use floodgate_engine::config::{
-    FleetNodes, FleetSection, HeadersSection, RedisSection, Renamed, StoreKind, StoreSection,
+    FleetNodes, FleetSection, HeadersSection, OpenedStore, RedisSection, Renamed, StoreKind,
+    StoreSection, StoreSettings,
 };
-use floodgate_engine::{HybridLeases, SharedStore};
 use http::{HeaderName, Method, StatusCode, Uri};
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
@@ -534,57 +535,67 @@ impl Config {
         self.fleet.fleet().ok().flatten()
     }
 
-    /// Build the limiter with its store: in-process, or on Redis through [`SharedStore`]
-    /// (with the `hybrid` fleet strategy, a [`floodgate_engine::HybridStore`] on it). A
-    /// Redis that does not answer yet is not an error: the limiter starts, decides under
-    /// the fault policy and connects in the background
-    /// ([`floodgate_http::RateLimiter::store_reachable`] says when it has).
+    /// Build the limiter with its store, opened as floodgate server opens its own
+    /// ([`Config::open_store`]): in-process, or on Redis through
+    /// [`floodgate_engine::SharedStore`] (with the `hybrid` fleet strategy, a
+    /// [`floodgate_engine::HybridStore`] on it). A Redis that does not answer yet is not
+    /// an error: the limiter starts, decides under the fault policy and connects in the
+    /// background ([`floodgate_http::RateLimiter::store_reachable`] says when it has).
     pub async fn build(&self) -> Result<floodgate_http::RateLimiter, BuildConfigError> {
-        self.build_after(None).await
+        let store = self.open_store().await?;
+        self.build_on(&store, None)
     }
 
-    /// As [`build`](Self::build), the limiter replacing `prev` when given (a reload:
-    /// [`floodgate_http::RateLimiterBuilder::succeed`] keeps its metrics, insight and the
-    /// in-process state of unchanged policies).
-    pub async fn build_after(
+    /// Open the store `[store]` and `[fleet]` describe ([`StoreSettings::open`], as
+    /// floodgate server opens its own): nothing in process; on Redis, a connection (with
+    /// the `hybrid` strategy's leases), kept for every limiter built on it. `Err`: a URL
+    /// or setting that cannot work, naming the URL without its password.
+    pub async fn open_store(&self) -> Result<OpenedStore, BuildConfigError> {
+        let settings = self.store.settings();
+        // the cap on leases is the store's (`store.max_keys`), set by `open`
+        let hybrid = self
+            .fleet()
+            .as_ref()
+            .and_then(|f| HybridLeases::of(f, settings.max_keys()));
+        settings
+            .open(hybrid, "proxy")
+            .await
+            .map_err(|e| BuildConfigError::Store {
+                url: redact(&self.store.redis().url),
+                message: e.to_string(),
+            })
+    }
+
+    /// Build the limiter on `store` (opened at startup: a reload keeps the store, its key
+    /// cap and its fault policy, which are read at startup only), replacing `prev` when
+    /// given (a reload: [`floodgate_http::RateLimiterBuilder::succeed`] keeps its metrics,
+    /// insight and the in-process state of unchanged policies).
+    pub fn build_on(
         &self,
+        store: &OpenedStore,
         prev: Option<&floodgate_http::RateLimiter>,
     ) -> Result<floodgate_http::RateLimiter, BuildConfigError> {
-        let builder = match prev {
-            Some(p) => self.limiter_builder().succeed(p),
-            None => self.limiter_builder(),
-        };
-        if self.store.kind != StoreKind::Redis {
-            return Ok(builder.build()?);
+        let mut builder = self
+            .limiter_builder()
+            .store_failure(store.fault_policy().failure);
+        if let Some(n) = store.max_keys() {
+            builder = builder.max_keys(n);
         }
-        let redis = self.store.redis();
-        let url = &redis.url;
-        let redacted = redact(url);
-        let fail = |message: String| BuildConfigError::Store {
-            url: redacted.clone(),
-            message,
+        if let Some(p) = prev {
+            builder = builder.succeed(p);
+        }
+        let OpenedStore::Shared { store: shared, .. } = store else {
+            return Ok(builder.build()?);
         };
         let infos = builder.policy_infos()?;
-        let fleet = self.fleet();
-        let hybrid = fleet
-            .as_ref()
-            .and_then(|f| HybridLeases::of(f, self.store.max_keys()));
-        let (shared, unreachable) =
-            SharedStore::connect_or_retry(url, redis.store_config(), hybrid)
-                .await
-                .map_err(|e| fail(e.to_string()))?;
-        if let Some(e) = unreachable {
-            tracing::warn!(
-                error = %e,
-                fault_policy = ?redis.fault_policy,
-                "Redis does not answer: starting anyway; decisions follow the fault policy until it does, and the proxy connects in the background"
-            );
-        }
-        let store = shared
+        let decisions = shared
             .decision_store(&infos)
-            .map_err(|e| fail(e.kind.to_string()))?;
-        let builder = builder.store(store, shared.name());
-        let builder = match fleet {
+            .map_err(|e| BuildConfigError::Store {
+                url: redact(&self.store.redis().url),
+                message: e.kind.to_string(),
+            })?;
+        let builder = builder.store(decisions, shared.name());
+        let builder = match self.fleet() {
             Some(f) if f.strategy().needs_shared_store() => builder.fleet(f),
             _ => builder,
         };
@@ -635,7 +646,7 @@ impl Config {
                     .missing_key_status
                     .unwrap_or(StatusCode::BAD_REQUEST),
             )
-            .store_failure(self.store.redis().fault_policy)
+            .store_failure(self.store.settings().store_failure())
             .headers(self.headers.options())
             .max_waiting(self.delay.max_waiting.unwrap_or(10_000))
             .max_keys(self.store.max_keys())

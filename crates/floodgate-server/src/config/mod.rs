@@ -24,6 +24,8 @@ use thiserror::Error;
 use crate::file::FileConfig;
 
 pub use envoy_dir::root as layout_root;
+/// `store:`, resolved: the type floodgate proxy's `[store]` resolves to as well.
+pub use floodgate_engine::config::StoreSettings;
 pub use limitador::{Condition, SelectorDef, detect as is_limitador};
 pub use quota::{BucketValue, DEFAULT_REPORT_INTERVAL, QuotaBucketDef, QuotaRules, UnknownBucket};
 pub use rules::{
@@ -36,7 +38,6 @@ pub use security::{
 pub use settings::{
     ConnectionSettings, DEFAULT_MAX_COMMAND_BYTES, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT, FleetSettings, RESERVED_DESCRIPTORS, Settings,
-    StoreSettings,
 };
 
 /// A config file that cannot be used. The message names the file and the place in it.

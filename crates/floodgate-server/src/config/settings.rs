@@ -4,12 +4,10 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use floodgate_engine::StoreFailure;
 use floodgate_engine::admin::AllowedHosts;
-use floodgate_engine::config::StoreKind;
+use floodgate_engine::config::StoreSettings;
 use floodgate_engine::fleet::{DEFAULT_LEASE, DEFAULT_LEASE_TTL, Strategy};
 use floodgate_engine::insight::KeyDisplay;
-use floodgate_redis::StoreConfig;
 
 use super::{Invalid, invalid, positive};
 use crate::file::FileConfig;
@@ -23,7 +21,7 @@ pub struct Settings {
     pub http: Option<SocketAddr>,
     /// RESP listen address (`None`: off).
     pub resp: Option<SocketAddr>,
-    /// The store.
+    /// The store (`store:`, resolved).
     pub store: StoreSettings,
     /// How a fleet of servers shares each limit.
     pub fleet: FleetSettings,
@@ -145,58 +143,6 @@ impl Default for FleetSettings {
     }
 }
 
-/// Where limiter state lives.
-#[derive(Debug, Clone)]
-pub enum StoreSettings {
-    /// In this process.
-    Memory {
-        /// Most keys per rate limit.
-        max_keys: usize,
-        /// Most keys of `CL.THROTTLE`.
-        resp_max_keys: usize,
-    },
-    /// In Redis.
-    Redis {
-        /// The URL.
-        url: String,
-        /// Timeouts, breaker, prefix, deny cache.
-        config: StoreConfig,
-        /// What a request gets when Redis cannot decide (`fault_policy`: `fail-open`, the
-        /// default, admits; `fail-closed` denies).
-        on_fault: StoreFailure,
-    },
-}
-
-impl PartialEq for StoreSettings {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (
-                StoreSettings::Memory {
-                    max_keys: a,
-                    resp_max_keys: b,
-                },
-                StoreSettings::Memory {
-                    max_keys: c,
-                    resp_max_keys: d,
-                },
-            ) => a == c && b == d,
-            (
-                StoreSettings::Redis {
-                    url: a,
-                    config: x,
-                    on_fault: f,
-                },
-                StoreSettings::Redis {
-                    url: b,
-                    config: y,
-                    on_fault: g,
-                },
-            ) => a == b && f == g && format!("{x:?}") == format!("{y:?}"),
-            _ => false,
-        }
-    }
-}
-
 fn address(field: &str, s: &Option<String>, default: &str) -> Result<Option<SocketAddr>, Invalid> {
     let at = format!("listen.{field}");
     let s = s.as_deref().unwrap_or(default).trim();
@@ -210,9 +156,6 @@ fn address(field: &str, s: &Option<String>, default: &str) -> Result<Option<Sock
         .ok_or_else(|| invalid(&at, format!("{s:?} resolves to no address")))?;
     Ok(Some(addr))
 }
-
-/// Keys of `CL.THROTTLE` when `store.resp_max_keys` is not given.
-const RESP_MAX_KEYS: usize = 1_000_000;
 
 /// The fleet against the store, and `sticky` (the proxy's: it forwards over HTTP).
 pub(super) fn check_fleet(file: &FileConfig) -> Result<(), String> {
@@ -240,21 +183,7 @@ pub(super) fn settings(file: &FileConfig) -> Result<Settings, Invalid> {
             "port 6379 is Redis's own port; pick another (the default is 16379)",
         ));
     }
-    let s = &file.store;
-    let store = match s.kind {
-        StoreKind::Memory => StoreSettings::Memory {
-            max_keys: s.max_keys(),
-            resp_max_keys: s.resp_max_keys.unwrap_or(RESP_MAX_KEYS),
-        },
-        StoreKind::Redis => {
-            let r = s.redis();
-            StoreSettings::Redis {
-                config: r.store_config(),
-                on_fault: r.fault_policy,
-                url: r.url,
-            }
-        }
-    };
+    let store = file.store.settings();
     let f = &file.fleet;
     let fleet = match f.strategy {
         None => FleetSettings::default(),
