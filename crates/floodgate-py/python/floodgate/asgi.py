@@ -107,31 +107,25 @@ class RateLimitMiddleware:
                 verdict = decide(limiter, method, path, headers, client, keys)
         else:
             verdict = await decide_async(limiter, method, path, headers, client, keys)
-        if verdict.allowed and not verdict.delay_s and verdict.cost_header is None:
-            await run_with_headers(self.app, verdict, scope, receive, send)
-        else:
+        if not (verdict.allowed and not verdict.delay_s and verdict.cost_header is None):
             await run_with_verdict(self.app, verdict, scope, receive, send)
-
-
-async def run_with_headers(app: ASGIApp, verdict: Any, scope: Scope, receive: Receive,
-                           send: Send) -> None:
-    """Runs the application for an admitted request with no delay and no cost to settle:
-    the verdict's fields (already bytes) added to its `http.response.start`, its leases
-    released at its end."""
-    added = verdict.header_bytes
-    try:
-        if not added:
-            await app(scope, receive, send)
             return
+        # admitted with no delay and no cost to settle (the rule): the verdict's fields,
+        # already bytes, added to the application's `http.response.start`
+        added = verdict.header_bytes
+        try:
+            if not added:
+                await self.app(scope, receive, send)
+                return
 
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*(message.get("headers") or ()), *added]}
-            await send(message)
+            async def send_with_headers(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*(message.get("headers") or ()), *added]}
+                await send(message)
 
-        await app(scope, receive, send_with_headers)
-    finally:
-        verdict.finish()
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            verdict.finish()
 
 
 async def run_with_verdict(app: ASGIApp, verdict: Any, scope: Scope, receive: Receive,
