@@ -2,6 +2,7 @@
 token bucket with the same semantics (capacity, continuous refill, monotonic clock).
 
     python crates/floodgate-py/bench.py            # after installing the module
+    python crates/floodgate-py/bench.py --asgi     # the request middleware's cost instead
 
 Each figure is the best of several rounds of N calls in a plain `for` loop (the loop's own cost
 is included for every contender alike); the contenders alternate within each round so a
@@ -94,10 +95,15 @@ def main():
     ap.add_argument("-n", type=int, default=200_000, help="calls per timed run")
     ap.add_argument("--rounds", type=int, default=7, help="rounds; each runs every case once")
     ap.add_argument("--redis", metavar="URL", help="also time throttle() against this Redis (loopback)")
+    ap.add_argument("--asgi", action="store_true",
+                    help="time RequestLimiter.decide and the ASGI middleware per request instead")
     args = ap.parse_args()
     if floodgate._floodgate.BUILD_PROFILE != "release":
         print("warning: this floodgate is a debug build (maturin build without --release); "
               "install a release build to benchmark: pip install ./crates/floodgate-py\n")
+    if args.asgi:
+        bench_asgi(args.n // 4, args.rounds)
+        return
     n = args.n
     cap, refill = 1_000_000_000, 1e6  # never empties: every call takes the same path
 
@@ -152,6 +158,88 @@ def bench_throttle(url, calls=5000):
         lambda i: (lambda: floodgate.throttle(key, 10, 1_000_000, 1, url=url, timeout_s=1.0)), 4, calls
     )
     print(f"\nthrottle() on {url}: {one:,.0f} calls/s from one thread, {four:,.0f} calls/s from 4 threads")
+
+
+#: The request head uvicorn gives an ASGI app for `wrk -c32 http://127.0.0.1:8000/item`.
+HEADERS = [(b"host", b"127.0.0.1:8000"), (b"user-agent", b"wrk/4.2.0"),
+           (b"accept", b"*/*")]
+
+
+def scope():
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "GET", "scheme": "http", "path": "/item", "raw_path": b"/item",
+            "query_string": b"", "root_path": "", "headers": HEADERS,
+            "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
+
+
+async def plain_app(scope, receive, send):
+    """The smallest ASGI app: a 200 with a 2-byte JSON body."""
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+
+def asgi_loop(app, n):
+    """Seconds per request of `app` called n times in process: no server, no event loop
+    (nothing awaited ever suspends, so each request's coroutine runs to its end on its first
+    step); every message sent is checked to be the expected status."""
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    t0 = time.perf_counter()
+    for _ in range(n):
+        coro = app(scope(), receive, send)
+        try:
+            coro.send(None)
+        except StopIteration:
+            pass
+        else:
+            raise RuntimeError("the app suspended: this loop times only apps that never wait")
+    elapsed = time.perf_counter() - t0
+    if sent[0]["status"] != 200 or len(sent) != 2 * n:
+        raise RuntimeError(f"unexpected answer: {sent[0]}")
+    return elapsed / n
+
+
+def bench_asgi(n, rounds):
+    """What floodgate's ASGI middleware adds to a request when the limit does not bind,
+    in process: the native decide alone, then the plain app with and without the middleware
+    (the limiter of scripts/lib/bench_python_app.py, in memory), each the best of `rounds`."""
+    from floodgate import Policy, RequestLimiter, Route
+    from floodgate.asgi import RateLimitMiddleware
+
+    rate = "100000000/minute"
+    limiter = RequestLimiter([Policy("item", rate, algorithm="gcra", capacity=100_000_000, key="ip")],
+                             routes=[Route("/item", policies={"item": 1})])
+    wrapped = RateLimitMiddleware(plain_app, limiter=limiter)
+    v = limiter.decide("GET", b"/item", HEADERS, client="127.0.0.1")
+    assert v.allowed and v.headers, v
+
+    def decide_loop(n):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            limiter.decide("GET", b"/item", HEADERS, client="127.0.0.1")
+        return (time.perf_counter() - t0) / n
+
+    cases = [("RequestLimiter.decide (in memory)", decide_loop),
+             ("plain ASGI app", lambda n: asgi_loop(plain_app, n)),
+             ("plain ASGI app + RateLimitMiddleware (in memory)", lambda n: asgi_loop(wrapped, n))]
+    best = {}
+    for _ in range(rounds):
+        for name, fn in cases:
+            best[name] = min(best.get(name, float("inf")), fn(n))
+    print(f"floodgate {floodgate.__version__}, best of {rounds} rounds of {n:,} requests, in process\n")
+    print("| per request | µs |")
+    print("|---|---:|")
+    for name, _ in cases:
+        print(f"| {name} | {best[name] * 1e6:.2f} |")
+    added = best[cases[2][0]] - best[cases[1][0]]
+    print(f"| added by the middleware | {added * 1e6:.2f} |")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
 
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
@@ -50,6 +51,25 @@ pub fn handle() -> PyResult<Handle> {
 /// Run `fut` to its end on the runtime, the GIL released meanwhile.
 pub fn block_on<T: Send>(py: Python<'_>, fut: impl Future<Output = T> + Send) -> PyResult<T> {
     let handle = handle()?;
+    Ok(py.detach(|| handle.block_on(fut)))
+}
+
+/// Run `fut` to its end, first on the calling thread with the GIL held: a future that
+/// completes on its first poll (an in-process decision, which never waits) costs no
+/// hand-off to the runtime and no release of the GIL (each a microsecond or more). One
+/// that would wait is driven to its end by [`block_on`], the GIL released meanwhile.
+pub fn run_now<T: Send>(py: Python<'_>, fut: impl Future<Output = T> + Send) -> PyResult<T> {
+    let handle = handle()?;
+    let mut fut = std::pin::pin!(fut);
+    {
+        // in the runtime's context: a timer or task made on the first poll belongs to it
+        let _in = handle.enter();
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return Ok(out);
+        }
+    }
+    // polled again by block_on, with a waker of its own (a future wakes its latest waker)
     Ok(py.detach(|| handle.block_on(fut)))
 }
 

@@ -20,6 +20,30 @@ def limited(pairs):
     return [(k, v) for k, v in pairs if k in LIMIT_HEADERS]
 
 
+def test_headers_as_a_list_a_tuple_a_dict_or_a_mapping_decide_alike():
+    lim = RequestLimiter([Policy("api", "10/min", algorithm="gcra", capacity=10,
+                                 key="header:x-api-key")])
+    given = [[(b"x-api-key", b"k1")], ((b"x-api-key", "k1"),), {"x-api-key": "k1"},
+             MappingOnly({"x-api-key": b"k1"})]
+    fields = [dict(lim.decide("GET", "/x", h).headers)["ratelimit"] for h in given]
+    remaining = [int(re.search(r";r=(\d+)", f).group(1)) for f in fields]
+    assert remaining == [10, 9, 8, 7], fields  # one key: each form read it
+    with pytest.raises(TypeError, match="header value must be str or bytes"):
+        lim.decide("GET", "/x", [(b"x-api-key", 1)])
+    with pytest.raises(ValueError, match="header name .* is not valid"):
+        lim.decide("GET", "/x", [(b"bad name", b"v")])
+
+
+class MappingOnly:
+    """A mapping with `items()` only (as a framework's header object)."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def items(self):
+        return self.d.items()
+
+
 def test_admits_then_denies_with_the_proxys_denial():
     lim = RequestLimiter([Policy("api", "2/min", algorithm="gcra", capacity=2)],
                          retry_after_jitter_s=0)
@@ -31,6 +55,8 @@ def test_admits_then_denies_with_the_proxys_denial():
     lim.decide("GET", "/x", client=CLIENT)
     denied = lim.decide("GET", "/x", client=CLIENT)
     assert not denied.allowed and denied.headers == [] and denied.outcome == "limited"
+    assert first.header_bytes == [(n.encode(), v.encode()) for n, v in first.headers]
+    assert first.header_bytes and denied.header_bytes == []
     status, headers, body = denied.response
     assert status == 429
     retry = int(dict(headers)["retry-after"])

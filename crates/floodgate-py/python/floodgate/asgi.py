@@ -98,10 +98,34 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         keys = provided_key(self.key, scope) if self.key is not None else None
-        args = (self.limiter, scope["method"], request_path(scope), scope.get("headers") or [],
-                client_host(scope), keys)
-        verdict = decide(*args) if self.direct else await decide_async(*args)
-        await run_with_verdict(self.app, verdict, scope, receive, send)
+        limiter, method, path = self.limiter, scope["method"], request_path(scope)
+        headers, client = scope.get("headers") or [], client_host(scope)
+        if self.direct:
+            try:  # the common case first: no call through decide()'s recovery
+                verdict = limiter.decide(method, path, headers, client, keys)
+            except (ValueError, TypeError):
+                verdict = decide(limiter, method, path, headers, client, keys)
+        else:
+            verdict = await decide_async(limiter, method, path, headers, client, keys)
+        if not (verdict.allowed and not verdict.delay_s and verdict.cost_header is None):
+            await run_with_verdict(self.app, verdict, scope, receive, send)
+            return
+        # admitted with no delay and no cost to settle (the rule): the verdict's fields,
+        # already bytes, added to the application's `http.response.start`
+        added = verdict.header_bytes
+        try:
+            if not added:
+                await self.app(scope, receive, send)
+                return
+
+            async def send_with_headers(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*(message.get("headers") or ()), *added]}
+                await send(message)
+
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            verdict.finish()
 
 
 async def run_with_verdict(app: ASGIApp, verdict: Any, scope: Scope, receive: Receive,
@@ -117,8 +141,8 @@ async def run_with_verdict(app: ASGIApp, verdict: Any, scope: Scope, receive: Re
     try:
         if verdict.delay_s > 0:
             await asyncio.sleep(verdict.delay_s)
-        # the native limiter gives (name, value) str pairs, names lower case
-        added = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in verdict.headers]
+        # the native limiter gives (name, value) bytes pairs, names lower case
+        added = verdict.header_bytes
         cost_header = verdict.cost_header
         if not added and cost_header is None:
             await app(scope, receive, send)

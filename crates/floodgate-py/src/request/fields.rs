@@ -4,7 +4,7 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 /// Bytes of a `str` (UTF-8) or `bytes` object named `what`.
 pub(super) fn text_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
@@ -17,12 +17,26 @@ pub(super) fn text_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>
     Err(PyTypeError::new_err(format!("{what} must be str or bytes")))
 }
 
+/// Bytes of a `str` (UTF-8) or `bytes` object named `what`, borrowed where Python holds
+/// them as such.
+fn borrowed_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes());
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(s.to_str()?.as_bytes());
+    }
+    Err(PyTypeError::new_err(format!("{what} must be str or bytes")))
+}
+
 /// Header fields from Python: a mapping or an iterable of `(name, value)` pairs, each a
 /// `str` (UTF-8) or `bytes`, as ASGI and WSGI give them; repeated names kept in order.
 pub(super) fn header_map(h: &Bound<'_, PyAny>) -> PyResult<HeaderMap> {
     let mut map = HeaderMap::new();
     let items = match h.cast::<PyDict>() {
         Ok(d) => d.items().into_any(),
+        // ASGI's list of pairs: no `items` to look up (a failed lookup raises inside)
+        Err(_) if h.is_instance_of::<PyList>() || h.is_instance_of::<PyTuple>() => h.clone(),
         Err(_) if h.hasattr("items")? => h.call_method0("items")?,
         Err(_) => h.clone(),
     };
@@ -31,15 +45,15 @@ pub(super) fn header_map(h: &Bound<'_, PyAny>) -> PyResult<HeaderMap> {
         let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
             PyTypeError::new_err("headers must be a mapping or an iterable of (name, value) pairs")
         })?;
-        let k = text_bytes(&k, "a header name")?;
-        let name = HeaderName::from_bytes(&k).map_err(|_| {
+        let k = borrowed_bytes(&k, "a header name")?;
+        let name = HeaderName::from_bytes(k).map_err(|_| {
             PyValueError::new_err(format!(
                 "header name {:?} is not valid",
-                String::from_utf8_lossy(&k)
+                String::from_utf8_lossy(k)
             ))
         })?;
-        let v = text_bytes(&v, "a header value")?;
-        let value = HeaderValue::from_bytes(&v)
+        let v = borrowed_bytes(&v, "a header value")?;
+        let value = HeaderValue::from_bytes(v)
             .map_err(|_| PyValueError::new_err(format!("header {name}: the value is not valid")))?;
         map.append(name, value);
     }

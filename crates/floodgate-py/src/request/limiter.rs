@@ -109,13 +109,14 @@ impl PyRequestLimiter {
     /// This process's limiter (a forked child builds its own on Redis: the parent's
     /// connection is not usable there; in process, the copied state is kept).
     fn limiter(&self, py: Python<'_>) -> PyResult<RateLimiter> {
-        let pid = runtime::pid();
         {
             let g = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
-            if g.0 == pid || self.store.is_none() {
+            // in process the copied state is kept: no process id to ask for
+            if self.store.is_none() || g.0 == runtime::pid() {
                 return Ok(g.1.clone());
             }
         }
+        let pid = runtime::pid();
         let store = self.store.as_ref().map(|s| s.get());
         let fresh = self.settings.build(py, store)?;
         let mut g = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
@@ -388,7 +389,9 @@ impl PyRequestLimiter {
     /// query), `headers` (a mapping or `(name, value)` pairs, str or bytes, as ASGI and
     /// WSGI give them), `client` (the connecting peer: an address, or ASGI's
     /// `(host, port)`), `keys` (for policies keyed `"provided"`: one key for all, or
-    /// `{policy name: key}`). The GIL is released while deciding.
+    /// `{policy name: key}`). In process the decision runs with the GIL held (it never
+    /// waits, and releasing the GIL would cost more than it); the GIL is released while
+    /// a decision waits (a Redis round trip, an in-flight queue).
     #[pyo3(signature = (method, path, headers=None, client=None, keys=None))]
     fn decide(
         &self,
@@ -401,9 +404,12 @@ impl PyRequestLimiter {
     ) -> PyResult<PyVerdict> {
         let req = request(method, path, headers, client, keys)?;
         let limiter = self.limiter(py)?;
-        runtime::block_on(py, async move {
-            PyVerdict::of(limiter.decide_request(&req).await).await
-        })
+        let decision = async move { PyVerdict::of(limiter.decide_request(&req).await).await };
+        if self.store.is_none() {
+            runtime::run_now(py, decision)
+        } else {
+            runtime::block_on(py, decision)
+        }
     }
 
     /// As `decide`, awaitable: never blocks the event loop (a Redis round trip or an

@@ -60,7 +60,8 @@ struct Held {
 pub struct PyVerdict {
     allowed: bool,
     delay_s: f64,
-    headers: Pairs,
+    /// The fields to add to an admitted request's response (empty when denied).
+    headers: HeaderMap,
     response: Option<(u16, Pairs, Vec<u8>)>,
     policy: Option<String>,
     outcome: Option<&'static str>,
@@ -88,7 +89,7 @@ impl PyVerdict {
             } => {
                 held.leases = leases;
                 held.permits = permits;
-                (true, delay.as_secs_f64(), pairs(&headers), None)
+                (true, delay.as_secs_f64(), headers, None)
             }
             Verdict::Respond(r) => {
                 let (parts, body) = r.into_parts();
@@ -97,7 +98,7 @@ impl PyVerdict {
                     Err(never) => match never {},
                 };
                 let response = (parts.status.as_u16(), pairs(&parts.headers), body);
-                (false, 0.0, Vec::new(), Some(response))
+                (false, 0.0, HeaderMap::new(), Some(response))
             }
         };
         PyVerdict {
@@ -166,6 +167,9 @@ impl PyVerdict {
 
 /// Drop what a request holds inside the runtime (a lease on Redis is released by a task).
 fn release(held: Held) {
+    if held.leases.is_empty() && held.permits.is_empty() && held.settle.is_none() {
+        return; // nothing to release (the rule for a rate-limited request)
+    }
     match runtime::handle() {
         Ok(h) => {
             let _in = h.enter();
@@ -199,7 +203,25 @@ impl PyVerdict {
     /// Headers to add to the application's response: `[(name, value), ...]`.
     #[getter]
     fn headers(&self) -> Pairs {
-        self.headers.clone()
+        pairs(&self.headers)
+    }
+
+    /// `headers` as the bytes an ASGI server sends, `[(name, value), ...]` (names lower
+    /// case): the fields as rendered, with no decoding or encoding in between.
+    #[getter]
+    fn header_bytes<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        self.headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    PyBytes::new(py, k.as_str().as_bytes()),
+                    PyBytes::new(py, v.as_bytes()),
+                )
+            })
+            .collect()
     }
 
     /// The whole answer to send instead of calling the application,
@@ -264,7 +286,7 @@ impl PyVerdict {
     fn settle_from_response(&self, py: Python<'_>, headers: &Bound<'_, PyAny>) -> PyResult<Pairs> {
         let head = header_map(headers)?;
         let handle = self.held().settle.clone();
-        let admitted = self.headers.clone();
+        let admitted = pairs(&self.headers);
         runtime::block_on(py, settle_from(handle, head, admitted))
     }
 
@@ -276,7 +298,7 @@ impl PyVerdict {
     ) -> PyResult<Bound<'py, PyAny>> {
         let head = header_map(headers)?;
         let handle = self.held().settle.clone();
-        let admitted = self.headers.clone();
+        let admitted = pairs(&self.headers);
         runtime::awaitable(
             py,
             async move { Ok(settle_from(handle, head, admitted).await) },
