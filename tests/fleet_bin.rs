@@ -9,7 +9,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,9 +20,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 mod common;
-use common::{Proc, free_port, wait_listening};
-
-const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
+use common::{Proc, checked_proxy, free_port, wait_listening};
 
 #[derive(Debug, Clone)]
 struct Arrival {
@@ -156,28 +154,10 @@ async fn start(strategy: &str, upstream: SocketAddr, policy: &str, extra: &str) 
             ),
         )
         .unwrap();
-        let check = Command::new(BIN)
-            .args(["proxy", "--check-config", "--config"])
-            .arg(&cfg)
-            .output()
-            .unwrap();
-        assert!(
-            check.status.success(),
-            "{}",
-            String::from_utf8_lossy(&check.stderr)
-        );
-        let child = Command::new(BIN)
-            .args(["proxy", "--threads", "1", "--config"])
-            .arg(&cfg)
-            .env("FLOODGATE_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
         out.push(Node {
             listen: *listen,
             admin,
-            proc: Proc(child),
+            proc: checked_proxy(&cfg),
         });
     }
     for n in &out {

@@ -16,7 +16,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 mod common;
-use common::{Proc, free_port, ok_backend, wait_listening};
+use common::{Proc, checked_proxy, free_port, ok_backend, wait_listening};
 
 const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
 
@@ -73,25 +73,7 @@ async fn proxy(
         ),
     )
     .unwrap();
-    let check = Command::new(BIN)
-        .args(["proxy", "--check-config", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    let child = Command::new(BIN)
-        .args(["proxy", "--threads", "1", "--config"])
-        .arg(&cfg)
-        .env("FLOODGATE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let p = Proc(child);
+    let p = checked_proxy(&cfg);
     wait_listening(listen).await;
     (listen, p)
 }

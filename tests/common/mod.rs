@@ -53,6 +53,32 @@ impl Drop for Proc {
     }
 }
 
+/// `floodgate proxy --config cfg` as a fleet node runs it (one worker thread, warnings
+/// only, output discarded), after `--check-config` has accepted the file (its stderr
+/// is the assertion's message otherwise). The caller waits for it to listen.
+pub fn checked_proxy(cfg: &std::path::Path) -> Proc {
+    let bin = env!("CARGO_BIN_EXE_floodgate");
+    let check = std::process::Command::new(bin)
+        .args(["proxy", "--check-config", "--config"])
+        .arg(cfg)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let child = std::process::Command::new(bin)
+        .args(["proxy", "--threads", "1", "--config"])
+        .arg(cfg)
+        .env("FLOODGATE_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
 /// Wait until something accepts TCP connections on `addr` (at most 30 s).
 pub async fn wait_listening(addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(30);
