@@ -45,6 +45,10 @@ use crate::fault::StoreError;
 /// The longest a queued request waits between two tries.
 pub const QUEUE_POLL: Duration = Duration::from_millis(5);
 
+/// The lease TTL of a `max_in_flight` limit that names none (the proxy's policies, the
+/// server's rules and adaptive policies): a lease not released frees its place after it.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
 /// The longest queue timeout accepted.
 pub const MAX_QUEUE_TIMEOUT: Duration = Duration::from_secs(3600);
 

@@ -86,9 +86,8 @@ impl std::fmt::Debug for RateLimiter {
     }
 }
 
-/// The `Retry-After` of a request an adaptive policy sheds (503), seconds: overload
-/// passes as requests finish, not at a quota's reset.
-pub const SHED_RETRY_AFTER_SECS: u64 = 1;
+/// The `Retry-After` of a request an adaptive policy sheds (503), seconds.
+pub use floodgate_engine::adaptive::SHED_RETRY_AFTER_SECS;
 
 /// `(policy index, key, cost)` of a request's checks; a route has one or two policies
 /// as a rule, held without an allocation.

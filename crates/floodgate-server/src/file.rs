@@ -64,6 +64,48 @@ pub struct FileConfig {
     /// Buckets of the Rate Limit Quota Service on the gRPC door.
     #[serde(default)]
     pub quota: QuotaFile,
+    /// Adaptive concurrency limits for callers that report each request's end
+    /// (`/v1/adaptive/acquire` and `/v1/adaptive/release`), by policy name.
+    #[serde(default)]
+    pub adaptive: std::collections::BTreeMap<String, AdaptiveFile>,
+}
+
+/// One adaptive policy (`adaptive: {NAME: {...}}`): the keys of floodgate proxy's
+/// adaptive `[[policy]]` (its `adaptive = "..."` is `algorithm` here), less `latency`
+/// (the caller releases when its request ends), plus `lease_ttl`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveFile {
+    /// `gradient2`, `vegas` or `aimd`.
+    pub algorithm: String,
+    /// The floor, in requests at once.
+    pub min_limit: Option<usize>,
+    /// The ceiling, in requests at once.
+    pub max_limit: Option<usize>,
+    /// The limit at start.
+    pub initial_limit: Option<usize>,
+    /// Outcomes that count as drops: `5xx`, `timeout`.
+    pub drop_on: Option<Vec<String>>,
+    /// Requests that may wait for a permit.
+    pub queue: Option<usize>,
+    /// How long one waits (e.g. `200ms`).
+    pub queue_timeout: Option<String>,
+    /// A permit never released is given back (without a sample) after this (e.g. `30s`,
+    /// the default).
+    pub lease_ttl: Option<String>,
+    /// Priority classes, highest first.
+    #[serde(default)]
+    pub classes: Vec<AdaptiveClassFile>,
+}
+
+/// One priority class of an adaptive policy.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveClassFile {
+    /// The name callers give in `class` (and the metrics' `class` label).
+    pub name: String,
+    /// The fraction of the limit guaranteed to the class, in [0, 1].
+    pub share: f64,
 }
 
 /// `listen:` addresses (`host:port`, or `off` to disable a front door).

@@ -13,6 +13,8 @@
 //!   cost later ([`settle`]).
 //! * `POST /v1/acquire`, `/v1/renew`, `/v1/release`: in-flight leases
 //!   ([`crate::http_leases`]).
+//! * `POST /v1/adaptive/acquire`, `/v1/adaptive/release`: permits of the adaptive
+//!   policies, for callers that report each request's end ([`adaptive`]).
 //! * `GET /metrics`: Prometheus (OpenMetrics text).
 //! * `GET /healthz`: `200 {"status":"serving","config_generation":N,"store":"ok"}`
 //!   (`"store":"degraded"` while the decision store does not answer and the fault
@@ -49,6 +51,7 @@ use crate::leases::{DoorError, ceil_ms};
 use crate::metrics::AuthFailure;
 use floodgate_engine::CallerLimits;
 
+pub mod adaptive;
 pub mod conn;
 mod host;
 pub mod inflight;
@@ -71,6 +74,8 @@ pub struct HttpState {
     pub token: Option<crate::config::Password>,
     /// `Host` names `/v1` and `/admin` answer besides loopback ones.
     pub allowed_hosts: AllowedHosts,
+    /// Permits of the adaptive policies held by callers (`/v1/adaptive/...`).
+    pub adaptive: Arc<crate::adaptive::AdaptiveLeases>,
 }
 
 /// The router.
@@ -96,6 +101,14 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route(
             "/v1/release",
             post(|s, b| lease(s, "release", b)).fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/adaptive/acquire",
+            post(|s, b| adaptive_call(s, true, b)).fallback(method_not_allowed),
+        )
+        .route(
+            "/v1/adaptive/release",
+            post(|s, b| adaptive_call(s, false, b)).fallback(method_not_allowed),
         )
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -583,22 +596,7 @@ async fn lease(State(s): State<Arc<HttpState>>, op: &'static str, body: Body) ->
     };
     let max_key = s.engine.current().rules.caps.max_value_bytes;
     match http_leases::run(&s.leases, op, &bytes, max_key).await {
-        Ok((status, v)) => {
-            let outcome = if status == StatusCode::OK {
-                RequestOutcome::Passed
-            } else {
-                RequestOutcome::Rejected
-            };
-            metrics.request("http", outcome, start.elapsed());
-            let retry = v["retry_after_ms"].as_u64();
-            let mut resp = (status, axum::Json(v)).into_response();
-            if let Some(retry_ms) = retry {
-                let secs = retry_ms.div_ceil(1000).max(1);
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-            }
-            resp
-        }
+        Ok((status, v)) => answered(metrics, start, status, v),
         Err(e @ DoorError::Store(_)) => {
             metrics.request("http", RequestOutcome::Error, start.elapsed());
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
@@ -608,4 +606,57 @@ async fn lease(State(s): State<Arc<HttpState>>, op: &'static str, body: Body) ->
             error(StatusCode::BAD_REQUEST, e.to_string())
         }
     }
+}
+
+/// `/v1/adaptive/acquire` (`acquire`) or `/v1/adaptive/release`.
+async fn adaptive_call(State(s): State<Arc<HttpState>>, acquire: bool, body: Body) -> Response {
+    let start = Instant::now();
+    let metrics = s.engine.metrics();
+    let Ok(bytes) = axum::body::to_bytes(body, adaptive::MAX_BODY).await else {
+        metrics.request("http", RequestOutcome::Invalid, start.elapsed());
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {} bytes", adaptive::MAX_BODY),
+        );
+    };
+    let answer = if acquire {
+        let generation = s.engine.current();
+        adaptive::acquire(&s.adaptive, &generation, &bytes).await
+    } else {
+        adaptive::release(&s.adaptive, &bytes)
+    };
+    match answer {
+        Ok((status, v)) => answered(metrics, start, status, v),
+        Err(e) => {
+            metrics.request("http", RequestOutcome::Invalid, start.elapsed());
+            match e {
+                adaptive::AdaptiveError::Invalid(m) => error(StatusCode::BAD_REQUEST, m),
+                adaptive::AdaptiveError::UnknownPolicy(m) => error(StatusCode::NOT_FOUND, m),
+            }
+        }
+    }
+}
+
+/// The JSON answer of a lease or adaptive call, counted as passed (`200`) or rejected,
+/// with `Retry-After` (seconds, rounded up, at least 1) from its `retry_after_ms`.
+fn answered(
+    metrics: &crate::metrics::Metrics,
+    start: Instant,
+    status: StatusCode,
+    v: Value,
+) -> Response {
+    let outcome = if status == StatusCode::OK {
+        RequestOutcome::Passed
+    } else {
+        RequestOutcome::Rejected
+    };
+    metrics.request("http", outcome, start.elapsed());
+    let retry = v["retry_after_ms"].as_u64();
+    let mut resp = (status, axum::Json(v)).into_response();
+    if let Some(retry_ms) = retry {
+        let secs = retry_ms.div_ceil(1000).max(1);
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
 }

@@ -23,7 +23,7 @@ use floodgate_engine::CallerLimits;
 pub const MAX_BODY: usize = 4096;
 
 /// The JSON object of `body`, with only the fields in `allowed`.
-fn object(body: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, DoorError> {
+pub(crate) fn object(body: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, DoorError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| DoorError::Invalid(format!("invalid JSON: {e}")))?;
     let Value::Object(o) = v else {
@@ -38,7 +38,7 @@ fn object(body: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, DoorError
     Ok(o)
 }
 
-fn string<'a>(o: &'a Map<String, Value>, field: &str) -> Result<&'a str, DoorError> {
+pub(crate) fn string<'a>(o: &'a Map<String, Value>, field: &str) -> Result<&'a str, DoorError> {
     o.get(field)
         .and_then(Value::as_str)
         .ok_or_else(|| DoorError::Invalid(format!("{field} must be a string")))

@@ -42,6 +42,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod adaptive;
 pub mod config;
 pub mod descriptors;
 pub mod file;

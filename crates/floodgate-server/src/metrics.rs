@@ -24,6 +24,7 @@
 //! | `floodgate_quota_limit` | bucket | quota: a bucket's global limit, requests per second |
 //! | `floodgate_quota_demand` | bucket, client | quota: a client's reported demand, requests per second |
 //! | `floodgate_quota_assigned` | bucket, client | quota: a client's share of the bucket's limit, requests per second |
+//! | `floodgate_adaptive_limit`, `_in_flight`, `_shed_total`, `_latency_seconds` | policy (class) | the adaptive policies of `/v1/adaptive` (the proxy's and the layer's families) |
 //!
 //! The `descriptor` label is the rule's path in the config (`database=users.remote_address`),
 //! never a request value, unless the rule asks for `detailed_metric` or `value_to_metric`.
@@ -183,6 +184,8 @@ pub struct Metrics {
     resolved: Resolved,
     /// Quota buckets: each client's demand and share (`floodgate_quota_*`).
     pub quota: Arc<crate::quota::QuotaView>,
+    /// The adaptive policies' series (`floodgate_adaptive_*`).
+    pub adaptive: floodgate_engine::metrics::adaptive::AdaptiveFamilies,
 }
 
 /// Series of `requests` (by outcome) and `latency` (by door) resolved once: each is
@@ -314,7 +317,10 @@ impl Metrics {
             Arc::new(floodgate_core::time::WallClock),
         ));
         registry.register_collector(Box::new(crate::quota::QuotaCollector(quota.clone())));
+        let adaptive =
+            floodgate_engine::metrics::adaptive::AdaptiveFamilies::register(&mut registry);
         Metrics {
+            adaptive,
             registry,
             decisions,
             descriptor_decisions,

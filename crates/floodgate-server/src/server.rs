@@ -253,7 +253,9 @@ pub async fn start(
         leases: resp_svc.leases().clone(),
         token: settings.http_door.token.clone(),
         allowed_hosts: settings.http_allowed_hosts.clone(),
+        adaptive: Arc::default(),
     });
+    crate::adaptive::spawn_sweeper(&http_state.adaptive);
     if let Some(listener) = http_l {
         let timeouts = HttpTimeouts {
             head: c.head_timeout,

@@ -43,6 +43,7 @@
 //! on the response head or the body's end ([`Latency`]). Time comes from a
 //! [`floodgate_core::Clock`].
 
+mod fields;
 mod limiter;
 #[cfg(test)]
 mod tests;
@@ -55,6 +56,10 @@ use floodgate_core::concurrency::{
     Aimd, AimdConfig, Gradient2, Gradient2Config, LimitAlgorithm, Vegas, VegasConfig,
 };
 
+pub use fields::{
+    AdaptiveFields, DEFAULT_INITIAL_LIMIT, DEFAULT_MAX_LIMIT, DEFAULT_MIN_LIMIT,
+    DEFAULT_QUEUE_TIMEOUT, SHED_RETRY_AFTER_SECS,
+};
 pub use limiter::{AdaptivePermit, Admitted, Outcome, PartitionedLimiter, Refused};
 pub use view::{AdaptiveView, ClassView};
 

@@ -28,9 +28,10 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-4, 2.0, 20))
 }
 
-/// The registered families (clones share the series).
-#[derive(Clone)]
-pub(super) struct AdaptiveFamilies {
+/// The registered families (clones share the series); a surface with a registry of its
+/// own (floodgate server's) registers them there.
+#[derive(Clone, Debug)]
+pub struct AdaptiveFamilies {
     limit: Family<PolicyLabels, Gauge>,
     in_flight: Family<PolicyClassLabels, Gauge>,
     shed: Family<PolicyClassLabels, Counter>,
@@ -38,7 +39,8 @@ pub(super) struct AdaptiveFamilies {
 }
 
 impl AdaptiveFamilies {
-    pub(super) fn register(registry: &mut Registry) -> AdaptiveFamilies {
+    /// Register the four families (`floodgate_adaptive_*`) in `registry`.
+    pub fn register(registry: &mut Registry) -> AdaptiveFamilies {
         let f = AdaptiveFamilies {
             limit: Family::default(),
             in_flight: Family::default(),
@@ -68,7 +70,9 @@ impl AdaptiveFamilies {
         f
     }
 
-    pub(super) fn policy(&self, policy: &str, classes: &[String]) -> AdaptiveMetrics {
+    /// The series of adaptive policy `policy` with these classes (taken once, when its
+    /// limiter is built).
+    pub fn policy(&self, policy: &str, classes: &[String]) -> AdaptiveMetrics {
         let p = PolicyLabels {
             policy: policy.to_string(),
         };

@@ -206,7 +206,7 @@ pub struct PolicySection {
 }
 
 /// The lease TTL of a `max_in_flight` policy without `lease_ttl`.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+pub use floodgate_engine::inflight::DEFAULT_LEASE_TTL;
 /// The queue timeout of a `max_in_flight` policy with a `queue` and no `queue_timeout`.
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(1);
 

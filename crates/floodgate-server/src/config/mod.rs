@@ -10,6 +10,7 @@
 //! (`floodgate_engine::config`): checked while deserialized, their errors read
 //! `FILE:LINE:COLUMN: FIELD: MESSAGE` as the proxy's do.
 
+mod adaptive;
 mod envoy_dir;
 mod limitador;
 mod quota;
@@ -23,6 +24,7 @@ use thiserror::Error;
 
 use crate::file::FileConfig;
 
+pub use adaptive::AdaptiveDef;
 pub use envoy_dir::root as layout_root;
 /// `store:`, resolved: the type floodgate proxy's `[store]` resolves to as well.
 pub use floodgate_engine::config::StoreSettings;

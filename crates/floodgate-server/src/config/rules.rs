@@ -8,7 +8,7 @@ use floodgate_core::inflight::{LeaseTtl, check_limit};
 use floodgate_core::rate::parse_duration;
 use floodgate_core::ratelimit_fields::Advertised;
 use floodgate_core::{Kind, Rate, Spec};
-use floodgate_engine::inflight::InFlightSpec;
+use floodgate_engine::inflight::{DEFAULT_LEASE_TTL, InFlightSpec};
 
 use super::{Invalid, invalid, positive};
 use crate::file::{DescriptorFile, FileConfig, RateLimitFile};
@@ -73,6 +73,8 @@ pub struct Rules {
     pub unknown_domain: UnknownDomain,
     /// The buckets of the Rate Limit Quota Service.
     pub quota: super::quota::QuotaRules,
+    /// Adaptive concurrency policies (`/v1/adaptive/...`), by name.
+    pub adaptive: BTreeMap<String, super::AdaptiveDef>,
     /// Rules that select a request by the entries it holds, in any order and beside other
     /// entries (Limitador's limits), by domain; their domains are in `domains` too.
     pub selectors: BTreeMap<String, Vec<super::SelectorDef>>,
@@ -299,9 +301,11 @@ pub(super) fn rules(file: FileConfig) -> Result<Rules, Invalid> {
         def.name = rl.name.clone().unwrap_or_else(|| name.clone());
         policies.insert(name.clone(), def);
     }
+    let adaptive = super::adaptive::adaptive(file.adaptive, |n| policies.contains_key(n))?;
     Ok(Rules {
         domains,
         policies,
+        adaptive,
         headers,
         caps,
         unknown_domain,
@@ -408,9 +412,6 @@ fn descriptor_list(
     }
     Ok(out)
 }
-
-/// The lease TTL of a `max_in_flight` rule without `lease_ttl` (the proxy's default).
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
 /// A rule's `max_in_flight` and `lease_ttl`, checked: `N` from 1, a TTL from 1 µs to a
 /// day; refused on an unlimited or a shadow-mode rule, and `lease_ttl` without

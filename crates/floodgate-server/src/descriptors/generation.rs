@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_core::{AnyAlgorithm, KeyedLimiter, Kind, Rate, Spec};
+use floodgate_engine::adaptive::PartitionedLimiter;
 use floodgate_engine::{DecisionStore, LocalStore, PolicyInfo, SharedStore, TokioWallClock};
 use prometheus_client::metrics::counter::Counter;
 
@@ -65,6 +66,8 @@ pub struct Generation {
     pub(super) shared_keyspace: bool,
     /// The store's policy names, in index order.
     pub(super) store_names: Vec<String>,
+    /// The adaptive policies (`/v1/adaptive`), by name.
+    pub(super) adaptive: BTreeMap<String, Arc<PartitionedLimiter>>,
 }
 
 impl std::fmt::Debug for Generation {
@@ -88,6 +91,19 @@ impl Generation {
             store: &*self.store,
             local: self.local.as_deref(),
         }
+    }
+
+    /// The adaptive policy `name`: its limiter and definition.
+    pub fn adaptive(
+        &self,
+        name: &str,
+    ) -> Option<(&PartitionedLimiter, &crate::config::AdaptiveDef)> {
+        Some((&**self.adaptive.get(name)?, self.rules.adaptive.get(name)?))
+    }
+
+    /// The adaptive policies' limiters, in name order.
+    pub fn adaptive_limiters(&self) -> impl Iterator<Item = &Arc<PartitionedLimiter>> {
+        self.adaptive.values()
     }
 
     /// Every limit, by identity.
@@ -169,6 +185,7 @@ pub(super) fn build(
     };
     let names: Vec<&str> = limits.values().map(|l| l.policy.name.as_str()).collect();
     metrics.insight.retain(&names);
+    let adaptive = build_adaptive(&rules, prev, metrics)?;
     Ok(Generation {
         id,
         rules,
@@ -181,7 +198,38 @@ pub(super) fn build(
         local,
         shared_keyspace: store.shared_keyspace(),
         store_names: infos.into_iter().map(|p| p.name).collect(),
+        adaptive,
     })
+}
+
+/// The adaptive policies of `rules`: a policy whose spec did not change keeps its
+/// limiter (its limit, permits and queue) from `prev`; a new or changed one starts at its
+/// initial limit (permits of the old limiter are released into it, harmlessly).
+fn build_adaptive(
+    rules: &Rules,
+    prev: Option<&Generation>,
+    metrics: &Metrics,
+) -> Result<BTreeMap<String, Arc<PartitionedLimiter>>, String> {
+    let mut out = BTreeMap::new();
+    for (name, def) in &rules.adaptive {
+        if let Some(old) = prev
+            .and_then(|p| p.adaptive.get(name))
+            .filter(|l| *l.spec() == def.spec)
+        {
+            out.insert(name.clone(), old.clone());
+            continue;
+        }
+        let limiter = PartitionedLimiter::new(
+            name.clone(),
+            def.spec.clone(),
+            Arc::new(TokioWallClock::new()),
+        )
+        .map_err(|e| format!("adaptive.{name}: {e}"))?;
+        let classes: Vec<String> = def.spec.classes.iter().map(|c| c.name.clone()).collect();
+        limiter.attach_metrics(metrics.adaptive.policy(name, &classes));
+        out.insert(name.clone(), Arc::new(limiter));
+    }
+    Ok(out)
 }
 
 impl Builder<'_> {

@@ -187,6 +187,13 @@ impl Peek for Engine {
     ) -> floodgate_engine::store::BoxFuture<'a, Result<Decision, PeekError>> {
         Box::pin(Engine::peek(self, policy, key))
     }
+
+    fn adaptive(&self) -> Vec<floodgate_engine::adaptive::AdaptiveView> {
+        self.current()
+            .adaptive_limiters()
+            .map(|l| l.view())
+            .collect()
+    }
 }
 
 impl Engine {
