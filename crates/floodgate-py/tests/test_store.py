@@ -18,6 +18,7 @@ from floodgate import (GCRA, ConfigError, FixedWindow, KeyedLimiter, LeakyBucket
                        Policy, RedisStore, RequestLimiter, SlidingCounter, SlidingLog,
                        StoreUnavailable, TokenBucket)
 from proxyproc import Proxy, free_port
+from web_servers import own_redis  # noqa: F401 - a fixture
 
 PREFIX = f"floodgate-pytest-{uuid.uuid4().hex}:"
 
@@ -113,29 +114,6 @@ def test_request_limiter_on_redis_counts_across_limiters():
     assert b.decide("GET", "/", keys="u1").allowed
     denied = a.decide("GET", "/", keys="u1")
     assert not denied.allowed and denied.response[0] == 429
-
-
-@pytest.fixture
-def own_redis(tmp_path):
-    if not shutil.which("redis-server"):
-        pytest.skip("needs redis-server")
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.02)
-    yield proc, f"redis://127.0.0.1:{port}"
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=10)
 
 
 def test_redis_down_fails_open_closed_or_raises_as_set(own_redis):

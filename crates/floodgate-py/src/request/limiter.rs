@@ -102,7 +102,7 @@ pub struct PyRequestLimiter {
     settings: Settings,
     store: Option<Py<PyRedisStore>>,
     /// The limiter and the process it was built in.
-    limiter: Mutex<(u32, RateLimiter)>,
+    limiter: Mutex<(u64, RateLimiter)>,
 }
 
 impl PyRequestLimiter {
@@ -111,16 +111,16 @@ impl PyRequestLimiter {
     fn limiter(&self, py: Python<'_>) -> PyResult<RateLimiter> {
         {
             let g = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
-            // in process the copied state is kept: no process id to ask for
-            if self.store.is_none() || g.0 == runtime::pid() {
+            // in process the copied state is kept
+            if self.store.is_none() || g.0 == runtime::process() {
                 return Ok(g.1.clone());
             }
         }
-        let pid = runtime::pid();
+        let process = runtime::process();
         let store = self.store.as_ref().map(|s| s.get());
         let fresh = self.settings.build(py, store)?;
         let mut g = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
-        let stale = std::mem::replace(&mut *g, (pid, fresh.clone()));
+        let stale = std::mem::replace(&mut *g, (process, fresh.clone()));
         std::mem::forget(stale);
         Ok(fresh)
     }
@@ -381,7 +381,7 @@ impl PyRequestLimiter {
         Ok(PyRequestLimiter {
             settings,
             store,
-            limiter: Mutex::new((runtime::pid(), limiter)),
+            limiter: Mutex::new((runtime::process(), limiter)),
         })
     }
 
