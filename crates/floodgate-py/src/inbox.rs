@@ -10,7 +10,7 @@
 //!
 //! A loop without `add_reader` (the proactor loop on Windows) or that cannot be weakly
 //! referenced gets no inbox: its futures are completed through `call_soon_threadsafe`,
-//! as before (see `runtime::awaitable`).
+//! called from the I/O thread with the GIL taken there (see `runtime::awaitable`).
 
 use std::sync::{Arc, Mutex};
 

@@ -24,6 +24,12 @@ use crate::args::{ConfigError, config_duration, uint};
 use crate::runtime;
 use crate::store::PyRedisStore;
 
+/// What the 400 to a request without a client address tells a Python caller to do (the
+/// Rust advice names `floodgate_http::PeerAddr`).
+const NO_PEER_HINT: &str = "the server gave no client address: pass client= to \
+RequestLimiter.decide, key the policy by \"header:NAME\" or \"provided\", or set \
+missing_key=\"allow\" or \"fallback\"";
+
 /// Everything a limiter is built from (kept to build it again in a forked child, whose
 /// Redis connection is its own).
 #[derive(Clone)]
@@ -54,7 +60,8 @@ impl Settings {
             .retry_after_jitter(self.jitter)
             .headers(self.headers)
             .max_keys(self.max_keys)
-            .record_decisions(true);
+            .record_decisions(true)
+            .no_peer_hint(NO_PEER_HINT);
         for n in &self.allow_nets {
             b = b.allow_net(*n);
         }
