@@ -58,9 +58,9 @@ def test_every_algorithm_decides_on_redis_as_in_process(kind):
     costs = [1, 2, 1, 3, 1, 1, 6, 1]
 
     def seq(lim):
-        # a look at the key's state, as a request of cost 0 sees it (on Redis, a peek
-        # always reads so)
-        out = [lim.peek("k", cost=0)]
+        # a look at the key's state, as a request of cost 0 sees it, and as one of
+        # cost 2 would be answered (nothing charged, on Redis as in process)
+        out = [lim.peek("k", cost=0), lim.peek("k", cost=2)]
         out += [lim.check("k", cost=c) for c in costs]
         return [(d.allowed, d.limit, d.remaining) for d in out]
 
@@ -70,7 +70,9 @@ def test_every_algorithm_decides_on_redis_as_in_process(kind):
     # not seen denied: a remembered denial answers any cost as rate limited)
     never = on_redis.check("fresh", cost=6)
     assert never.never and never.retry_after is None and not never.allowed
-    assert [a for a, *_ in expected[1:]] == [True, True, True, False, True, False, False, False]
+    assert [a for a, *_ in expected[2:]] == [True, True, True, False, True, False, False, False]
+    # a peek at a cost the key cannot admit now: denied, nothing charged
+    assert [lim.peek("k", cost=3).allowed for lim in (local, on_redis)] == [False, False]
 
 
 def test_a_python_limiter_and_a_floodgate_proxy_share_one_count(tmp_path):

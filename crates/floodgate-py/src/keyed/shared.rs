@@ -87,7 +87,7 @@ pub async fn decide(
     peek: bool,
 ) -> Result<Decision, Failed> {
     if peek {
-        return match store.peek(&info, &key).await {
+        return match store.peek_cost(&info, &key, cost).await {
             Ok(d) => Ok(d),
             Err(e) if e.is_transient() && on_failure != OnFailure::Raise => {
                 Ok(fault_policy(on_failure).decision(&info))
