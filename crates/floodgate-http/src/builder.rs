@@ -357,9 +357,9 @@ impl RateLimiterBuilder {
     }
 
     /// What the missing-key response to a request without a peer address tells the
-    /// client to do, in place of the Rust advice of [`KeyError::NoPeer`] ("insert
-    /// floodgate_http::PeerAddr or set a peer extractor"): a binding names its own way
-    /// of passing the address. The body reads "no rate-limit key: no peer address on
+    /// client to do, in place of the Rust advice of
+    /// [`KeyError::NoPeer`](crate::KeyError::NoPeer) ("insert floodgate_http::PeerAddr or
+    /// set a peer extractor"): a binding names its own way of passing the address. The body reads "no rate-limit key: no peer address on
     /// the request (HINT)".
     pub fn no_peer_hint(mut self, hint: &'static str) -> Self {
         self.no_peer_hint = Some(hint);
