@@ -18,8 +18,6 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
 
-use crate::runtime;
-
 /// A result made on the I/O threads, turned into its Python object on the loop's thread.
 pub type Make = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
 
@@ -113,12 +111,12 @@ struct Entry {
 /// The loops seen so far; an entry goes when its loop is gone.
 static LOOPS: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
-/// The inbox of `event_loop` (the running loop), made and registered with the loop on
-/// first use; `None` when the loop cannot take one (its futures are then completed
-/// through `call_soon_threadsafe`).
-pub fn of(event_loop: &Bound<'_, PyAny>) -> Option<Arc<Inbox>> {
+/// The inbox of `event_loop` (the running loop) in `process` (`runtime::process`: the
+/// inboxes of the parent of a forked process are not this one's), made and registered
+/// with the loop on first use; `None` when the loop cannot take one (its futures are then
+/// completed through `call_soon_threadsafe`).
+pub fn of(event_loop: &Bound<'_, PyAny>, process: u64) -> Option<Arc<Inbox>> {
     let py = event_loop.py();
-    let process = runtime::process();
     {
         let loops = LOOPS.lock().unwrap_or_else(|e| e.into_inner());
         for e in loops.iter() {

@@ -119,7 +119,7 @@ where
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
     let handle = handle()?;
     let fu = future.clone().unbind();
-    if let Some(inbox) = inbox::of(&event_loop) {
+    if let Some(inbox) = inbox::of(&event_loop, process()) {
         handle.spawn(async move {
             let out = fut.await;
             inbox.push(fu, Box::new(move |py| out.and_then(|v| v.into_py_any(py))));
