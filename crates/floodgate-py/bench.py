@@ -3,6 +3,7 @@ token bucket with the same semantics (capacity, continuous refill, monotonic clo
 
     python crates/floodgate-py/bench.py            # after installing the module
     python crates/floodgate-py/bench.py --asgi     # the request middleware's cost instead
+    python crates/floodgate-py/bench.py --asgi-redis redis://127.0.0.1:6379   # ... on Redis
 
 Each figure is the best of several rounds of N calls in a plain `for` loop (the loop's own cost
 is included for every contender alike); the contenders alternate within each round so a
@@ -97,12 +98,17 @@ def main():
     ap.add_argument("--redis", metavar="URL", help="also time throttle() against this Redis (loopback)")
     ap.add_argument("--asgi", action="store_true",
                     help="time RequestLimiter.decide and the ASGI middleware per request instead")
+    ap.add_argument("--asgi-redis", metavar="URL",
+                    help="time the ASGI middleware on a RedisStore at URL on an asyncio loop")
     args = ap.parse_args()
     if floodgate._floodgate.BUILD_PROFILE != "release":
         print("warning: this floodgate is a debug build (maturin build without --release); "
               "install a release build to benchmark: pip install ./crates/floodgate-py\n")
     if args.asgi:
         bench_asgi(args.n // 4, args.rounds)
+        return
+    if args.asgi_redis:
+        bench_asgi_redis(args.asgi_redis, args.n // 40, args.rounds)
         return
     n = args.n
     cap, refill = 1_000_000_000, 1e6  # never empties: every call takes the same path
@@ -240,6 +246,101 @@ def bench_asgi(n, rounds):
         print(f"| {name} | {best[name] * 1e6:.2f} |")
     added = best[cases[2][0]] - best[cases[1][0]]
     print(f"| added by the middleware | {added * 1e6:.2f} |")
+
+
+def bench_asgi_redis(url, n, rounds, concurrency=32):
+    """What the middleware costs on Redis, on an asyncio event loop (no server, no
+    sockets but Redis's): n requests one after another (the latency of one decision:
+    the round trip and the hand-offs to the I/O threads and back), and n requests by
+    `concurrency` tasks at once (as a server's connections), with the event loop
+    thread's CPU time per request (`time.thread_time`: what the loop cannot spend on
+    other requests) and the process's. A round trip of the `redis` package's asyncio
+    client (PING), when installed, is the reference. Each figure is the best of
+    `rounds`."""
+    import asyncio
+    import uuid
+
+    from floodgate import Policy, RedisStore, RequestLimiter, Route
+    from floodgate.asgi import RateLimitMiddleware
+
+    prefix = f"floodgate-bench-{uuid.uuid4().hex}:"
+    limiter = RequestLimiter(
+        [Policy("item", "100000000/minute", algorithm="gcra", capacity=100_000_000, key="ip")],
+        routes=[Route("/item", policies={"item": 1})], store=RedisStore(url, prefix=prefix))
+    wrapped = RateLimitMiddleware(plain_app, limiter=limiter)
+    try:
+        import redis.asyncio as aredis
+    except ImportError:
+        aredis = None
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def one(app, sent):
+        async def send(message):
+            sent.append(message)
+        await app(scope(), receive, send)
+
+    async def requests(app, n, at_once):
+        """(wall, loop thread CPU, process CPU) seconds per request."""
+        sent = []
+
+        async def worker(k):
+            for _ in range(k):
+                await one(app, sent)
+        w0, t0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+        await asyncio.gather(*(worker(n // at_once) for _ in range(at_once)))
+        w, t, p = time.perf_counter() - w0, time.thread_time() - t0, time.process_time() - p0
+        done = (n // at_once) * at_once
+        if any(m.get("status", 200) != 200 for m in sent) or len(sent) != 2 * done:
+            raise RuntimeError(f"unexpected answer: {sent[:2]}")
+        return w / done, t / done, p / done
+
+    async def decides(n):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await limiter.decide_async("GET", b"/item", HEADERS, "127.0.0.1")
+        return (time.perf_counter() - t0) / n
+
+    async def pings(client, n):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await client.ping()
+        return (time.perf_counter() - t0) / n
+
+    async def main():
+        client = aredis.Redis.from_url(url) if aredis else None
+        cases = [("plain ASGI app, 32 at once", lambda: requests(plain_app, n, concurrency)),
+                 ("+ RateLimitMiddleware on Redis, one at a time", lambda: requests(wrapped, n, 1)),
+                 ("+ RateLimitMiddleware on Redis, 32 at once",
+                  lambda: requests(wrapped, n, concurrency))]
+        best = {}
+        for _ in range(rounds):
+            for name, fn in cases:
+                got = await fn()
+                best[name] = tuple(min(a, b) for a, b in zip(best.get(name, got), got))
+            for name, fn in [("await RequestLimiter.decide_async, one at a time",
+                              lambda: decides(n))] + (
+                    [("await redis.asyncio PING, one at a time", lambda: pings(client, n))]
+                    if client else []):
+                best[name] = min(best.get(name, float("inf")), await fn())
+        if client:
+            keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
+            if keys:
+                await client.delete(*keys)
+            await client.aclose()
+        return best
+
+    best = asyncio.run(main())
+    print(f"floodgate {floodgate.__version__}, best of {rounds} rounds of {n:,} requests, "
+          f"on {url}\n")
+    print("| per request | wall µs | loop thread CPU µs | process CPU µs |")
+    print("|---|---:|---:|---:|")
+    for name, v in best.items():
+        if isinstance(v, tuple):
+            print(f"| {name} | {v[0] * 1e6:.1f} | {v[1] * 1e6:.1f} | {v[2] * 1e6:.1f} |")
+        else:
+            print(f"| {name} | {v * 1e6:.1f} | | |")
 
 
 if __name__ == "__main__":

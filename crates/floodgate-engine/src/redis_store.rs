@@ -134,6 +134,37 @@ impl DecisionStore for RedisDecisionStore {
         Box::pin(peek_on(&self.limiters, policy, key))
     }
 
+    /// At cost 0 as `peek`; at another cost, one call of the policy's script in its dry
+    /// mode (decided as a charge of `cost` would be, the key put back as it was).
+    fn peek_cost<'a>(
+        &'a self,
+        policy: &'a PolicyInfo,
+        key: &'a [u8],
+        cost: u64,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        if cost == 0 {
+            return self.peek(policy, key);
+        }
+        Box::pin(async move {
+            let limiter = limiter_at(&self.limiters, policy.index, &policy.name)?;
+            let user = user_key(&policy.name, key);
+            let check = multi::Check {
+                limiter,
+                user: &user,
+                cost,
+            };
+            let out = multi::peek(check).await.map_err(store_error)?;
+            match out.source {
+                Source::Fault(f) => Err(err(f)),
+                Source::Redis | Source::DenyCache => out
+                    .decisions
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| refused("the dry run answered no decision".into())),
+            }
+        })
+    }
+
     crate::redis_leases::redis_lease_methods!();
 
     fn reserve<'a>(

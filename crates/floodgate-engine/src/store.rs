@@ -248,6 +248,28 @@ pub trait DecisionStore: Send + Sync + 'static {
             ),
         ))))
     }
+
+    /// What a request of `cost` units would be answered under `policy` for `key` now,
+    /// consuming nothing, writing nothing, creating no key; at cost 0 the same as
+    /// [`peek`](Self::peek). Default: `peek` at cost 0, refused at any other cost (a
+    /// store that reads a key only as a cost-0 check sees it).
+    fn peek_cost<'a>(
+        &'a self,
+        policy: &'a PolicyInfo,
+        key: &'a [u8],
+        cost: u64,
+    ) -> BoxFuture<'a, Result<floodgate_core::Decision, StoreError>> {
+        if cost == 0 {
+            return self.peek(policy, key);
+        }
+        Box::pin(std::future::ready(Err(StoreError::refused(
+            "custom",
+            format!(
+                "policy {:?}: this store reads a key at cost 0 only",
+                policy.name
+            ),
+        ))))
+    }
 }
 
 fn no_leases(policy: &LeasePolicy) -> StoreError {
@@ -310,6 +332,15 @@ impl<S: DecisionStore + ?Sized> DecisionStore for Arc<S> {
         key: &'a [u8],
     ) -> BoxFuture<'a, Result<floodgate_core::Decision, StoreError>> {
         (**self).peek(policy, key)
+    }
+
+    fn peek_cost<'a>(
+        &'a self,
+        policy: &'a PolicyInfo,
+        key: &'a [u8],
+        cost: u64,
+    ) -> BoxFuture<'a, Result<floodgate_core::Decision, StoreError>> {
+        (**self).peek_cost(policy, key, cost)
     }
 }
 

@@ -81,6 +81,7 @@ pub struct RateLimiterBuilder {
     key_display: KeyDisplay,
     rejection_log: RejectionLogConfig,
     record_decisions: bool,
+    no_peer_hint: Option<&'static str>,
     /// The limiter this one replaces ([`RateLimiterBuilder::succeed`]).
     prev: Option<RateLimiter>,
 }
@@ -112,6 +113,7 @@ impl Default for RateLimiterBuilder {
             key_display: KeyDisplay::Plain,
             rejection_log: RejectionLogConfig::default(),
             record_decisions: false,
+            no_peer_hint: None,
             prev: None,
         }
     }
@@ -354,6 +356,16 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// What the missing-key response to a request without a peer address tells the
+    /// client to do, in place of the Rust advice of
+    /// [`KeyError::NoPeer`](crate::KeyError::NoPeer) ("insert floodgate_http::PeerAddr or
+    /// set a peer extractor"): a binding names its own way of passing the address. The body reads "no rate-limit key: no peer address on
+    /// the request (HINT)".
+    pub fn no_peer_hint(mut self, hint: &'static str) -> Self {
+        self.no_peer_hint = Some(hint);
+        self
+    }
+
     /// Build a limiter that replaces `prev` (a reloaded configuration): it shares `prev`'s
     /// metrics ([`Metrics::successor`]: counters go on counting) and admin insight, and,
     /// both being in process, takes over the key state of every policy of the same name
@@ -576,6 +588,7 @@ impl RateLimiterBuilder {
                     None => RejectionLog::new(self.rejection_log),
                 },
                 record_decisions: self.record_decisions,
+                no_peer_hint: self.no_peer_hint,
             }),
         })
     }

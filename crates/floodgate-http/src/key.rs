@@ -84,13 +84,15 @@ impl Default for ClientIpConfig {
     }
 }
 
+/// What a request without a peer address lacks: the start of [`KeyError::NoPeer`]'s
+/// text, which goes on with what to do about it.
+pub const NO_PEER: &str = "no peer address on the request";
+
 /// Why no key could be extracted from a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     /// No peer address in the request extensions.
-    #[error(
-        "no peer address on the request (insert floodgate_http::PeerAddr or set a peer extractor)"
-    )]
+    #[error("{what} (insert floodgate_http::PeerAddr or set a peer extractor)", what = NO_PEER)]
     NoPeer,
     /// A trusted proxy sent a forwarding header with a hop that is not an IP address.
     #[error("malformed {header} hop {hop:?} from a trusted proxy")]

@@ -87,3 +87,30 @@ async fn no_key_is_the_missing_key_answer_and_no_route_passes_untouched() {
     );
     assert!(d.recorded.is_none() && d.settle.is_none());
 }
+
+/// The body of the missing-key answer to a request without a peer address (an IP key).
+async fn no_peer_body(builder: floodgate_http::RateLimiterBuilder) -> String {
+    use http_body_util::BodyExt;
+    let spec = Spec::new(Kind::Gcra, "10/min".parse().unwrap());
+    let lim = builder.policy(Policy::new("ip", spec)).build().unwrap();
+    let d = lim.decide_request(&req("/", None)).await;
+    let Verdict::Respond(r) = d.verdict else {
+        panic!("admitted without a peer address")
+    };
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn no_peer_address_gives_the_rust_advice_or_the_binding_s_own() {
+    assert_eq!(
+        no_peer_body(RateLimiter::builder()).await,
+        "400 Bad Request: no rate-limit key: no peer address on the request (insert \
+         floodgate_http::PeerAddr or set a peer extractor)\n"
+    );
+    assert_eq!(
+        no_peer_body(RateLimiter::builder().no_peer_hint("pass client=")).await,
+        "400 Bad Request: no rate-limit key: no peer address on the request (pass client=)\n"
+    );
+}

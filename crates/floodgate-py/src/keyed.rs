@@ -128,7 +128,7 @@ impl PyKeyedLimiter {
             }
             None => {
                 let d: PyDecision = self.decide(key, None, cost, !peek)?.into();
-                runtime::awaitable(py, std::future::ready(Ok(d)))
+                runtime::ready(py, d)
             }
         }
     }

@@ -2,6 +2,7 @@
 mod args;
 mod decision;
 mod errors;
+mod inbox;
 mod inflight;
 mod keyed;
 mod limiter;
@@ -16,6 +17,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _floodgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    runtime::watch_forks(m)?;
     // "release" or "debug": benchmarks refuse to report figures of a debug build.
     m.add(
         "BUILD_PROFILE",

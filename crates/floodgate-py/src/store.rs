@@ -22,7 +22,7 @@ use crate::runtime;
 pub struct PyRedisStore {
     url: String,
     config: StoreConfig,
-    shared: Mutex<Option<(u32, SharedStore)>>,
+    shared: Mutex<Option<(u64, SharedStore)>>,
 }
 
 impl PyRedisStore {
@@ -31,9 +31,9 @@ impl PyRedisStore {
     /// that cannot be reached is not an error (it connects in the background); a URL
     /// that cannot work is a `ConfigError`.
     pub(crate) fn shared(&self, py: Python<'_>) -> PyResult<SharedStore> {
-        let pid = runtime::pid();
+        let process = runtime::process();
         if let Some((p, s)) = self.lock().as_ref()
-            && *p == pid
+            && *p == process
         {
             return Ok(s.clone());
         }
@@ -46,9 +46,9 @@ impl PyRedisStore {
         let mut guard = self.lock();
         match guard.as_ref() {
             // another thread connected meanwhile: one connection per process
-            Some((p, s)) if *p == pid => Ok(s.clone()),
+            Some((p, s)) if *p == process => Ok(s.clone()),
             _ => {
-                if let Some(stale) = guard.replace((pid, store.clone())) {
+                if let Some(stale) = guard.replace((process, store.clone())) {
                     // the parent's connection (inherited through fork) lives on the
                     // parent's runtime: dropping it here could wait on threads this
                     // process lacks
@@ -59,7 +59,7 @@ impl PyRedisStore {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u32, SharedStore)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, SharedStore)>> {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 

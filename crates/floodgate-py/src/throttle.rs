@@ -48,25 +48,25 @@ const STORE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The connections opened in one process, by target.
 type Stores = HashMap<Target, Arc<RedisStore>>;
 
-/// The connections of one process (the process id they were opened in).
-static STORES: Mutex<Option<(u32, Stores)>> = Mutex::new(None);
+/// The connections of one process (the `runtime::process` they were opened in).
+static STORES: Mutex<Option<(u64, Stores)>> = Mutex::new(None);
 
 /// The cached store for `target`, if this process opened one.
 fn lookup(target: &Target) -> Option<Arc<RedisStore>> {
     let guard = STORES.lock().unwrap_or_else(|e| e.into_inner());
     match guard.as_ref() {
-        Some((pid, stores)) if *pid == runtime::pid() => stores.get(target).cloned(),
+        Some((p, stores)) if *p == runtime::process() => stores.get(target).cloned(),
         _ => None,
     }
 }
 
 fn remember(target: Target, store: Arc<RedisStore>) -> Arc<RedisStore> {
     let mut guard = STORES.lock().unwrap_or_else(|e| e.into_inner());
-    let pid = runtime::pid();
-    if guard.as_ref().is_none_or(|(p, _)| *p != pid) {
+    let process = runtime::process();
+    if guard.as_ref().is_none_or(|(p, _)| *p != process) {
         // another process's connections (inherited through fork) are not used: dropping
         // them would need the parent's runtime
-        if let Some(stale) = guard.replace((pid, HashMap::new())) {
+        if let Some(stale) = guard.replace((process, HashMap::new())) {
             std::mem::forget(stale);
         }
     }

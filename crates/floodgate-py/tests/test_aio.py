@@ -3,6 +3,9 @@ ticking while hundreds of acquires wait), admits exactly the limit under concurr
 Redis, and acquire (async and blocking) waits, times out and refuses as documented."""
 
 import asyncio
+import os
+import signal
+import threading
 import shutil
 import subprocess
 import time
@@ -10,8 +13,10 @@ import uuid
 
 import pytest
 
-from floodgate import GCRA, ConfigError, KeyedLimiter, LeakyQueue, RateLimitExceeded, RedisStore
+from floodgate import (GCRA, ConfigError, KeyedLimiter, LeakyQueue, Policy, RateLimitExceeded,
+                       RedisStore, RequestLimiter)
 from floodgate import aio
+from web_servers import own_redis  # noqa: F401 - a fixture
 
 PREFIX = f"floodgate-pytest-aio-{uuid.uuid4().hex}:"
 
@@ -127,3 +132,104 @@ def test_blocking_acquire_sleeps_until_admitted():
         q.acquire("k")
     assert time.monotonic() - t0 >= 0.15
 
+
+
+def request_limiter(limit, name):
+    """A RequestLimiter on the shared Redis: one global GCRA policy of `limit` an hour."""
+    return RequestLimiter([Policy(name, f"{limit}/h", algorithm="gcra", capacity=limit,
+                                  key="global")],
+                          store=RedisStore(prefix=PREFIX, timeout_s=2.0))
+
+
+def test_decide_async_never_blocks_the_loop_while_redis_does_not_answer(own_redis):
+    # 300 decisions wait on a paused Redis (SIGSTOP) for 0.4 s: the ticker keeps
+    # ticking all along, and when Redis answers again every future is completed on the
+    # loop's thread (many per wake), each request counted once
+    proc, url = own_redis
+    lim = RequestLimiter([Policy("paused", "250/h", algorithm="gcra", capacity=250,
+                                 key="global")],
+                         store=RedisStore(url, prefix="t:", timeout_s=5.0),
+                         on_store_failure="deny")
+    assert lim.decide("GET", "/").allowed  # connected
+
+    async def main():
+        waiting = asyncio.gather(*(lim.decide_async("GET", "/") for _ in range(300)))
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(0.4)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        return await waiting
+
+    verdicts, gap, ticks = asyncio.run(with_ticker(main()))
+    assert sum(v.allowed for v in verdicts) == 249
+    assert all(v.response[0] == 429 for v in verdicts if not v.allowed)  # not 503
+    assert ticks >= 40 and gap < 0.25, (ticks, gap)
+
+
+def test_decide_async_on_redis_in_new_loops_and_threads_and_after_a_cancel():
+    # every loop gets its own results: loops one after another (asyncio.run closes
+    # each), two loops on two threads at once, and a cancelled decision, which is
+    # still counted and leaves the others alone
+    lim = request_limiter(1000, f"loops-{uuid.uuid4().hex}")
+
+    async def batch(n):
+        return sum(v.allowed for v in
+                   await asyncio.gather(*(lim.decide_async("GET", "/") for _ in range(n))))
+
+    for _ in range(3):
+        assert asyncio.run(batch(50)) == 50
+    counts = []
+    threads = [threading.Thread(target=lambda: counts.append(asyncio.run(batch(100))))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert counts == [100, 100]
+
+    async def cancel_one():
+        doomed = asyncio.ensure_future(lim.decide_async("GET", "/"))
+        await asyncio.sleep(0)
+        doomed.cancel()
+        n = await batch(20)
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        return n
+
+    assert asyncio.run(cancel_one()) == 20
+    # 150 + 200 + 20 + the cancelled one (sent before the 20, on the same connection):
+    # 371 of 1000 charged
+    assert asyncio.run(batch(700)) == 629
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_awaits_decisions_on_its_own_loop():
+    # the parent's loop saw decisions before the fork; the child's loop gets its own
+    # wake-up socket (and the child its own connection and I/O threads)
+    lim = request_limiter(100, f"fork-{uuid.uuid4().hex}")
+
+    async def batch(n):
+        return sum(v.allowed for v in
+                   await asyncio.gather(*(lim.decide_async("GET", "/") for _ in range(n))))
+
+    assert asyncio.run(batch(10)) == 10
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if asyncio.run(asyncio.wait_for(batch(10), 10)) == 10 else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung awaiting decide_async")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert asyncio.run(batch(85)) == 80  # 10 + 10 counted before: 80 of 100 left

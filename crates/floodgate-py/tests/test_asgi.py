@@ -223,8 +223,9 @@ def scope(headers=(), client=None, path="/limited"):
             "headers": list(headers), "client": client, "server": ("127.0.0.1", 80)}
 
 
-NO_PEER = (b"400 Bad Request: no rate-limit key: no peer address on the request (insert "
-           b"floodgate_http::PeerAddr or set a peer extractor)\n")
+NO_PEER = (b"400 Bad Request: no rate-limit key: no peer address on the request (the server "
+           b"gave no client address: pass client= to RequestLimiter.decide, key the policy by "
+           b"\"header:NAME\" or \"provided\", or set missing_key=\"allow\" or \"fallback\")\n")
 
 
 def test_no_client_address_gets_the_missing_key_outcome():

@@ -18,6 +18,7 @@ from floodgate import (GCRA, ConfigError, FixedWindow, KeyedLimiter, LeakyBucket
                        Policy, RedisStore, RequestLimiter, SlidingCounter, SlidingLog,
                        StoreUnavailable, TokenBucket)
 from proxyproc import Proxy, free_port
+from web_servers import own_redis  # noqa: F401 - a fixture
 
 PREFIX = f"floodgate-pytest-{uuid.uuid4().hex}:"
 
@@ -57,9 +58,9 @@ def test_every_algorithm_decides_on_redis_as_in_process(kind):
     costs = [1, 2, 1, 3, 1, 1, 6, 1]
 
     def seq(lim):
-        # a look at the key's state, as a request of cost 0 sees it (on Redis, a peek
-        # always reads so)
-        out = [lim.peek("k", cost=0)]
+        # a look at the key's state, as a request of cost 0 sees it, and as one of
+        # cost 2 would be answered (nothing charged, on Redis as in process)
+        out = [lim.peek("k", cost=0), lim.peek("k", cost=2)]
         out += [lim.check("k", cost=c) for c in costs]
         return [(d.allowed, d.limit, d.remaining) for d in out]
 
@@ -69,7 +70,9 @@ def test_every_algorithm_decides_on_redis_as_in_process(kind):
     # not seen denied: a remembered denial answers any cost as rate limited)
     never = on_redis.check("fresh", cost=6)
     assert never.never and never.retry_after is None and not never.allowed
-    assert [a for a, *_ in expected[1:]] == [True, True, True, False, True, False, False, False]
+    assert [a for a, *_ in expected[2:]] == [True, True, True, False, True, False, False, False]
+    # a peek at a cost the key cannot admit now: denied, nothing charged
+    assert [lim.peek("k", cost=3).allowed for lim in (local, on_redis)] == [False, False]
 
 
 def test_a_python_limiter_and_a_floodgate_proxy_share_one_count(tmp_path):
@@ -113,29 +116,6 @@ def test_request_limiter_on_redis_counts_across_limiters():
     assert b.decide("GET", "/", keys="u1").allowed
     denied = a.decide("GET", "/", keys="u1")
     assert not denied.allowed and denied.response[0] == 429
-
-
-@pytest.fixture
-def own_redis(tmp_path):
-    if not shutil.which("redis-server"):
-        pytest.skip("needs redis-server")
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.02)
-    yield proc, f"redis://127.0.0.1:{port}"
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=10)
 
 
 def test_redis_down_fails_open_closed_or_raises_as_set(own_redis):

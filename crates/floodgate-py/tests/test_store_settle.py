@@ -124,12 +124,17 @@ def test_a_settle_redis_cannot_answer_raises_and_stays_open(tmp_path):
 
 def test_peek_sweep_stats_and_len_on_redis():
     lim = on_redis("look")
-    lim.check("k", cost=998)
-    # a peek reads the key at cost 0 whatever the cost: remaining tells what fits
-    for cost in (1, 2, 5000):
+    local = KeyedLimiter(budget())
+    for one in (lim, local):
+        one.check("k", cost=998)
+    # a peek answers as a request of its cost would be answered, charging nothing: on
+    # Redis as in process
+    for cost in (0, 1, 2, 3, 5000):
         d = lim.peek("k", cost=cost)
-        assert (d.allowed, d.remaining) == (True, 2)
-    assert lim.peek("k").remaining == 2
+        assert (d.allowed, d.remaining) == (cost <= 2, max(2 - cost, 0) if cost <= 2 else 2)
+        assert d.allowed == local.peek("k", cost=cost).allowed
+    assert lim.peek("k").remaining == 1
+    assert lim.peek("k", cost=0).remaining == 2  # nothing was charged
     assert lim.sweep() == 0
     with pytest.raises(TypeError, match="no per-process key table"):
         len(lim)

@@ -158,3 +158,33 @@ def test_cost_settled_from_the_response_header(cost, fields):
     assert [r.status_code for r in got] == [200, 200]
     assert [r.headers["ratelimit"] for r in got] == fields
     assert [r.headers.getlist("ratelimit") for r in got] == [[f] for f in fields]  # once each
+
+
+def test_the_plain_wsgi_call_adds_the_verdicts_str_fields_or_nothing():
+    # no framework: the start_response calls as the server sees them. A path no route
+    # covers gets the application's own start_response call, untouched; a limited one
+    # gets the verdict's fields (str pairs) after the application's; a request the
+    # native limiter cannot read (a NUL in a header value) is a 400, not an exception
+    calls = []
+
+    def app(environ, start_response):
+        start_response("200 OK", [("content-type", "text/plain")])
+        return [b"ok"]
+
+    def start_response(status, headers, exc_info=None):
+        calls.append((status, headers))
+
+    mw = RateLimitMiddleware(app, limiter=limiter())
+    env = {"REQUEST_METHOD": "GET", "REMOTE_ADDR": CLIENT[0], "HTTP_HOST": "test"}
+    assert list(mw({**env, "PATH_INFO": "/free"}, start_response)) == [b"ok"]
+    assert calls.pop() == ("200 OK", [("content-type", "text/plain")])
+    body = mw({**env, "PATH_INFO": "/limited"}, start_response)
+    assert list(body) == [b"ok"]
+    body.close()
+    status, headers = calls.pop()
+    assert status == "200 OK" and headers[0] == ("content-type", "text/plain")
+    names = [n for n, _ in headers[1:]]
+    assert "ratelimit" in names and "ratelimit-policy" in names
+    assert all(isinstance(n, str) and isinstance(v, str) for n, v in headers)
+    bad = mw({**env, "PATH_INFO": "/limited", "HTTP_X_NOTE": "a\x00b"}, start_response)
+    assert calls.pop()[0] == "400 Bad Request" and b"".join(bad).startswith(b"400 Bad Request")

@@ -1,6 +1,7 @@
 """Real servers on loopback for the middleware tests: uvicorn (ASGI) and werkzeug's
 development server (WSGI), each in a thread of the test process on a free port, and the
-test's own Redis key prefix on the shared Redis (deleted afterwards)."""
+test's own Redis key prefix on the shared Redis (deleted afterwards), and a redis-server
+of the test's own (for the tests that stop or pause it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import threading
 import time
 import uuid
+
+import pytest
 
 REDIS_URL = "redis://127.0.0.1:6379"
 
@@ -73,3 +76,27 @@ def redis_prefix():
                                   capture_output=True, text=True, timeout=10).stdout.split()
             if keys:
                 subprocess.run([*cli, "DEL", *keys], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A redis-server of the test's own on a free port: (process, url); killed at the end."""
+    if not shutil.which("redis-server"):
+        pytest.skip("needs redis-server")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.02)
+    yield proc, f"redis://127.0.0.1:{port}"
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)

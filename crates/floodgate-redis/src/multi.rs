@@ -85,6 +85,15 @@ pub async fn check_all_at(checks: &[Check<'_>], now: Nanos) -> Result<MultiOutco
     run(checks, Some(now)).await
 }
 
+/// What a charge of `check` would decide now, charging nothing: one call of the script
+/// in its dry mode (decided as a charge would be, every key put back as it was). A look
+/// at a key for a request of `check.cost` units; the circuit breaker, the timeout and
+/// the fault policy apply as in [`check_all`].
+pub async fn peek(check: Check<'_>) -> Result<MultiOutcome, Error> {
+    let now = check.limiter.now();
+    eval_multi(std::slice::from_ref(&check), now, Mode::Dry).await
+}
+
 async fn run(checks: &[Check<'_>], at: Option<Nanos>) -> Result<MultiOutcome, Error> {
     let Some(first) = checks.first() else {
         return Ok(MultiOutcome {

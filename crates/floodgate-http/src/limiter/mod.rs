@@ -29,7 +29,7 @@ use http_body_util::Full;
 use ipnet::IpNet;
 
 use crate::key::{
-    ClientIpConfig, KeyError, MissingKey, PeerFn, RequestInfo, in_nets, resolve_client_ip,
+    ClientIpConfig, KeyError, MissingKey, NO_PEER, PeerFn, RequestInfo, in_nets, resolve_client_ip,
 };
 use crate::policy::{CompiledRoute, Policy, PolicyInfo};
 use crate::recorded::{RecordedDecision, RecordedOutcome};
@@ -68,6 +68,9 @@ pub(crate) struct Inner {
     pub(crate) rejections: RejectionLog,
     /// Whether responses carry a [`RecordedDecision`] ([`RateLimiterBuilder::record_decisions`](crate::RateLimiterBuilder::record_decisions)).
     pub(crate) record_decisions: bool,
+    /// The advice of a missing-key response to a request without a peer address, when
+    /// not the Rust one ([`RateLimiterBuilder::no_peer_hint`](crate::RateLimiterBuilder::no_peer_hint)).
+    pub(crate) no_peer_hint: Option<&'static str>,
 }
 
 /// The shared rate-limiting engine. Cloning is cheap and every clone shares the same
@@ -494,9 +497,13 @@ impl RateLimiter {
     }
 
     fn missing_key_response(&self, e: &KeyError, headers: &HeaderMap) -> Response<Full<Bytes>> {
+        let why = match (e, self.inner.no_peer_hint) {
+            (KeyError::NoPeer, Some(hint)) => format!("no rate-limit key: {NO_PEER} ({hint})"),
+            _ => format!("no rate-limit key: {e}"),
+        };
         short_response(
             self.inner.missing_key_status,
-            &format!("no rate-limit key: {e}"),
+            &why,
             None,
             None,
             ReplyFormat::of(headers),

@@ -251,7 +251,8 @@ class KeyedLimiter:
         TIME (``now`` is refused); when Redis cannot answer, decisions admit (``allow``),
         deny with a 1 s retry (``deny``) or raise StoreUnavailable (``raise``).
         On Redis, ``reserve`` and ``Reservation.settle`` charge and refund the shared count;
-        ``peek`` reads the key at cost 0 whatever ``cost`` is; ``sweep`` returns 0 (Redis
+        ``peek`` decides as a request of ``cost`` would be, charging nothing (one script
+        call in its dry mode); ``sweep`` returns 0 (Redis
         expires keys by TTL); ``stats``, ``len`` and the quota setters raise TypeError."""
     def acquire(
         self, key: str | bytes, cost: int = 1, timeout_s: float | None = None

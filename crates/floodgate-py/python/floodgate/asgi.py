@@ -106,7 +106,10 @@ class RateLimitMiddleware:
             except (ValueError, TypeError):
                 verdict = decide(limiter, method, path, headers, client, keys)
         else:
-            verdict = await decide_async(limiter, method, path, headers, client, keys)
+            try:  # the arguments are read before anything is awaited: a retry is safe
+                verdict = await limiter.decide_async(method, path, headers, client, keys)
+            except (ValueError, TypeError):
+                verdict = await decide_async(limiter, method, path, headers, client, keys)
         if not (verdict.allowed and not verdict.delay_s and verdict.cost_header is None):
             await run_with_verdict(self.app, verdict, scope, receive, send)
             return

@@ -143,8 +143,11 @@ def _wrap(func: Callable, lim: Any, key_fn: Callable | None) -> Callable:
         async def async_endpoint(*args: Any, **kwargs: Any) -> Any:
             kw = {k: v for k, v in kwargs.items() if k not in (_REQUEST_PARAM, _RESPONSE_PARAM)}
             adapter = _adapter(args, kwargs)
-            request = (lim, *adapter.decide_args(), _keys(key_fn, adapter.request))
-            verdict = await decide_async(*request) if lim.waits else decide(*request)
+            request = (*adapter.decide_args(), _keys(key_fn, adapter.request))
+            try:  # the common case first: no call through decide()'s recovery
+                verdict = (await lim.decide_async(*request)) if lim.waits else lim.decide(*request)
+            except (ValueError, TypeError):
+                verdict = (await decide_async(lim, *request)) if lim.waits else decide(lim, *request)
             try:
                 if not verdict.allowed:
                     return adapter.denial(verdict)
@@ -161,7 +164,11 @@ def _wrap(func: Callable, lim: Any, key_fn: Callable | None) -> Callable:
         def sync_endpoint(*args: Any, **kwargs: Any) -> Any:
             kw = {k: v for k, v in kwargs.items() if k not in (_REQUEST_PARAM, _RESPONSE_PARAM)}
             adapter = _adapter(args, kwargs)
-            verdict = decide(lim, *adapter.decide_args(), _keys(key_fn, adapter.request))
+            request = (*adapter.decide_args(), _keys(key_fn, adapter.request))
+            try:  # the common case first: no call through decide()'s recovery
+                verdict = lim.decide(*request)
+            except (ValueError, TypeError):
+                verdict = decide(lim, *request)
             try:
                 if not verdict.allowed:
                     return adapter.denial(verdict)

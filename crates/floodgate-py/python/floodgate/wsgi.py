@@ -6,7 +6,8 @@
     app.wsgi_app = RateLimitMiddleware(app.wsgi_app, limiter=RequestLimiter([Policy("per-ip", "10/s")]))
 
 Every request is decided by the native `RequestLimiter` (the decision procedure of
-`floodgate proxy`; the call releases the GIL):
+`floodgate proxy`; in process with the GIL held, as a decision there never waits; on a
+Redis store the GIL is released during the round trip):
 
 * denied: the verdict's response is returned as it is (status, headers, body), and the
   application is not called;
@@ -95,9 +96,13 @@ class RateLimitMiddleware:
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         keys = provided_key(self.key, environ) if self.key is not None else None
-        verdict = decide(self.limiter, environ.get("REQUEST_METHOD", "GET"),
-                         request_path(environ), request_headers(environ),
-                         environ.get("REMOTE_ADDR") or None, keys)
+        limiter, method = self.limiter, environ.get("REQUEST_METHOD", "GET")
+        path, headers = request_path(environ), request_headers(environ)
+        client = environ.get("REMOTE_ADDR") or None
+        try:  # the common case first: no call through decide()'s recovery
+            verdict = limiter.decide(method, path, headers, client, keys)
+        except (ValueError, TypeError):
+            verdict = decide(limiter, method, path, headers, client, keys)
         return run_with_verdict(self.app, verdict, environ, start_response)
 
 
@@ -113,16 +118,19 @@ def run_with_verdict(app: WSGIApp, verdict: Any, environ: Environ,
     try:
         if verdict.delay_s > 0:
             time.sleep(verdict.delay_s)
-        added = str_pairs(verdict.headers)
-        cost_header = getattr(verdict, "cost_header", None)
+        # the native limiter gives (name, value) str pairs, as start_response takes them
+        added = verdict.headers
+        cost_header = verdict.cost_header
+        if not added and cost_header is None:
+            body = app(environ, start_response)
+        else:
+            def start_with_headers(status: str, headers: list, exc_info: Any = None) -> Any:
+                extra = added
+                if cost_header is not None:
+                    extra = str_pairs(verdict.settle_from_response(headers))
+                return start_response(status, [*headers, *extra], exc_info)
 
-        def start_with_headers(status: str, headers: list, exc_info: Any = None) -> Any:
-            extra = added
-            if cost_header is not None:
-                extra = str_pairs(verdict.settle_from_response(headers))
-            return start_response(status, list(headers) + extra, exc_info)
-
-        body = app(environ, start_with_headers)
+            body = app(environ, start_with_headers)
     except BaseException:
         verdict.finish()
         raise

@@ -57,7 +57,7 @@ pub struct Shared {
     info: Arc<PolicyInfo>,
     on_failure: OnFailure,
     /// The decision store of this process (a forked child makes its own).
-    decisions: Mutex<Option<(u32, Arc<dyn DecisionStore>)>>,
+    decisions: Mutex<Option<(u64, Arc<dyn DecisionStore>)>>,
 }
 
 /// Why a decision on Redis failed.
@@ -87,7 +87,7 @@ pub async fn decide(
     peek: bool,
 ) -> Result<Decision, Failed> {
     if peek {
-        return match store.peek(&info, &key).await {
+        return match store.peek_cost(&info, &key, cost).await {
             Ok(d) => Ok(d),
             Err(e) if e.is_transient() && on_failure != OnFailure::Raise => {
                 Ok(fault_policy(on_failure).decision(&info))
@@ -195,9 +195,9 @@ impl Shared {
     /// while connecting: that releases the GIL, which another thread waiting on the lock
     /// would hold.
     fn decisions(&self, py: Python<'_>) -> PyResult<Arc<dyn DecisionStore>> {
-        let pid = runtime::pid();
+        let process = runtime::process();
         if let Some((p, s)) = self.lock().as_ref()
-            && *p == pid
+            && *p == process
         {
             return Ok(s.clone());
         }
@@ -208,9 +208,9 @@ impl Shared {
         let mut g = self.lock();
         match g.as_ref() {
             // another thread connected meanwhile: one store per process
-            Some((p, s)) if *p == pid => Ok(s.clone()),
+            Some((p, s)) if *p == process => Ok(s.clone()),
             _ => {
-                if let Some(stale) = g.replace((pid, store.clone())) {
+                if let Some(stale) = g.replace((process, store.clone())) {
                     // the parent's (inherited through fork): not dropped in this process
                     std::mem::forget(stale);
                 }
@@ -219,7 +219,7 @@ impl Shared {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u32, Arc<dyn DecisionStore>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<dyn DecisionStore>)>> {
         self.decisions.lock().unwrap_or_else(|e| e.into_inner())
     }
 

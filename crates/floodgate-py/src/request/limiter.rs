@@ -24,6 +24,12 @@ use crate::args::{ConfigError, config_duration, uint};
 use crate::runtime;
 use crate::store::PyRedisStore;
 
+/// What the 400 to a request without a client address tells a Python caller to do (the
+/// Rust advice names `floodgate_http::PeerAddr`).
+const NO_PEER_HINT: &str = "the server gave no client address: pass client= to \
+RequestLimiter.decide, key the policy by \"header:NAME\" or \"provided\", or set \
+missing_key=\"allow\" or \"fallback\"";
+
 /// Everything a limiter is built from (kept to build it again in a forked child, whose
 /// Redis connection is its own).
 #[derive(Clone)]
@@ -54,7 +60,8 @@ impl Settings {
             .retry_after_jitter(self.jitter)
             .headers(self.headers)
             .max_keys(self.max_keys)
-            .record_decisions(true);
+            .record_decisions(true)
+            .no_peer_hint(NO_PEER_HINT);
         for n in &self.allow_nets {
             b = b.allow_net(*n);
         }
@@ -102,7 +109,7 @@ pub struct PyRequestLimiter {
     settings: Settings,
     store: Option<Py<PyRedisStore>>,
     /// The limiter and the process it was built in.
-    limiter: Mutex<(u32, RateLimiter)>,
+    limiter: Mutex<(u64, RateLimiter)>,
 }
 
 impl PyRequestLimiter {
@@ -111,16 +118,16 @@ impl PyRequestLimiter {
     fn limiter(&self, py: Python<'_>) -> PyResult<RateLimiter> {
         {
             let g = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
-            // in process the copied state is kept: no process id to ask for
-            if self.store.is_none() || g.0 == runtime::pid() {
+            // in process the copied state is kept
+            if self.store.is_none() || g.0 == runtime::process() {
                 return Ok(g.1.clone());
             }
         }
-        let pid = runtime::pid();
+        let process = runtime::process();
         let store = self.store.as_ref().map(|s| s.get());
         let fresh = self.settings.build(py, store)?;
         let mut g = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
-        let stale = std::mem::replace(&mut *g, (pid, fresh.clone()));
+        let stale = std::mem::replace(&mut *g, (process, fresh.clone()));
         std::mem::forget(stale);
         Ok(fresh)
     }
@@ -381,7 +388,7 @@ impl PyRequestLimiter {
         Ok(PyRequestLimiter {
             settings,
             store,
-            limiter: Mutex::new((runtime::pid(), limiter)),
+            limiter: Mutex::new((runtime::process(), limiter)),
         })
     }
 
