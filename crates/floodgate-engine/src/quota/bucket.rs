@@ -5,7 +5,7 @@
 //! [`floodgate_core::Clock`]); no I/O.
 //!
 //! Every strategy that limits is enforced by floodgate_core's
-//! [`TokenBucket`](floodgate_core::algorithms::TokenBucket) (tokens counted exactly, in
+//! [`TokenBucket`] (tokens counted exactly, in
 //! nano-tokens, and refilled continuously):
 //!
 //! * [`QuotaStrategy::TokenBucket`]: capacity `max_tokens`, refilled at
@@ -19,7 +19,7 @@
 //!
 //! When the strategy changes (an assignment arrives, expires, or is replaced) the
 //! tokens held carry over as the new bucket's deficit, capped at its capacity
-//! ([`TokenBucket::carry_to`](floodgate_core::algorithms::TokenBucket::carry_to)); a
+//! ([`TokenBucket::carry_to`]); a
 //! bucket switching from an allow-all or deny-all strategy to a token bucket starts
 //! full. An assignment equal to the one in force changes nothing.
 
