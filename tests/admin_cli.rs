@@ -240,6 +240,12 @@ fn server(dir: &std::path::Path) -> (Proc, SocketAddr) {
 
 /// [`server`], with `top` (YAML) at the start of its config.
 fn server_with(dir: &std::path::Path, top: &str) -> (Proc, SocketAddr) {
+    let (p, http, _) = server_doors(dir, top);
+    (p, http)
+}
+
+/// [`server_with`], and the address of its gRPC door.
+fn server_doors(dir: &std::path::Path, top: &str) -> (Proc, SocketAddr, SocketAddr) {
     use std::io::{BufRead, BufReader};
     let cfg = dir.join("limits.yaml");
     std::fs::write(
@@ -269,13 +275,14 @@ fn server_with(dir: &std::path::Path, top: &str) -> (Proc, SocketAddr) {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let http = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http="))
-        .unwrap_or_else(|| panic!("no http= in {line:?}"))
-        .parse()
-        .unwrap();
-    (Proc(child), http)
+    let door = |name: &str| -> SocketAddr {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+            .parse()
+            .unwrap()
+    };
+    (Proc(child), door("http="), door("grpc="))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -511,6 +518,117 @@ async fn the_admin_page_shows_adaptive_policies_and_upstream_servers_in_a_browse
         "{servers}"
     );
     assert!(row.contains("<td class=\"n\">4</td>"), "{servers}");
+    // a proxy has no quota buckets of its own to divide: no quota panel
+    assert!(dom.contains(r#"<section id="quota" hidden="">"#), "{dom}");
+    // and showed no error
+    assert!(dom.contains(r#"id="status"></span>"#), "{dom}");
+}
+
+/// The sum of a metric's samples in an OpenMetrics text.
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_admin_page_shows_each_quota_clients_demand_and_share_in_a_browser() {
+    let browser = chromium();
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, http, grpc) = server_doors(
+        dir.path(),
+        "quota:\n  domains:\n    - domain: admin\n      buckets:\n        - match: {policy: api}\n          \
+         rate: 100/s\n          report_interval: 250ms\n          assignment_ttl: 5s\n",
+    );
+    // two real proxies as quota clients of the server, one busy and one quiet
+    let fleet = format!(
+        "\n[fleet]\nstrategy = \"quota\"\nquota_server = \"http://{grpc}\"\nquota_domain = \"admin\"\n\
+         report_interval = \"250ms\"\nno_assignment = \"allow_all\"\n"
+    );
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let (_a, busy, _) = proxy_with(&a_dir, "", &fleet).await;
+    let (_b, quiet, _) = proxy_with(&b_dir, "", &fleet).await;
+    // traffic on both until the page is read: the division stays live
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = {
+        let done = done.clone();
+        tokio::spawn(async move {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                tokio::join!(
+                    send(busy, "tenant-1", 8, Duration::ZERO, 2),
+                    send(quiet, "tenant-1", 1, Duration::ZERO, 1),
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let bucket = "admin|key=tenant-1,policy=api";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = http_get(http, "/admin/api/quota").await;
+        assert_eq!(status, 200, "{body}");
+        let v = json(&body);
+        if v[bucket]["clients"]
+            .as_array()
+            .is_some_and(|c| c.len() == 2)
+        {
+            assert_eq!(v[bucket]["limit"], 100.0, "{body}");
+            let shares: f64 = (0..2)
+                .map(|i| v[bucket]["clients"][i]["share"].as_f64().unwrap())
+                .sum();
+            assert!((shares - 100.0).abs() < 1e-6, "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no division of two clients: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // the metrics: the limit, each client's demand and share, the reports received
+    let (status, metrics) = http_get(http, "/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        metric_sum(&metrics, "floodgate_quota_limit"),
+        100.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metrics.matches("floodgate_quota_assigned{").count(),
+        2,
+        "{metrics}"
+    );
+    assert!(
+        metric_sum(&metrics, "floodgate_quota_reports_total") >= 2.0,
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("floodgate_quota_pushes_total"),
+        "{metrics}"
+    );
+    let page = format!("http://{http}/admin");
+    let profile = dir.path().join("chromium");
+    let dom = tokio::task::spawn_blocking(move || dump_dom(browser, &page, &profile, 3_000))
+        .await
+        .unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    traffic.await.unwrap();
+    // the quota panel: the bucket's limit, its two clients, their shares summing to it
+    let head = element(&dom, &format!("quota-head-{bucket}"), "</h3>");
+    assert!(
+        head.contains("(rule admin|policy=api): limit 100.0/s"),
+        "{head}"
+    );
+    assert!(head.contains("assigned 100.0/s over 2 clients"), "{head}");
+    let clients = element(&dom, &format!("quota-{bucket}"), "</table>");
+    let rows: Vec<&str> = clients.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 2, "{clients}");
+    for r in rows {
+        assert_eq!(r.matches("<td class=\"n\">").count(), 3, "{clients}");
+    }
     // and showed no error
     assert!(dom.contains(r#"id="status"></span>"#), "{dom}");
 }

@@ -24,6 +24,8 @@
 //! | `floodgate_quota_limit` | bucket | quota: a bucket's global limit, requests per second |
 //! | `floodgate_quota_demand` | bucket, client | quota: a client's reported demand, requests per second |
 //! | `floodgate_quota_assigned` | bucket, client | quota: a client's share of the bucket's limit, requests per second |
+//! | `floodgate_quota_reports_total` | | quota: messages of usage reports received (each answered: one round trip) |
+//! | `floodgate_quota_pushes_total` | | quota: messages of assignments pushed without a report asking |
 //! | `floodgate_adaptive_limit`, `_in_flight`, `_shed_total`, `_latency_seconds` | policy (class) | the adaptive policies of `/v1/adaptive` (the proxy's and the layer's families) |
 //!
 //! The `descriptor` label is the rule's path in the config (`database=users.remote_address`),

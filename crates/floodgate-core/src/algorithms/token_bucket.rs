@@ -64,6 +64,41 @@ impl TokenBucket {
         self.refill
     }
 
+    /// The state under which `into` holds at `now` the tokens this bucket holds in `s`
+    /// at `now`, capped at `into`'s capacity: the tokens carried across a change of
+    /// capacity or refill (as `into`'s deficit, from `now`, or from `s.last` when the
+    /// clock stood behind it). Exact to the nano-token.
+    ///
+    /// ```
+    /// use floodgate_core::algorithms::TokenBucket;
+    /// use floodgate_core::{Algorithm, Nanos, Rate};
+    ///
+    /// let big = TokenBucket::new(10, Rate::per_second(1)?)?;
+    /// let small = TokenBucket::new(4, Rate::per_second(2)?)?;
+    /// let mut s = Default::default();
+    /// assert!(big.check(&mut s, Nanos::ZERO, 8).allowed); // 2 left
+    /// // 1 s later `big` holds 3: `small` takes them over (it would hold 4 when full)
+    /// let t = Nanos::from_secs(1);
+    /// let s = big.carry_to(&s, t, &small);
+    /// assert_eq!(small.peek(&s, t, 0).remaining, 3);
+    /// // and a smaller bucket caps them: 3 held, 2 at most
+    /// let tiny = TokenBucket::new(2, Rate::per_second(1)?)?;
+    /// assert_eq!(tiny.peek(&small.carry_to(&s, t, &tiny), t, 0).remaining, 2);
+    /// # Ok::<(), floodgate_core::ConfigError>(())
+    /// ```
+    pub fn carry_to(
+        &self,
+        s: &TokenBucketState,
+        now: Nanos,
+        into: &TokenBucket,
+    ) -> TokenBucketState {
+        let held = self.capacity_n - self.deficit_at(s, now);
+        TokenBucketState {
+            deficit: into.capacity_n - held.min(into.capacity_n),
+            last: now.max(s.last),
+        }
+    }
+
     /// Nano-tokens missing at `now` (never more than a whole bucket, even after the
     /// capacity was lowered at run time).
     #[inline]
@@ -193,6 +228,33 @@ mod tests {
             })
         ));
         assert!(TokenBucket::new(u64::MAX, Rate::per_second(1).unwrap()).is_err());
+    }
+
+    #[test]
+    fn carried_tokens_keep_refilling_at_the_new_rate() {
+        let slow = TokenBucket::new(10, Rate::per_second(1).unwrap()).unwrap();
+        let fast = TokenBucket::new(10, Rate::per_second(4).unwrap()).unwrap();
+        let mut s = TokenBucketState::default();
+        assert!(slow.check(&mut s, Nanos::ZERO, 10).allowed);
+        // 0.5 s at 1/s: half a token, carried exactly
+        let t = Nanos(500_000_000);
+        let mut s = slow.carry_to(&s, t, &fast);
+        assert_eq!(s.deficit, 9_500_000_000);
+        assert!(!fast.check(&mut s, t, 1).allowed);
+        // 0.125 s more at 4/s: the other half
+        assert!(fast.check(&mut s, Nanos(625_000_000), 1).allowed);
+        assert!(!fast.check(&mut s, Nanos(625_000_000), 1).allowed);
+        // a full bucket carried into a larger one is not full
+        let big = TokenBucket::new(20, Rate::per_second(1).unwrap()).unwrap();
+        let s = slow.carry_to(&TokenBucketState::default(), Nanos::ZERO, &big);
+        assert_eq!(big.peek(&s, Nanos::ZERO, 0).remaining, 10);
+        // a clock behind `last` refills nothing
+        let s = TokenBucketState {
+            deficit: 3_000_000_000,
+            last: Nanos::from_secs(5),
+        };
+        let c = slow.carry_to(&s, Nanos::from_secs(1), &slow);
+        assert_eq!(c, s);
     }
 
     #[test]

@@ -4,22 +4,29 @@
 //! clocked: every instant is an argument ([`Nanos`], from the caller's
 //! [`floodgate_core::Clock`]); no I/O.
 //!
-//! Every strategy is enforced as a token bucket refilled continuously:
+//! Every strategy that limits is enforced by floodgate_core's
+//! [`TokenBucket`] (tokens counted exactly, in
+//! nano-tokens, and refilled continuously):
 //!
 //! * [`QuotaStrategy::TokenBucket`]: capacity `max_tokens`, refilled at
-//!   `tokens_per_fill / fill_interval` per second (continuously rather than by whole
-//!   fills: the same sustained rate, never a burst above `max_tokens`);
+//!   `tokens_per_fill` per `fill_interval` (continuously rather than by whole fills: the
+//!   same sustained rate, never a burst above `max_tokens`);
 //! * [`QuotaStrategy::RequestsPerUnit`]: capacity `requests`, refilled at
-//!   `requests / unit` per second (a whole unit's requests at most in any unit);
-//! * [`QuotaStrategy::AllowAll`] admits everything, [`QuotaStrategy::DenyAll`] nothing.
+//!   `requests` per `unit` (a whole unit's requests at most in any unit);
+//! * [`QuotaStrategy::AllowAll`] admits everything, [`QuotaStrategy::DenyAll`] nothing;
+//!   a capacity of zero admits nothing of a positive cost, and a refill of zero (no
+//!   tokens per fill, or no interval) never refills what was taken.
 //!
 //! When the strategy changes (an assignment arrives, expires, or is replaced) the
-//! tokens carry over, capped at the new capacity; a bucket switching from an
-//! allow-all or deny-all strategy to a token bucket starts full.
+//! tokens held carry over as the new bucket's deficit, capped at its capacity
+//! ([`TokenBucket::carry_to`]); a
+//! bucket switching from an allow-all or deny-all strategy to a token bucket starts
+//! full. An assignment equal to the one in force changes nothing.
 
 use std::time::Duration;
 
-use floodgate_core::{Decision, Nanos};
+use floodgate_core::algorithms::{TokenBucket, TokenBucketState};
+use floodgate_core::{Algorithm, Decision, Nanos, Rate};
 
 use super::assignment::{Assignment, QuotaStrategy};
 
@@ -34,6 +41,69 @@ pub struct Usage {
     pub elapsed: Duration,
 }
 
+/// How a strategy is enforced.
+#[derive(Debug, Clone)]
+enum Enforce {
+    AllowAll,
+    DenyAll,
+    /// A capacity of zero: a positive cost never passes.
+    Empty,
+    /// floodgate_core's token bucket; `refills` false: the strategy's refill is zero
+    /// (the bucket then refills at one token per `u64::MAX` ns, and a denial says never).
+    Bucket {
+        tb: TokenBucket,
+        refills: bool,
+    },
+}
+
+/// The largest capacity floodgate_core's token bucket holds (in nano-tokens in a u64).
+const MAX_CAPACITY: u64 = u64::MAX / 1_000_000_000;
+
+impl Enforce {
+    fn of(s: QuotaStrategy) -> Enforce {
+        let (capacity, count, period_ns) = match s {
+            QuotaStrategy::AllowAll => return Enforce::AllowAll,
+            QuotaStrategy::DenyAll => return Enforce::DenyAll,
+            QuotaStrategy::RequestsPerUnit { requests, unit } => (
+                requests,
+                requests,
+                unit.secs().saturating_mul(1_000_000_000),
+            ),
+            QuotaStrategy::TokenBucket {
+                max_tokens,
+                tokens_per_fill,
+                fill_interval,
+            } => (
+                u64::from(max_tokens),
+                u64::from(tokens_per_fill),
+                u64::try_from(fill_interval.as_nanos()).unwrap_or(u64::MAX),
+            ),
+        };
+        if capacity == 0 {
+            return Enforce::Empty;
+        }
+        let refills = count > 0 && period_ns > 0;
+        let rate = if refills {
+            // above one token per nanosecond: one per nanosecond
+            Rate::from_nanos(count, period_ns).or_else(|_| Rate::from_nanos(1, 1))
+        } else {
+            Rate::from_nanos(1, u64::MAX)
+        };
+        match rate.and_then(|r| TokenBucket::new(capacity.min(MAX_CAPACITY), r)) {
+            Ok(tb) => Enforce::Bucket { tb, refills },
+            // unreachable: a positive capacity within MAX_CAPACITY, a valid rate
+            Err(_) => Enforce::Empty,
+        }
+    }
+
+    fn bucket(&self) -> Option<&TokenBucket> {
+        match self {
+            Enforce::Bucket { tb, .. } => Some(tb),
+            _ => None,
+        }
+    }
+}
+
 /// A bucket of a quota client (see the module docs).
 #[derive(Debug, Clone)]
 pub struct QuotaBucket {
@@ -41,12 +111,13 @@ pub struct QuotaBucket {
     assignment: Option<(Assignment, Nanos)>,
     /// Followed with no live assignment.
     fallback: QuotaStrategy,
-    /// The strategy the tokens were last refilled under.
+    /// The strategy in force as of `at`, and how it is enforced.
     enforced: QuotaStrategy,
-    /// Tokens held (0 ..= capacity of `enforced`).
-    tokens: f64,
-    /// When `tokens` was last refilled.
-    refilled: Nanos,
+    enforce: Enforce,
+    /// The token state of `enforce` when it is a bucket (`Default`: full).
+    tokens: TokenBucketState,
+    /// The latest instant a strategy was put in force or a request decided.
+    at: Nanos,
     /// What RateLimit fields say the limit is under allow-all and deny-all (units).
     nominal: u64,
     allowed: u64,
@@ -55,53 +126,18 @@ pub struct QuotaBucket {
     used: Nanos,
 }
 
-/// `(capacity, refill per second)` of a strategy enforced as a token bucket; `None` for
-/// allow-all and deny-all.
-fn bucket_of(s: QuotaStrategy) -> Option<(f64, f64)> {
-    match s {
-        QuotaStrategy::AllowAll | QuotaStrategy::DenyAll => None,
-        QuotaStrategy::RequestsPerUnit { requests, unit } => {
-            Some((requests as f64, requests as f64 / unit.secs() as f64))
-        }
-        QuotaStrategy::TokenBucket {
-            max_tokens,
-            tokens_per_fill,
-            fill_interval,
-        } => {
-            let secs = fill_interval.as_secs_f64();
-            let rate = if secs > 0.0 {
-                f64::from(tokens_per_fill) / secs
-            } else {
-                0.0
-            };
-            Some((f64::from(max_tokens), rate))
-        }
-    }
-}
-
-/// Seconds as a duration, saturating (never panics on huge or non-finite values).
-fn secs(s: f64) -> Duration {
-    if s.is_finite() && s > 0.0 {
-        Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
-    } else if s > 0.0 {
-        Duration::MAX
-    } else {
-        Duration::ZERO
-    }
-}
-
 impl QuotaBucket {
     /// A bucket made at `now` with no assignment: it follows `fallback` until one
     /// arrives. `nominal` is the limit RateLimit fields show under allow-all and deny-all
     /// (the policy's capacity).
     pub fn new(fallback: QuotaStrategy, nominal: u64, now: Nanos) -> QuotaBucket {
-        let tokens = bucket_of(fallback).map_or(0.0, |(cap, _)| cap);
         QuotaBucket {
             assignment: None,
             fallback,
             enforced: fallback,
-            tokens,
-            refilled: now,
+            enforce: Enforce::of(fallback),
+            tokens: TokenBucketState::default(),
+            at: now,
             nominal,
             allowed: 0,
             denied: 0,
@@ -125,52 +161,46 @@ impl QuotaBucket {
 
     /// Take `a`, arrived at `now` (it holds until `now + a.ttl`).
     pub fn assign(&mut self, a: Assignment, now: Nanos) {
-        self.refill(now);
+        self.sync(now);
         self.assignment = Some((a, now.saturating_add(a.ttl)));
-        self.switch(a.strategy);
+        self.switch(a.strategy, now);
     }
 
     /// Forget the assignment (the server abandoned the bucket): the fallback from `now`.
     pub fn abandon(&mut self, now: Nanos) {
-        self.refill(now);
+        self.sync(now);
         self.assignment = None;
-        self.switch(self.fallback);
+        self.switch(self.fallback, now);
     }
 
-    fn switch(&mut self, to: QuotaStrategy) {
+    /// Put `to` in force at `now`, carrying the tokens held over to it.
+    fn switch(&mut self, to: QuotaStrategy, now: Nanos) {
+        self.at = self.at.max(now);
         if to == self.enforced {
             return;
         }
-        let was_bucket = bucket_of(self.enforced).is_some();
+        let next = Enforce::of(to);
+        self.tokens = match (self.enforce.bucket(), next.bucket()) {
+            (Some(from), Some(into)) => from.carry_to(&self.tokens, self.at, into),
+            _ => TokenBucketState::default(),
+        };
         self.enforced = to;
-        if let Some((cap, _)) = bucket_of(to) {
-            self.tokens = if was_bucket {
-                self.tokens.min(cap)
-            } else {
-                cap
-            };
-        }
+        self.enforce = next;
     }
 
-    /// Refill under the strategy in force at `now` (switching to it first).
-    fn refill(&mut self, now: Nanos) {
-        let strategy = self.strategy(now);
-        if let Some((cap, rate)) = bucket_of(self.enforced) {
-            let dt = now.saturating_since(self.refilled).as_secs_f64();
-            self.tokens = (self.tokens + dt * rate).min(cap);
-        }
-        self.refilled = self.refilled.max(now);
-        self.switch(strategy);
+    /// Put the strategy in force at `now` in force (an assignment may have expired).
+    fn sync(&mut self, now: Nanos) {
+        self.switch(self.strategy(now), now);
     }
 
     /// Whether a request of `cost` units would be admitted at `now`, as a decision,
     /// charging nothing (see [`charge`](Self::charge)).
     pub fn peek(&mut self, now: Nanos, cost: u64) -> Decision {
-        self.refill(now);
+        self.sync(now);
         self.used = self.used.max(now);
-        match self.enforced {
-            QuotaStrategy::AllowAll => Decision::allow(self.nominal, self.nominal, Duration::ZERO),
-            QuotaStrategy::DenyAll => {
+        match &self.enforce {
+            Enforce::AllowAll => Decision::allow(self.nominal, self.nominal, Duration::ZERO),
+            Enforce::DenyAll => {
                 let retry = match self.assignment {
                     Some((a, expires)) if a.strategy == QuotaStrategy::DenyAll => {
                         expires.saturating_since(now)
@@ -179,32 +209,24 @@ impl QuotaBucket {
                 };
                 Decision::deny(self.nominal, 0, retry.max(Duration::from_millis(1)), retry)
             }
-            strategy => {
-                let (cap, rate) = bucket_of(strategy).unwrap_or((0.0, 0.0));
-                let limit = cap as u64;
-                let want = cost as f64;
-                let reset = |left: f64| secs((cap - left) / rate);
-                if want > cap {
-                    let left = self.tokens.floor() as u64;
-                    return Decision::never(limit, cost, left, reset(self.tokens));
-                }
-                if self.tokens >= want {
-                    let left = self.tokens - want;
-                    Decision::allow(limit, left.floor() as u64, reset(left))
-                } else if rate <= 0.0 {
-                    Decision::never(limit, cost, self.tokens.floor() as u64, Duration::MAX)
+            Enforce::Empty if cost == 0 => Decision::allow(0, 0, Duration::ZERO),
+            Enforce::Empty => Decision::never(0, cost, 0, Duration::ZERO),
+            Enforce::Bucket { tb, refills } => {
+                let d = tb.peek(&self.tokens, now, cost);
+                if !refills && d.retry_after.is_some() {
+                    Decision::never(d.limit, cost, d.remaining, Duration::MAX)
                 } else {
-                    let retry = secs((want - self.tokens) / rate).max(Duration::from_nanos(1));
-                    Decision::deny(limit, self.tokens.floor() as u64, retry, reset(self.tokens))
+                    d
                 }
             }
         }
     }
 
-    /// Take `cost` units (after a [`peek`](Self::peek) at the same instant admitted it).
+    /// Take `cost` units (after a [`peek`](Self::peek) at the same instant admitted it;
+    /// a cost the bucket does not hold takes nothing).
     pub fn charge(&mut self, cost: u64) {
-        if bucket_of(self.enforced).is_some() {
-            self.tokens = (self.tokens - cost as f64).max(0.0);
+        if let Enforce::Bucket { tb, .. } = &self.enforce {
+            tb.check(&mut self.tokens, self.at, cost);
         }
     }
 
@@ -320,8 +342,10 @@ mod tests {
             },
             Nanos(11 * S),
         );
+        // one token carried (held at 11 s), one refilled by 12 s; the next whole token
+        // exactly at 13 s
         assert_eq!(admitted(&mut b, 11 * S, 13 * S, 10_000_000), 2);
-        let d = b.peek(Nanos(13 * S), 1);
+        let d = b.peek(Nanos(13 * S - 1), 1);
         assert!(!d.allowed);
         assert!(d.retry_after.unwrap() <= Duration::from_secs(1));
         // a cost above the capacity can never pass
@@ -330,6 +354,88 @@ mod tests {
         assert!(!d.allowed);
         b.abandon(Nanos(20 * S));
         assert!(b.peek(Nanos(20 * S), 3).allowed);
+    }
+
+    #[test]
+    fn tokens_carry_over_as_a_deficit_capped_at_the_new_capacity() {
+        let ttl = Duration::from_secs(100);
+        let a = |strategy| Assignment { strategy, ttl };
+        let take = |b: &mut QuotaBucket, n: u64| {
+            for _ in 0..n {
+                assert!(b.peek(Nanos(0), 1).allowed);
+                b.charge(1);
+            }
+        };
+        let mut b = QuotaBucket::new(QuotaStrategy::DenyAll, 1, Nanos(0));
+        // from deny all: a full bucket of 10 (refilled 10/s)
+        b.assign(a(tb(10, 1, 100)), Nanos(0));
+        take(&mut b, 7);
+        assert_eq!(b.peek(Nanos(0), 0).remaining, 3);
+        // the same assignment again changes nothing (no refill to full)
+        b.assign(a(tb(10, 1, 100)), Nanos(0));
+        assert_eq!(b.peek(Nanos(0), 0).remaining, 3);
+        // a larger bucket refilled more slowly: the 3 held, then 1 per second
+        b.assign(a(tb(50, 1, 1000)), Nanos(0));
+        let d = b.peek(Nanos(0), 0);
+        assert_eq!((d.limit, d.remaining), (50, 3));
+        take(&mut b, 3);
+        let d = b.peek(Nanos(0), 1);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Duration::from_secs(1)));
+        // half a second later half a token is held, carried exactly: under a bucket
+        // refilled twice as fast, a whole one a quarter of a second later
+        b.assign(a(tb(50, 2, 1000)), Nanos(S / 2));
+        assert!(!b.peek(Nanos(S / 2), 1).allowed);
+        assert!(!b.peek(Nanos(S / 2 + S / 4 - 1), 1).allowed);
+        assert!(b.peek(Nanos(S / 2 + S / 4), 1).allowed);
+        // a smaller bucket caps what is held
+        b.assign(a(tb(2, 1, 1000)), Nanos(100 * S));
+        assert_eq!(b.peek(Nanos(100 * S), 0).remaining, 2);
+    }
+
+    #[test]
+    fn empty_and_never_refilled_buckets_say_never() {
+        let ttl = Duration::from_secs(100);
+        let mut b = QuotaBucket::new(QuotaStrategy::AllowAll, 5, Nanos(0));
+        // no requests per unit: a positive cost never passes, a cost of 0 does
+        b.assign(
+            Assignment {
+                strategy: QuotaStrategy::RequestsPerUnit {
+                    requests: 0,
+                    unit: Unit::Second,
+                },
+                ttl,
+            },
+            Nanos(0),
+        );
+        let d = b.peek(Nanos(0), 1);
+        assert!(!d.allowed && d.retry_after.is_none(), "{d:?}");
+        assert!(b.peek(Nanos(0), 0).allowed);
+        // no tokens per fill: the capacity, then never
+        b.assign(
+            Assignment {
+                strategy: tb(2, 0, 100),
+                ttl,
+            },
+            Nanos(S),
+        );
+        assert_eq!(admitted(&mut b, S, 10 * S, S / 10), 2);
+        let d = b.peek(Nanos(10 * S), 1);
+        assert!(!d.allowed && d.retry_after.is_none(), "{d:?}");
+        // a rate above one token per nanosecond is one per nanosecond
+        b.assign(
+            Assignment {
+                strategy: QuotaStrategy::RequestsPerUnit {
+                    requests: u64::MAX,
+                    unit: Unit::Second,
+                },
+                ttl,
+            },
+            Nanos(10 * S),
+        );
+        // (the empty bucket carried over: one token a nanosecond later)
+        assert!(!b.peek(Nanos(10 * S), 1).allowed);
+        assert!(b.peek(Nanos(10 * S + 1), 1).allowed);
     }
 
     #[test]

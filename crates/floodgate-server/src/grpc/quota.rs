@@ -155,10 +155,11 @@ impl RateLimitQuotaService for QuotaService {
                             return;
                         }
                         push_at = tokio::time::Instant::now() + inner.push_interval(&stream);
-                        if let Some(push) = inner.push(&mut stream).await
-                            && tx.send(Ok(push)).await.is_err()
-                        {
-                            return;
+                        if let Some(push) = inner.push(&mut stream).await {
+                            inner.view.count_push();
+                            if tx.send(Ok(push)).await.is_err() {
+                                return;
+                            }
                         }
                         continue;
                     }
@@ -181,6 +182,7 @@ impl RateLimitQuotaService for QuotaService {
                     }
                 };
                 idle_since = tokio::time::Instant::now();
+                inner.view.count_report();
                 let answer = inner.answer(&mut stream, reports).await;
                 // a first bucket (or a rule of a shorter interval) brings the push nearer
                 push_at = push_at.min(idle_since + inner.push_interval(&stream));

@@ -5,15 +5,19 @@
 //!
 //! `floodgate_quota_demand{bucket,client}` and `floodgate_quota_assigned{bucket,client}`
 //! (requests per second), and `floodgate_quota_limit{bucket}`, are read from here at
-//! scrape time.
+//! scrape time, as are the counts of the stream's messages: usage reports received
+//! (`floodgate_quota_reports_total`, each answered) and assignments pushed unasked
+//! (`floodgate_quota_pushes_total`), the round trips the quota clients make.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use floodgate_core::Clock;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 /// One bucket as last divided.
@@ -47,6 +51,8 @@ pub struct QuotaView {
     buckets: Mutex<BTreeMap<String, BucketView>>,
     max: usize,
     clock: Arc<dyn Clock>,
+    reports: AtomicU64,
+    pushes: AtomicU64,
 }
 
 impl std::fmt::Debug for QuotaView {
@@ -62,7 +68,27 @@ impl QuotaView {
             buckets: Mutex::new(BTreeMap::new()),
             max,
             clock,
+            reports: AtomicU64::new(0),
+            pushes: AtomicU64::new(0),
         }
+    }
+
+    /// Count one message of usage reports received (each is answered).
+    pub fn count_report(&self) {
+        self.reports.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count one message of assignments pushed without a report asking.
+    pub fn count_push(&self) {
+        self.pushes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Messages of usage reports received, and of assignments pushed, since start.
+    pub fn messages(&self) -> (u64, u64) {
+        (
+            self.reports.load(Ordering::Relaxed),
+            self.pushes.load(Ordering::Relaxed),
+        )
     }
 
     fn now_ms(&self) -> u64 {
@@ -109,6 +135,26 @@ pub struct QuotaCollector(pub Arc<QuotaView>);
 
 impl Collector for QuotaCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let (reports, pushes) = self.0.messages();
+        for (name, help, n) in [
+            (
+                "floodgate_quota_reports",
+                "Quota streams: messages of usage reports received (each answered)",
+                reports,
+            ),
+            (
+                "floodgate_quota_pushes",
+                "Quota streams: messages of assignments pushed without a report asking",
+                pushes,
+            ),
+        ] {
+            ConstCounter::new(n).encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Counter,
+            )?)?;
+        }
         let buckets = self.0.snapshot();
         if buckets.is_empty() {
             return Ok(());
@@ -149,5 +195,68 @@ impl Collector for QuotaCollector {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate_core::{ManualClock, Nanos};
+    use prometheus_client::registry::Registry;
+
+    fn scrape(view: &Arc<QuotaView>) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(QuotaCollector(view.clone())));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn the_metrics_show_each_clients_share_and_count_the_messages() {
+        let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
+        let view = Arc::new(QuotaView::new(10, clock.clone()));
+        let text = scrape(&view);
+        assert!(text.contains("floodgate_quota_reports_total 0"), "{text}");
+        assert!(!text.contains("floodgate_quota_limit"), "{text}");
+        view.count_report();
+        view.count_report();
+        view.count_push();
+        view.set(
+            "edge|policy=api",
+            BucketView {
+                rule: "edge|policy=api".into(),
+                limit: 100.0,
+                divided_ms: 1_000_000,
+                ttl_ms: 2_000,
+                clients: vec![
+                    ClientView {
+                        client: "a-0".into(),
+                        demand: 160.0,
+                        share: 60.0,
+                    },
+                    ClientView {
+                        client: "a-1".into(),
+                        demand: 40.0,
+                        share: 40.0,
+                    },
+                ],
+            },
+        );
+        let text = scrape(&view);
+        for line in [
+            "floodgate_quota_reports_total 2",
+            "floodgate_quota_pushes_total 1",
+            "floodgate_quota_limit{bucket=\"edge|policy=api\"} 100.0",
+            "floodgate_quota_demand{bucket=\"edge|policy=api\",client=\"a-0\"} 160.0",
+            "floodgate_quota_assigned{bucket=\"edge|policy=api\",client=\"a-1\"} 40.0",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // the division's time to live passed: the bucket leaves, the counts stay
+        clock.advance(std::time::Duration::from_secs(3));
+        let text = scrape(&view);
+        assert!(!text.contains("floodgate_quota_limit"), "{text}");
+        assert!(text.contains("floodgate_quota_reports_total 2"), "{text}");
     }
 }
