@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use floodgate_core::concurrency::{LimitAlgorithm, Sample};
+use floodgate_core::concurrency::{ExpAvg, LimitAlgorithm, Sample};
 use floodgate_core::{Clock, ConfigError, Nanos};
 use tokio::sync::oneshot;
 
 use super::view::{AdaptiveView, ClassView};
-use super::{AdaptiveMetrics, AdaptiveSpec};
+use super::{AdaptiveMetrics, AdaptiveSpec, LATENCY_WINDOW, PRESSURE_WAIT};
 
 /// How a request guarded by an [`AdaptivePermit`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,11 @@ struct State {
     /// Waiters, all classes.
     queued: usize,
     next_id: u64,
+    /// Exponential average of the latency samples, in nanoseconds (0 before the first).
+    latency: ExpAvg,
+    /// When a request last found the queue full (refused, or taking a lower class's
+    /// place): the queue is under pressure for a demand window after.
+    full_at: Option<Nanos>,
 }
 
 struct Shared {
@@ -145,6 +150,8 @@ impl PartitionedLimiter {
             waiters: (0..n).map(|_| VecDeque::new()).collect(),
             queued: 0,
             next_id: 0,
+            latency: ExpAvg::new(LATENCY_WINDOW, 10),
+            full_at: None,
         };
         Ok(PartitionedLimiter {
             shared: Arc::new(Shared {
@@ -265,11 +272,12 @@ impl PartitionedLimiter {
     }
 
     /// A permit for a request of `class`, waiting in the queue (served highest class
-    /// first) up to the spec's `queue_timeout` when the rule does not admit it at once.
+    /// first) up to the spec's `queue_timeout` (under pressure, up to
+    /// [`PRESSURE_WAIT`] times the mean latency, if shorter) when the rule does not admit
+    /// it at once.
     pub async fn acquire(&self, class: usize) -> Result<Admitted, Refused> {
         let class = self.shared.class(class);
-        let spec = &self.shared.spec;
-        let (id, mut rx) = match self.shared.admit_or_enqueue(class) {
+        let (id, mut rx, timeout) = match self.shared.admit_or_enqueue(class) {
             Entry::Admitted(permit) => {
                 self.shared.show(class);
                 return Ok(Admitted {
@@ -281,7 +289,7 @@ impl PartitionedLimiter {
                 self.shared.count_shed(class);
                 return Err(refused);
             }
-            Entry::Queued(id, rx) => (id, rx),
+            Entry::Queued(id, rx, timeout) => (id, rx, timeout),
         };
         let started = tokio::time::Instant::now();
         // leaves the queue on every way out (a dropped request future included)
@@ -291,7 +299,7 @@ impl PartitionedLimiter {
             id,
             armed: true,
         };
-        let got = tokio::time::timeout(spec.queue_timeout, &mut rx).await;
+        let got = tokio::time::timeout(timeout, &mut rx).await;
         let waited = match got {
             Ok(Ok(p)) => Waited::Served(p),
             // the sender is dropped without a permit only by an eviction
@@ -391,7 +399,8 @@ enum Waited {
 enum Entry {
     Admitted(AdaptivePermit),
     Refused(Refused),
-    Queued(u64, oneshot::Receiver<AdaptivePermit>),
+    /// Queued: its id, where its permit comes, how long it may wait.
+    Queued(u64, oneshot::Receiver<AdaptivePermit>, Duration),
 }
 
 impl Shared {
@@ -407,6 +416,9 @@ impl Shared {
         }
         let queue = self.spec.queue;
         if st.queued >= queue {
+            if queue > 0 {
+                st.full_at = Some(now);
+            }
             match Self::evict_below(&mut st, class) {
                 // its receiver sees the sender dropped: refused as queue-full
                 Some(evicted) => drop(evicted),
@@ -424,7 +436,26 @@ impl Shared {
         st.next_id += 1;
         st.waiters[class].push_back(Waiter { id, tx });
         st.queued += 1;
-        Entry::Queued(id, rx)
+        Entry::Queued(id, rx, self.wait_limit(&st, now))
+    }
+
+    /// Whether the queue is under pressure at `now`: a request found it full within the
+    /// last demand window.
+    fn pressure(&self, st: &State, now: Nanos) -> bool {
+        st.full_at
+            .is_some_and(|t| now.saturating_since(t) < self.spec.demand_window)
+    }
+
+    /// How long a request queued at `now` may wait: `queue_timeout`, or under pressure
+    /// [`PRESSURE_WAIT`] times the mean latency when that is shorter (and known).
+    fn wait_limit(&self, st: &State, now: Nanos) -> Duration {
+        let full = self.spec.queue_timeout;
+        let mean = st.latency.value();
+        if !self.pressure(st, now) || mean <= 0.0 {
+            return full;
+        }
+        let nanos = (mean * f64::from(PRESSURE_WAIT)).min(u64::MAX as f64) as u64;
+        full.min(Duration::from_nanos(nanos.max(1)))
     }
 
     /// Take out of the queue the waiter of the lowest class below `class` (a higher
@@ -488,17 +519,23 @@ impl Shared {
     }
 
     /// Serve the queue after a release: highest class first, first come first within
-    /// a class, each as far as the rule admits. The permits are sent by the caller,
-    /// outside the lock.
+    /// a class (under pressure, last come first), each as far as the rule admits. The
+    /// permits are sent by the caller, outside the lock.
     fn serve(
         self: &Arc<Self>,
         st: &mut State,
         now: Nanos,
     ) -> Vec<(oneshot::Sender<AdaptivePermit>, AdaptivePermit)> {
         let mut out = Vec::new();
+        let newest_first = self.pressure(st, now);
         for class in 0..st.waiters.len() {
             while !st.waiters[class].is_empty() && self.admits(st, class, now) {
-                let w = st.waiters[class].pop_front().expect("not empty");
+                let w = if newest_first {
+                    st.waiters[class].pop_back()
+                } else {
+                    st.waiters[class].pop_front()
+                }
+                .expect("not empty");
                 st.queued -= 1;
                 let permit = self.grant(st, class, now);
                 out.push((w.tx, permit));
@@ -534,6 +571,7 @@ impl Shared {
                 dropped: outcome == Outcome::Dropped,
             };
             st.limit = st.algorithm.on_sample(&sample).max(1);
+            st.latency.add(duration_to_nanos_f64(rtt));
         }
         st.total -= 1;
         st.in_flight[permit.class] -= 1;
@@ -638,4 +676,9 @@ impl Drop for AdaptivePermit {
     fn drop(&mut self) {
         self.finish(Outcome::Ignore);
     }
+}
+
+/// `d` in nanoseconds, as a float.
+fn duration_to_nanos_f64(d: Duration) -> f64 {
+    d.as_nanos() as f64
 }

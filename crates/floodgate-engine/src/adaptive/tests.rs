@@ -408,7 +408,8 @@ async fn a_full_queue_evicts_the_lowest_class_last_queued_for_a_higher_one() {
     assert!(full.queue_full);
     assert_eq!(l.queued(), 3);
     held.release(Outcome::Ignore);
-    for c in [c1, c2, c3] {
+    // the queue was full: under pressure, newest first
+    for c in [c3, c2, c1] {
         assert_eq!(served(c).await, CRITICAL);
     }
     assert_eq!((l.queued(), l.in_flight()), (0, 0));
@@ -431,8 +432,9 @@ async fn a_waiter_is_never_evicted_by_its_own_class_or_a_lower_one() {
     let r = l.acquire(CRITICAL).await.unwrap_err();
     assert!(r.queue_full);
     held.release(Outcome::Ignore);
-    assert_eq!(served(c1).await, CRITICAL);
+    // under pressure (the queue was full), newest first
     assert_eq!(served(c2).await, CRITICAL);
+    assert_eq!(served(c1).await, CRITICAL);
     assert_eq!((l.queued(), l.in_flight()), (0, 0));
 }
 
@@ -461,4 +463,47 @@ async fn eviction_keeps_every_waiters_deadline() {
     assert_eq!(l.queued(), 0);
     drop(held);
     assert_eq!(l.in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_pressure_the_newest_is_served_first_and_waits_are_cut_to_the_latency() {
+    let clock = Arc::new(ManualClock::new(Nanos(1)));
+    let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
+        .unwrap()
+        .with_classes(classes())
+        .unwrap()
+        .with_queue(3, Duration::from_secs(10))
+        .unwrap();
+    let l = PartitionedLimiter::new("q", spec, clock.clone()).unwrap();
+    // the mean latency: 10 ms
+    rounds(
+        &l,
+        &clock,
+        CRITICAL,
+        1,
+        Duration::from_millis(10),
+        Outcome::Success,
+        10,
+    );
+    let held = l.try_acquire(CRITICAL).unwrap();
+    // no pressure yet: three default waiters, each with the whole queue_timeout
+    let d1 = queue_one(&l, DEFAULT).await;
+    let d2 = queue_one(&l, DEFAULT).await;
+    let d3 = queue_one(&l, DEFAULT).await;
+    // a sheddable request finds the queue full: pressure from now on
+    assert!(l.acquire(SHEDDABLE).await.unwrap_err().queue_full);
+    // a critical request takes d3's place and waits at most 4 x 10 ms
+    let start = tokio::time::Instant::now();
+    let c1 = queue_one(&l, CRITICAL).await;
+    assert_eq!(evicted(d3).await.class, DEFAULT);
+    let (r, at) = c1.await.unwrap();
+    assert!(!r.unwrap_err().queue_full);
+    assert_eq!(at - start, Duration::from_millis(40));
+    // a freed permit goes to the default waiter queued last
+    held.release(Outcome::Ignore);
+    tokio::task::yield_now().await;
+    assert!(d2.is_finished() && !d1.is_finished());
+    assert_eq!(served(d2).await, DEFAULT);
+    assert_eq!(served(d1).await, DEFAULT);
+    assert_eq!((l.queued(), l.in_flight()), (0, 0));
 }
