@@ -67,9 +67,10 @@ struct State {
     next_id: u64,
     /// Exponential average of the latency samples, in nanoseconds (0 before the first).
     latency: ExpAvg,
-    /// When a request last found the queue full (refused, or taking a lower class's
-    /// place): the queue is under pressure for a demand window after.
-    full_at: Option<Nanos>,
+    /// Per class, when a request of it last lost its place for a full queue (refused at
+    /// once, or evicted by a higher class): the class is under pressure for a demand
+    /// window after.
+    full_at: Vec<Option<Nanos>>,
 }
 
 struct Shared {
@@ -151,7 +152,7 @@ impl PartitionedLimiter {
             queued: 0,
             next_id: 0,
             latency: ExpAvg::new(LATENCY_WINDOW, 10),
-            full_at: None,
+            full_at: vec![None; n],
         };
         Ok(PartitionedLimiter {
             shared: Arc::new(Shared {
@@ -272,7 +273,7 @@ impl PartitionedLimiter {
     }
 
     /// A permit for a request of `class`, waiting in the queue (served highest class
-    /// first) up to the spec's `queue_timeout` (under pressure, up to
+    /// first) up to the spec's `queue_timeout` (its class under pressure, up to
     /// [`PRESSURE_WAIT`] times the mean latency, if shorter) when the rule does not admit
     /// it at once.
     pub async fn acquire(&self, class: usize) -> Result<Admitted, Refused> {
@@ -416,13 +417,16 @@ impl Shared {
         }
         let queue = self.spec.queue;
         if st.queued >= queue {
-            if queue > 0 {
-                st.full_at = Some(now);
-            }
             match Self::evict_below(&mut st, class) {
                 // its receiver sees the sender dropped: refused as queue-full
-                Some(evicted) => drop(evicted),
+                Some((lower, evicted)) => {
+                    st.full_at[lower] = Some(now);
+                    drop(evicted);
+                }
                 None => {
+                    if queue > 0 {
+                        st.full_at[class] = Some(now);
+                    }
                     return Entry::Refused(Refused {
                         class,
                         queue_full: queue > 0,
@@ -436,22 +440,22 @@ impl Shared {
         st.next_id += 1;
         st.waiters[class].push_back(Waiter { id, tx });
         st.queued += 1;
-        Entry::Queued(id, rx, self.wait_limit(&st, now))
+        Entry::Queued(id, rx, self.wait_limit(&st, class, now))
     }
 
-    /// Whether the queue is under pressure at `now`: a request found it full within the
-    /// last demand window.
-    fn pressure(&self, st: &State, now: Nanos) -> bool {
-        st.full_at
-            .is_some_and(|t| now.saturating_since(t) < self.spec.demand_window)
+    /// Whether `class` is under pressure at `now`: a request of it lost its place for a
+    /// full queue (refused, or evicted) within the last demand window.
+    fn pressure(&self, st: &State, class: usize, now: Nanos) -> bool {
+        st.full_at[class].is_some_and(|t| now.saturating_since(t) < self.spec.demand_window)
     }
 
-    /// How long a request queued at `now` may wait: `queue_timeout`, or under pressure
-    /// [`PRESSURE_WAIT`] times the mean latency when that is shorter (and known).
-    fn wait_limit(&self, st: &State, now: Nanos) -> Duration {
+    /// How long a request of `class` queued at `now` may wait: `queue_timeout`, or with
+    /// the class under pressure [`PRESSURE_WAIT`] times the mean latency when that is
+    /// shorter (and known).
+    fn wait_limit(&self, st: &State, class: usize, now: Nanos) -> Duration {
         let full = self.spec.queue_timeout;
         let mean = st.latency.value();
-        if !self.pressure(st, now) || mean <= 0.0 {
+        if !self.pressure(st, class, now) || mean <= 0.0 {
             return full;
         }
         let nanos = (mean * f64::from(PRESSURE_WAIT)).min(u64::MAX as f64) as u64;
@@ -459,15 +463,15 @@ impl Shared {
     }
 
     /// Take out of the queue the waiter of the lowest class below `class` (a higher
-    /// index) that was queued last, if there is one: a waiter is never evicted for a
-    /// request of its own class or of a lower one.
-    fn evict_below(st: &mut State, class: usize) -> Option<Waiter> {
+    /// index) that was queued last, if there is one, with its class: a waiter is never
+    /// evicted for a request of its own class or of a lower one.
+    fn evict_below(st: &mut State, class: usize) -> Option<(usize, Waiter)> {
         let lowest = (class + 1..st.waiters.len())
             .rev()
             .find(|&c| !st.waiters[c].is_empty())?;
         let w = st.waiters[lowest].pop_back()?;
         st.queued -= 1;
-        Some(w)
+        Some((lowest, w))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -519,16 +523,16 @@ impl Shared {
     }
 
     /// Serve the queue after a release: highest class first, first come first within
-    /// a class (under pressure, last come first), each as far as the rule admits. The
-    /// permits are sent by the caller, outside the lock.
+    /// a class (a class under pressure: last come first), each as far as the rule
+    /// admits. The permits are sent by the caller, outside the lock.
     fn serve(
         self: &Arc<Self>,
         st: &mut State,
         now: Nanos,
     ) -> Vec<(oneshot::Sender<AdaptivePermit>, AdaptivePermit)> {
         let mut out = Vec::new();
-        let newest_first = self.pressure(st, now);
         for class in 0..st.waiters.len() {
+            let newest_first = self.pressure(st, class, now);
             while !st.waiters[class].is_empty() && self.admits(st, class, now) {
                 let w = if newest_first {
                     st.waiters[class].pop_back()

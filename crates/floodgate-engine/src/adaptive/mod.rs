@@ -36,15 +36,17 @@
 //! deadline stays what it was. So under overload the queue fills with the highest
 //! classes asking, and a freed permit goes to them.
 //!
-//! **Under pressure**, for a [`AdaptiveSpec::demand_window`] after a request found the
-//! queue full, the waiters of a class are served last come first, and a request queued
+//! **A class under pressure**: for a [`AdaptiveSpec::demand_window`] after a request of
+//! class `c` lost its place for a full queue (refused at once, or evicted by a higher
+//! class), the waiters of `c` are served last come first, and a request of `c` queued
 //! then waits at most [`PRESSURE_WAIT`] times the mean latency of the requests let
 //! through (an exponential average of [`LATENCY_WINDOW`] samples), or `queue_timeout`
-//! if that is shorter. A queue that overflows holds more requests than the backend
-//! will take in time: the ones served are then those that waited least, so the latency
-//! of what gets through stays near the backend's own, and those left over are refused
-//! sooner. A queue that only absorbs bursts is never full and stays first come first,
-//! with the whole `queue_timeout`.
+//! if that is shorter. A class that overflows the queue asks for more than the backend
+//! will take of it in time: the ones served are then those that waited least, so the
+//! latency of what gets through stays near the backend's own, and those left over are
+//! refused sooner. A class that only queues bursts, as the highest class does while it
+//! asks for less than the capacity, stays first come first with the whole
+//! `queue_timeout`.
 //!
 //! # Samples
 //! A permit is released with an [`Outcome`]: `Success` (its latency is a sample),
@@ -82,8 +84,8 @@ pub const MAX_QUEUE_TIMEOUT: Duration = crate::inflight::MAX_QUEUE_TIMEOUT;
 /// The highest `max_limit` accepted.
 pub const MAX_LIMIT: usize = 1_000_000;
 
-/// Under pressure (module docs, the queue), a request waits at most this many times the
-/// mean latency of the requests let through (or `queue_timeout`, if shorter).
+/// A request of a class under pressure (module docs, the queue) waits at most this many
+/// times the mean latency of the requests let through (or `queue_timeout`, if shorter).
 pub const PRESSURE_WAIT: u32 = 4;
 
 /// Samples in the exponential average of the latency that [`PRESSURE_WAIT`] multiplies

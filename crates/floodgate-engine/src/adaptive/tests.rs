@@ -466,7 +466,7 @@ async fn eviction_keeps_every_waiters_deadline() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn under_pressure_the_newest_is_served_first_and_waits_are_cut_to_the_latency() {
+async fn a_class_under_pressure_is_served_newest_first_and_waits_are_cut_to_the_latency() {
     let clock = Arc::new(ManualClock::new(Nanos(1)));
     let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
         .unwrap()
@@ -486,24 +486,62 @@ async fn under_pressure_the_newest_is_served_first_and_waits_are_cut_to_the_late
         10,
     );
     let held = l.try_acquire(CRITICAL).unwrap();
-    // no pressure yet: three default waiters, each with the whole queue_timeout
+    // no pressure yet: waiters with the whole queue_timeout
     let d1 = queue_one(&l, DEFAULT).await;
     let d2 = queue_one(&l, DEFAULT).await;
+    let s1 = queue_one(&l, SHEDDABLE).await;
+    // default takes sheddable's place (sheddable is under pressure, default is not)
     let d3 = queue_one(&l, DEFAULT).await;
-    // a sheddable request finds the queue full: pressure from now on
-    assert!(l.acquire(SHEDDABLE).await.unwrap_err().queue_full);
-    // a critical request takes d3's place and waits at most 4 x 10 ms
+    assert_eq!(evicted(s1).await.class, SHEDDABLE);
+    // a default request finds the queue full of its own class: default under pressure
+    assert!(l.acquire(DEFAULT).await.unwrap_err().queue_full);
+    // a place frees up (d1 goes away); a default request queued now waits 4 x 10 ms
+    d1.abort();
+    let _ = d1.await;
+    assert_eq!(l.queued(), 2);
     let start = tokio::time::Instant::now();
-    let c1 = queue_one(&l, CRITICAL).await;
-    assert_eq!(evicted(d3).await.class, DEFAULT);
-    let (r, at) = c1.await.unwrap();
+    let d4 = queue_one(&l, DEFAULT).await;
+    let (r, at) = d4.await.unwrap();
     assert!(!r.unwrap_err().queue_full);
     assert_eq!(at - start, Duration::from_millis(40));
     // a freed permit goes to the default waiter queued last
     held.release(Outcome::Ignore);
     tokio::task::yield_now().await;
-    assert!(d2.is_finished() && !d1.is_finished());
+    assert!(d3.is_finished() && !d2.is_finished());
+    assert_eq!(served(d3).await, DEFAULT);
     assert_eq!(served(d2).await, DEFAULT);
-    assert_eq!(served(d1).await, DEFAULT);
+    assert_eq!((l.queued(), l.in_flight()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_highest_class_stays_first_come_while_it_only_queues() {
+    let clock = Arc::new(ManualClock::new(Nanos(1)));
+    let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
+        .unwrap()
+        .with_classes(classes())
+        .unwrap()
+        .with_queue(2, Duration::from_secs(10))
+        .unwrap();
+    let l = PartitionedLimiter::new("q", spec, clock.clone()).unwrap();
+    rounds(
+        &l,
+        &clock,
+        CRITICAL,
+        1,
+        Duration::from_millis(10),
+        Outcome::Success,
+        10,
+    );
+    let held = l.try_acquire(CRITICAL).unwrap();
+    let c1 = queue_one(&l, CRITICAL).await;
+    let d1 = queue_one(&l, DEFAULT).await;
+    // critical takes default's place: default is under pressure, critical is not
+    let c2 = queue_one(&l, CRITICAL).await;
+    assert_eq!(evicted(d1).await.class, DEFAULT);
+    held.release(Outcome::Ignore);
+    tokio::task::yield_now().await;
+    assert!(c1.is_finished() && !c2.is_finished());
+    assert_eq!(served(c1).await, CRITICAL);
+    assert_eq!(served(c2).await, CRITICAL);
     assert_eq!((l.queued(), l.in_flight()), (0, 0));
 }
