@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use floodgate_core::Nanos;
 use floodgate_core::concurrency::{
-    Aimd, AimdConfig, Gradient2, Gradient2Config, LimitAlgorithm, Sample, Vegas, VegasConfig,
-    Windowed, WindowedConfig, check_range,
+    Aimd, AimdConfig, Gradient2, Gradient2Baseline, Gradient2Config, LimitAlgorithm, Sample, Vegas,
+    VegasConfig, Windowed, WindowedConfig, check_range,
 };
 use proptest::prelude::*;
 
 /// One of the algorithms, built from `(min, initial, max)` (valid by construction).
 fn build(which: u8, min: usize, initial: usize, max: usize, seed: u64) -> Box<dyn LimitAlgorithm> {
-    match which % 4 {
+    match which % 5 {
         0 => Box::new(
             Aimd::new(AimdConfig {
                 initial,
@@ -40,6 +40,16 @@ fn build(which: u8, min: usize, initial: usize, max: usize, seed: u64) -> Box<dy
                 min,
                 max,
                 long_window: 100,
+                ..Gradient2Config::default()
+            })
+            .unwrap(),
+        ),
+        4 => Box::new(
+            Gradient2::new(Gradient2Config {
+                initial,
+                min,
+                max,
+                baseline: Gradient2Baseline::SERVER,
                 ..Gradient2Config::default()
             })
             .unwrap(),
@@ -97,7 +107,7 @@ proptest! {
     /// the limit stays within `[min, max]`, never 0.
     #[test]
     fn limit_stays_within_floor_and_ceiling(
-        which in 0u8..4,
+        which in 0u8..5,
         (min, initial, max) in range(),
         seed in any::<u64>(),
         samples in prop::collection::vec(
@@ -118,7 +128,7 @@ proptest! {
     /// or at the ceiling.
     #[test]
     fn falls_under_rising_latency_and_recovers_at_baseline(
-        which in 0u8..4,
+        which in 0u8..5,
         (min, initial, max) in range(),
         seed in any::<u64>(),
         base_ms in 1u64..50,
@@ -129,7 +139,7 @@ proptest! {
         // settle at the baseline, then the pressure
         feed(&mut *alg, &mut now, base, 200, false);
         let before = alg.limit();
-        let under = feed(&mut *alg, &mut now, base * 10, 300, which % 4 == 0);
+        let under = feed(&mut *alg, &mut now, base * 10, 300, which % 5 == 0);
         let low = *under.iter().min().unwrap();
         // small limits may hold (module docs): Gradient2's headroom, Vegas's thresholds
         prop_assert!(low < before || low == min || before <= 8, "no fall: {} -> {}", before, low);
@@ -182,6 +192,19 @@ fn bad_ranges_are_errors_naming_the_values() {
         ..Gradient2Config::default()
     };
     assert!(Gradient2::new(inf).is_err());
+    for (round, rise, word) in [
+        (0, 0.001, "round"),
+        (20, f64::NAN, "rise"),
+        (20, 1.5, "rise"),
+    ] {
+        let e = Gradient2::new(Gradient2Config {
+            baseline: Gradient2Baseline::Floor { round, rise },
+            ..Gradient2Config::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(word), "{e}");
+    }
     let ratio = AimdConfig {
         backoff_ratio: f64::NAN,
         ..AimdConfig::default()

@@ -30,7 +30,7 @@ use std::time::Duration;
 use crate::{ConfigError, Nanos};
 
 pub use aimd::{Aimd, AimdConfig};
-pub use gradient2::{ExpAvg, Gradient2, Gradient2Config};
+pub use gradient2::{ExpAvg, Gradient2, Gradient2Baseline, Gradient2Config};
 pub use vegas::{Vegas, VegasConfig};
 pub use windowed::{Windowed, WindowedConfig};
 

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use floodgate_core::concurrency::{LimitAlgorithm, Sample};
+use floodgate_core::concurrency::{ExpAvg, LimitAlgorithm, Sample};
 use floodgate_core::{Clock, ConfigError, Nanos};
 use tokio::sync::oneshot;
 
 use super::view::{AdaptiveView, ClassView};
-use super::{AdaptiveMetrics, AdaptiveSpec};
+use super::{AdaptiveMetrics, AdaptiveSpec, LATENCY_WINDOW, PRESSURE_WAIT};
 
 /// How a request guarded by an [`AdaptivePermit`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,12 @@ struct State {
     /// Waiters, all classes.
     queued: usize,
     next_id: u64,
+    /// Exponential average of the latency samples, in nanoseconds (0 before the first).
+    latency: ExpAvg,
+    /// Per class, when a request of it last lost its place for a full queue (refused at
+    /// once, or evicted by a higher class): the class is under pressure for a demand
+    /// window after.
+    full_at: Vec<Option<Nanos>>,
 }
 
 struct Shared {
@@ -145,6 +151,8 @@ impl PartitionedLimiter {
             waiters: (0..n).map(|_| VecDeque::new()).collect(),
             queued: 0,
             next_id: 0,
+            latency: ExpAvg::new(LATENCY_WINDOW, 10),
+            full_at: vec![None; n],
         };
         Ok(PartitionedLimiter {
             shared: Arc::new(Shared {
@@ -265,11 +273,12 @@ impl PartitionedLimiter {
     }
 
     /// A permit for a request of `class`, waiting in the queue (served highest class
-    /// first) up to the spec's `queue_timeout` when the rule does not admit it at once.
+    /// first) up to the spec's `queue_timeout` (its class under pressure, up to
+    /// [`PRESSURE_WAIT`] times the mean latency, if shorter) when the rule does not admit
+    /// it at once.
     pub async fn acquire(&self, class: usize) -> Result<Admitted, Refused> {
         let class = self.shared.class(class);
-        let spec = &self.shared.spec;
-        let (id, mut rx) = match self.shared.admit_or_enqueue(class) {
+        let (id, mut rx, timeout) = match self.shared.admit_or_enqueue(class) {
             Entry::Admitted(permit) => {
                 self.shared.show(class);
                 return Ok(Admitted {
@@ -281,7 +290,7 @@ impl PartitionedLimiter {
                 self.shared.count_shed(class);
                 return Err(refused);
             }
-            Entry::Queued(id, rx) => (id, rx),
+            Entry::Queued(id, rx, timeout) => (id, rx, timeout),
         };
         let started = tokio::time::Instant::now();
         // leaves the queue on every way out (a dropped request future included)
@@ -291,7 +300,7 @@ impl PartitionedLimiter {
             id,
             armed: true,
         };
-        let got = tokio::time::timeout(spec.queue_timeout, &mut rx).await;
+        let got = tokio::time::timeout(timeout, &mut rx).await;
         let waited = match got {
             Ok(Ok(p)) => Waited::Served(p),
             // the sender is dropped without a permit only by an eviction
@@ -391,7 +400,8 @@ enum Waited {
 enum Entry {
     Admitted(AdaptivePermit),
     Refused(Refused),
-    Queued(u64, oneshot::Receiver<AdaptivePermit>),
+    /// Queued: its id, where its permit comes, how long it may wait.
+    Queued(u64, oneshot::Receiver<AdaptivePermit>, Duration),
 }
 
 impl Shared {
@@ -409,8 +419,14 @@ impl Shared {
         if st.queued >= queue {
             match Self::evict_below(&mut st, class) {
                 // its receiver sees the sender dropped: refused as queue-full
-                Some(evicted) => drop(evicted),
+                Some((lower, evicted)) => {
+                    st.full_at[lower] = Some(now);
+                    drop(evicted);
+                }
                 None => {
+                    if queue > 0 {
+                        st.full_at[class] = Some(now);
+                    }
                     return Entry::Refused(Refused {
                         class,
                         queue_full: queue > 0,
@@ -424,19 +440,38 @@ impl Shared {
         st.next_id += 1;
         st.waiters[class].push_back(Waiter { id, tx });
         st.queued += 1;
-        Entry::Queued(id, rx)
+        Entry::Queued(id, rx, self.wait_limit(&st, class, now))
+    }
+
+    /// Whether `class` is under pressure at `now`: a request of it lost its place for a
+    /// full queue (refused, or evicted) within the last demand window.
+    fn pressure(&self, st: &State, class: usize, now: Nanos) -> bool {
+        st.full_at[class].is_some_and(|t| now.saturating_since(t) < self.spec.demand_window)
+    }
+
+    /// How long a request of `class` queued at `now` may wait: `queue_timeout`, or with
+    /// the class under pressure [`PRESSURE_WAIT`] times the mean latency when that is
+    /// shorter (and known).
+    fn wait_limit(&self, st: &State, class: usize, now: Nanos) -> Duration {
+        let full = self.spec.queue_timeout;
+        let mean = st.latency.value();
+        if !self.pressure(st, class, now) || mean <= 0.0 {
+            return full;
+        }
+        let nanos = (mean * f64::from(PRESSURE_WAIT)).min(u64::MAX as f64) as u64;
+        full.min(Duration::from_nanos(nanos.max(1)))
     }
 
     /// Take out of the queue the waiter of the lowest class below `class` (a higher
-    /// index) that was queued last, if there is one: a waiter is never evicted for a
-    /// request of its own class or of a lower one.
-    fn evict_below(st: &mut State, class: usize) -> Option<Waiter> {
+    /// index) that was queued last, if there is one, with its class: a waiter is never
+    /// evicted for a request of its own class or of a lower one.
+    fn evict_below(st: &mut State, class: usize) -> Option<(usize, Waiter)> {
         let lowest = (class + 1..st.waiters.len())
             .rev()
             .find(|&c| !st.waiters[c].is_empty())?;
         let w = st.waiters[lowest].pop_back()?;
         st.queued -= 1;
-        Some(w)
+        Some((lowest, w))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -488,8 +523,8 @@ impl Shared {
     }
 
     /// Serve the queue after a release: highest class first, first come first within
-    /// a class, each as far as the rule admits. The permits are sent by the caller,
-    /// outside the lock.
+    /// a class (a class under pressure: last come first), each as far as the rule
+    /// admits. The permits are sent by the caller, outside the lock.
     fn serve(
         self: &Arc<Self>,
         st: &mut State,
@@ -497,8 +532,14 @@ impl Shared {
     ) -> Vec<(oneshot::Sender<AdaptivePermit>, AdaptivePermit)> {
         let mut out = Vec::new();
         for class in 0..st.waiters.len() {
+            let newest_first = self.pressure(st, class, now);
             while !st.waiters[class].is_empty() && self.admits(st, class, now) {
-                let w = st.waiters[class].pop_front().expect("not empty");
+                let w = if newest_first {
+                    st.waiters[class].pop_back()
+                } else {
+                    st.waiters[class].pop_front()
+                }
+                .expect("not empty");
                 st.queued -= 1;
                 let permit = self.grant(st, class, now);
                 out.push((w.tx, permit));
@@ -534,6 +575,7 @@ impl Shared {
                 dropped: outcome == Outcome::Dropped,
             };
             st.limit = st.algorithm.on_sample(&sample).max(1);
+            st.latency.add(duration_to_nanos_f64(rtt));
         }
         st.total -= 1;
         st.in_flight[permit.class] -= 1;
@@ -638,4 +680,9 @@ impl Drop for AdaptivePermit {
     fn drop(&mut self) {
         self.finish(Outcome::Ignore);
     }
+}
+
+/// `d` in nanoseconds, as a float.
+fn duration_to_nanos_f64(d: Duration) -> f64 {
+    d.as_nanos() as f64
 }

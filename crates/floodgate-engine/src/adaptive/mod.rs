@@ -36,6 +36,18 @@
 //! deadline stays what it was. So under overload the queue fills with the highest
 //! classes asking, and a freed permit goes to them.
 //!
+//! **A class under pressure**: for a [`AdaptiveSpec::demand_window`] after a request of
+//! class `c` lost its place for a full queue (refused at once, or evicted by a higher
+//! class), the waiters of `c` are served last come first, and a request of `c` queued
+//! then waits at most [`PRESSURE_WAIT`] times the mean latency of the requests let
+//! through (an exponential average of [`LATENCY_WINDOW`] samples), or `queue_timeout`
+//! if that is shorter. A class that overflows the queue asks for more than the backend
+//! will take of it in time: the ones served are then those that waited least, so the
+//! latency of what gets through stays near the backend's own, and those left over are
+//! refused sooner. A class that only queues bursts, as the highest class does while it
+//! asks for less than the capacity, stays first come first with the whole
+//! `queue_timeout`.
+//!
 //! # Samples
 //! A permit is released with an [`Outcome`]: `Success` (its latency is a sample),
 //! `Dropped` (a sample with `dropped`: a 5xx or an upstream timeout, as
@@ -53,7 +65,8 @@ use std::time::Duration;
 
 use floodgate_core::ConfigError;
 use floodgate_core::concurrency::{
-    Aimd, AimdConfig, Gradient2, Gradient2Config, LimitAlgorithm, Vegas, VegasConfig,
+    Aimd, AimdConfig, Gradient2, Gradient2Baseline, Gradient2Config, LimitAlgorithm, Vegas,
+    VegasConfig,
 };
 
 pub use fields::{
@@ -76,6 +89,14 @@ pub const MAX_QUEUE_TIMEOUT: Duration = crate::inflight::MAX_QUEUE_TIMEOUT;
 /// The highest `max_limit` accepted.
 pub const MAX_LIMIT: usize = 1_000_000;
 
+/// A request of a class under pressure (module docs, the queue) waits at most this many
+/// times the mean latency of the requests let through (or `queue_timeout`, if shorter).
+pub const PRESSURE_WAIT: u32 = 4;
+
+/// Samples in the exponential average of the latency that [`PRESSURE_WAIT`] multiplies
+/// (the first 10 are a plain mean).
+pub const LATENCY_WINDOW: usize = 40;
+
 /// The algorithm driving the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlgorithmKind {
@@ -84,7 +105,11 @@ pub enum AlgorithmKind {
     Aimd,
     /// TCP Vegas ([`Vegas`]): from the queue estimated against the lowest latency seen.
     Vegas,
-    /// Gradient2 ([`Gradient2`]): from the ratio of the long-term to the current latency.
+    /// Gradient2 ([`Gradient2`]): from the ratio of a baseline to the current latency,
+    /// here in rounds of samples against the floor of the round means
+    /// ([`Gradient2Baseline::SERVER`]), so that a lasting overload does not become the
+    /// baseline: the limit settles where latency is `rtt_tolerance` (1.5) times the
+    /// floor, near the backend's own concurrency, instead of growing to the ceiling.
     Gradient2,
 }
 
@@ -348,6 +373,7 @@ impl AdaptiveSpec {
                 min,
                 initial,
                 max,
+                baseline: Gradient2Baseline::SERVER,
                 ..Gradient2Config::default()
             })?),
         })

@@ -408,7 +408,8 @@ async fn a_full_queue_evicts_the_lowest_class_last_queued_for_a_higher_one() {
     assert!(full.queue_full);
     assert_eq!(l.queued(), 3);
     held.release(Outcome::Ignore);
-    for c in [c1, c2, c3] {
+    // the queue was full: under pressure, newest first
+    for c in [c3, c2, c1] {
         assert_eq!(served(c).await, CRITICAL);
     }
     assert_eq!((l.queued(), l.in_flight()), (0, 0));
@@ -431,8 +432,9 @@ async fn a_waiter_is_never_evicted_by_its_own_class_or_a_lower_one() {
     let r = l.acquire(CRITICAL).await.unwrap_err();
     assert!(r.queue_full);
     held.release(Outcome::Ignore);
-    assert_eq!(served(c1).await, CRITICAL);
+    // under pressure (the queue was full), newest first
     assert_eq!(served(c2).await, CRITICAL);
+    assert_eq!(served(c1).await, CRITICAL);
     assert_eq!((l.queued(), l.in_flight()), (0, 0));
 }
 
@@ -461,4 +463,85 @@ async fn eviction_keeps_every_waiters_deadline() {
     assert_eq!(l.queued(), 0);
     drop(held);
     assert_eq!(l.in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_class_under_pressure_is_served_newest_first_and_waits_are_cut_to_the_latency() {
+    let clock = Arc::new(ManualClock::new(Nanos(1)));
+    let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
+        .unwrap()
+        .with_classes(classes())
+        .unwrap()
+        .with_queue(3, Duration::from_secs(10))
+        .unwrap();
+    let l = PartitionedLimiter::new("q", spec, clock.clone()).unwrap();
+    // the mean latency: 10 ms
+    rounds(
+        &l,
+        &clock,
+        CRITICAL,
+        1,
+        Duration::from_millis(10),
+        Outcome::Success,
+        10,
+    );
+    let held = l.try_acquire(CRITICAL).unwrap();
+    // no pressure yet: waiters with the whole queue_timeout
+    let d1 = queue_one(&l, DEFAULT).await;
+    let d2 = queue_one(&l, DEFAULT).await;
+    let s1 = queue_one(&l, SHEDDABLE).await;
+    // default takes sheddable's place (sheddable is under pressure, default is not)
+    let d3 = queue_one(&l, DEFAULT).await;
+    assert_eq!(evicted(s1).await.class, SHEDDABLE);
+    // a default request finds the queue full of its own class: default under pressure
+    assert!(l.acquire(DEFAULT).await.unwrap_err().queue_full);
+    // a place frees up (d1 goes away); a default request queued now waits 4 x 10 ms
+    d1.abort();
+    let _ = d1.await;
+    assert_eq!(l.queued(), 2);
+    let start = tokio::time::Instant::now();
+    let d4 = queue_one(&l, DEFAULT).await;
+    let (r, at) = d4.await.unwrap();
+    assert!(!r.unwrap_err().queue_full);
+    assert_eq!(at - start, Duration::from_millis(40));
+    // a freed permit goes to the default waiter queued last
+    held.release(Outcome::Ignore);
+    tokio::task::yield_now().await;
+    assert!(d3.is_finished() && !d2.is_finished());
+    assert_eq!(served(d3).await, DEFAULT);
+    assert_eq!(served(d2).await, DEFAULT);
+    assert_eq!((l.queued(), l.in_flight()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_highest_class_stays_first_come_while_it_only_queues() {
+    let clock = Arc::new(ManualClock::new(Nanos(1)));
+    let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
+        .unwrap()
+        .with_classes(classes())
+        .unwrap()
+        .with_queue(2, Duration::from_secs(10))
+        .unwrap();
+    let l = PartitionedLimiter::new("q", spec, clock.clone()).unwrap();
+    rounds(
+        &l,
+        &clock,
+        CRITICAL,
+        1,
+        Duration::from_millis(10),
+        Outcome::Success,
+        10,
+    );
+    let held = l.try_acquire(CRITICAL).unwrap();
+    let c1 = queue_one(&l, CRITICAL).await;
+    let d1 = queue_one(&l, DEFAULT).await;
+    // critical takes default's place: default is under pressure, critical is not
+    let c2 = queue_one(&l, CRITICAL).await;
+    assert_eq!(evicted(d1).await.class, DEFAULT);
+    held.release(Outcome::Ignore);
+    tokio::task::yield_now().await;
+    assert!(c1.is_finished() && !c2.is_finished());
+    assert_eq!(served(c1).await, CRITICAL);
+    assert_eq!(served(c2).await, CRITICAL);
+    assert_eq!((l.queued(), l.in_flight()), (0, 0));
 }
