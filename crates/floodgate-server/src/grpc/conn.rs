@@ -16,7 +16,7 @@
 //! idle) and a call reset for its request's is counted in
 //! `floodgate_connection_timeouts_total{front="grpc"}`.
 //!
-//! The task polls the connection with a waker of its own ([`WakeGate`]): h2 wakes the
+//! The task polls the connection with a waker of its own (`WakeGate`): h2 wakes the
 //! connection's task when a reply is queued, and a reply queued by this task while it
 //! answers calls needs no wake (the task polls the connection again before it sleeps),
 //! so those wakes are held back rather than polling the task once more per turn.
