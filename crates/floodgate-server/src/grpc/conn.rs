@@ -15,22 +15,15 @@
 //! (`connections.grpc_connection_window`). A connection closed for a timeout (preface,
 //! idle) and a call reset for its request's is counted in
 //! `floodgate_connection_timeouts_total{front="grpc"}`.
-//!
-//! The task polls the connection with a waker of its own (`WakeGate`): h2 wakes the
-//! connection's task when a reply is queued, and a reply queued by this task while it
-//! answers calls needs no wake (the task polls the connection again before it sleeps),
-//! so those wakes are held back rather than polling the task once more per turn.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use futures_util::task::AtomicWaker;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -179,10 +172,7 @@ pub async fn serve_connection<T>(
             return tracing::debug!("gRPC client sent no preface in time");
         }
     };
-    let gate = Arc::new(WakeGate::default());
     let mut c = Conn {
-        waker: Waker::from(gate.clone()),
-        gate,
         accepted: Vec::new(),
         idle: Box::pin(tokio::time::sleep(limits.idle_timeout)),
         conn,
@@ -202,62 +192,8 @@ pub async fn serve_connection<T>(
     std::future::poll_fn(|cx| c.poll_run(cx)).await;
 }
 
-/// The waker the connection's task gives h2 and its calls: it wakes the task, except
-/// while the task itself answers calls (between two polls of the connection), when a
-/// wake is only noted; the task then polls the connection again, or wakes itself.
-#[derive(Default)]
-struct WakeGate {
-    task: AtomicWaker,
-    /// [`WakeGate::HOLDING`] and [`WakeGate::HELD`].
-    state: AtomicU8,
-}
-
-impl WakeGate {
-    /// Wakes are held back (the task is answering calls).
-    const HOLDING: u8 = 1;
-    /// A wake came while held back.
-    const HELD: u8 = 2;
-
-    fn hold(&self) {
-        self.state.store(Self::HOLDING, Ordering::Release);
-    }
-
-    /// Stop holding wakes back; whether one came meanwhile.
-    fn release(&self) -> bool {
-        self.state.swap(0, Ordering::AcqRel) & Self::HELD != 0
-    }
-}
-
-impl Wake for WakeGate {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let mut s = self.state.load(Ordering::Acquire);
-        loop {
-            if s & Self::HOLDING == 0 {
-                return self.task.wake();
-            }
-            match self.state.compare_exchange_weak(
-                s,
-                s | Self::HELD,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return,
-                Err(now) => s = now,
-            }
-        }
-    }
-}
-
 struct Conn<T> {
     conn: Connection<T>,
-    /// Wakes the task, or notes the wake while the task answers calls.
-    gate: Arc<WakeGate>,
-    /// `gate` as a waker (made once).
-    waker: Waker,
     /// Streams taken in this turn, not yet started (kept for its allocation).
     accepted: Vec<(http::Request<RecvStream>, SendResponse<Bytes>)>,
     door: Arc<GrpcDoor>,
@@ -282,10 +218,7 @@ impl<T> Conn<T>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    fn poll_run(&mut self, task_cx: &mut Context<'_>) -> Poll<()> {
-        self.gate.task.register(task_cx.waker());
-        let waker = self.waker.clone();
-        let cx = &mut Context::from_waker(&waker);
+    fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let mut active = false;
         loop {
             let mut progress = false;
@@ -309,10 +242,6 @@ where
                 }
             }
             progress |= !accepted.is_empty();
-            // replies queued from here on are written by the next poll of the connection
-            // (when a call started or ended) or after the wake below: h2's wakes of this
-            // task are held back meanwhile
-            self.gate.hold();
             for (req, respond) in accepted.drain(..) {
                 self.start(req, respond, cx);
             }
@@ -320,9 +249,6 @@ where
             while let Poll::Ready(Some(end)) = self.calls.poll_next_unpin(cx) {
                 progress = true;
                 self.ended(end);
-            }
-            if self.gate.release() && !progress {
-                cx.waker().wake_by_ref();
             }
             if !progress {
                 break;
@@ -430,15 +356,8 @@ async fn call(
 ) -> CallEnd {
     let (parts, mut recv) = req.into_parts();
     let limit = door.max_bytes().saturating_add(5);
-    let read = {
-        let mut read = std::pin::pin!(read_message(&mut recv, limit));
-        // most requests are here whole when their stream is taken: read without a timer
-        match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
-            Poll::Ready(read) => Ok(read),
-            Poll::Pending => tokio::time::timeout(request_timeout, read).await,
-        }
-    };
-    let body = match read {
+    let read = read_message(&mut recv, limit);
+    let body = match tokio::time::timeout(request_timeout, read).await {
         Ok(Ok(Message::Whole(body))) => body,
         Ok(Ok(Message::TooLarge(first))) => {
             // tonic answers it (OUT_OF_RANGE), reading the rest as it comes
@@ -524,20 +443,9 @@ async fn read_message(recv: &mut RecvStream, limit: usize) -> Result<Message, h2
 /// The reply to an answered call, as tonic writes it: `:status: 200`,
 /// `content-type: application/grpc`, the message, `grpc-status: 0`.
 fn send_reply(respond: &mut SendResponse<Bytes>, message: Bytes) {
-    // h2 takes each map whole: copies of maps made once per thread (a copy of a map
-    // costs less than building it, which hashes each name)
-    thread_local! {
-        static MAPS: (HeaderMap, HeaderMap) = {
-            let mut head = HeaderMap::with_capacity(1);
-            head.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-            let mut trailers = HeaderMap::with_capacity(1);
-            trailers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
-            (head, trailers)
-        };
-    }
-    let (headers, trailers) = MAPS.with(|(h, t)| (h.clone(), t.clone()));
     let mut head = http::Response::new(());
-    *head.headers_mut() = headers;
+    head.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     let Ok(mut send) = respond.send_response(head, false) else {
         return;
     };
@@ -546,5 +454,7 @@ fn send_reply(respond: &mut SendResponse<Bytes>, message: Bytes) {
     if send.send_data(message, false).is_err() {
         return;
     }
+    let mut trailers = HeaderMap::with_capacity(1);
+    trailers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
     let _ = send.send_trailers(trailers);
 }
