@@ -26,7 +26,9 @@
 #      Limitador). With FLOODGATE_BIN_B=/path/to/another/floodgate: A/B of two builds of
 #      floodgate, the gRPC in-process rows only, ROUNDS rounds (default 3), the two servers
 #      alternating (A then B in odd rounds, B then A in even ones), with one load client;
-#      each line gives the server CPU per call, and a summary the medians and ranges.
+#      each line gives the server CPU per call (under rls_load at 16 and 64 callers and,
+#      when installed, under h2load), and a summary the medians and ranges (and h2load's
+#      calls/s).
 #      FLOODGATE_BIN and RLS_LOAD_BIN take prebuilt binaries instead of building them (keep
 #      private copies: a build in the same target directory replaces them).
 #
@@ -107,43 +109,6 @@ grpc_run() { # $1 = label, $2 = concurrency, $3 = gRPC port (default 28181)
   echo "$1 c=$2 $line server_cpu_s=$cpu cpu_us_per_call=$(awk -v c="$cpu" -v n="$calls" 'BEGIN{printf "%.2f", (n > 0 ? c * 1e6 / n : 0)}')" | tee -a "$TMP/results"
 }
 
-if [ -n "${FLOODGATE_BIN_B:-}" ]; then
-  cp "$FLOODGATE_BIN_B" "$TMP/floodgate-b"
-  echo "== machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "== A/B, gRPC ShouldRateLimit, in-process store: A = ${FLOODGATE_BIN:-the build of this tree}, B = $FLOODGATE_BIN_B"
-  config "store: {type: memory}"
-  for r in $(seq "${ROUNDS:-3}"); do
-    if [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
-    for ab in $order; do
-      if [ "$ab" = a ]; then start_server "$TMP/floodgate"; else start_server "$TMP/floodgate-b"; fi
-      taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user 16 4 20000 5 >/dev/null
-      for c in 16 64; do grpc_run "round=$r $ab" "$c"; done
-      stop_server
-    done
-    echo "   load $(cut -d' ' -f1-3 /proc/loadavg)"
-  done
-  echo
-  echo "== summary: server CPU per call (us), median [min-max] over ${ROUNDS:-3} rounds; B/A of the medians"
-  for c in 16 64; do
-    for ab in a b; do
-      grep " $ab c=$c " "$TMP/results" | sed 's/.*cpu_us_per_call=//' | sort -g |
-        awk -v l="$ab c=$c" '{v[NR]=$1} END{m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
-          printf "%s  %.2f [%.2f-%.2f]\n", l, m, v[1], v[NR]}'
-    done
-  done | tee "$TMP/medians"
-  for c in 16 64; do
-    awk -v c="c=$c" '$2==c {m[$1]=$3} END{printf "c=%s B/A %.3f\n", substr(c,3), m["b"]/m["a"]}' "$TMP/medians"
-  done
-  exit 0
-fi
-
-resp_run() { # $1 = label, $2 = port, then the command
-  local label=$1 port=$2; shift 2
-  local out
-  out=$(taskset -c 1 redis-benchmark -p "$port" -c 16 -n "$N" -r 1000 --csv "$@" 2>/dev/null | tail -1)
-  echo "$label $out" | tee -a "$TMP/results"
-}
-
 # One ShouldRateLimit call as h2load sends it: a length-prefixed RateLimitRequest for
 # domain "bench", one descriptor {user: u1}, hits_addend 1.
 printf '\x00\x00\x00\x00\x17\x0a\x05bench\x12\x0c\x0a\x0a\x0a\x04user\x12\x02u1\x18\x01' >"$TMP/call.bin"
@@ -159,6 +124,53 @@ h2load_run() { # $1 = label, $2 = gRPC port (default 28181)
   calls=$(sed -n 's/^requests: .* \([0-9]*\) succeeded.*/\1/p' <<<"$out")
   rate=$(sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' <<<"$out")
   echo "$1 c=4x16 calls_per_s=${rate%.*} calls=$calls secs=$SECS server_cpu_s=$cpu cpu_us_per_call=$(awk -v c="$cpu" -v n="$calls" 'BEGIN{printf "%.2f", (n > 0 ? c * 1e6 / n : 0)}')" | tee -a "$TMP/results"
+}
+
+if [ -n "${FLOODGATE_BIN_B:-}" ]; then
+  cp "$FLOODGATE_BIN_B" "$TMP/floodgate-b"
+  echo "== machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "== A/B, gRPC ShouldRateLimit, in-process store: A = ${FLOODGATE_BIN:-the build of this tree}, B = $FLOODGATE_BIN_B"
+  config "store: {type: memory}"
+  for r in $(seq "${ROUNDS:-3}"); do
+    if [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
+    for ab in $order; do
+      if [ "$ab" = a ]; then start_server "$TMP/floodgate"; else start_server "$TMP/floodgate-b"; fi
+      taskset -c 1 "$TMP/rls_load" http://127.0.0.1:28181 bench user 16 4 20000 5 >/dev/null
+      for c in 16 64; do grpc_run "round=$r $ab" "$c"; done
+      h2load_run "round=$r $ab"
+      stop_server
+    done
+    echo "   load $(cut -d' ' -f1-3 /proc/loadavg)"
+  done
+  echo
+  echo "== summary: server CPU per call (us), median [min-max] over ${ROUNDS:-3} rounds; B/A of the medians"
+  for c in 16 64 4x16; do
+    for ab in a b; do
+      grep " $ab c=$c " "$TMP/results" | sed 's/.*cpu_us_per_call=//' | sort -g |
+        awk -v l="$ab c=$c" '{v[NR]=$1} END{m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
+          printf "%s  %.2f [%.2f-%.2f]\n", l, m, v[1], v[NR]}'
+    done
+  done | tee "$TMP/medians"
+  for c in 16 64 4x16; do
+    awk -v c="c=$c" '$2==c {m[$1]=$3} END{printf "c=%s B/A %.3f\n", substr(c,3), m["b"]/m["a"]}' "$TMP/medians"
+  done
+  if command -v h2load >/dev/null; then
+    echo "== h2load calls/s, median [min-max]; B/A of the medians"
+    for ab in a b; do
+      grep " $ab c=4x16 " "$TMP/results" | sed 's/.*calls_per_s=\([0-9]*\).*/\1/' | sort -g |
+        awk -v l="$ab" '{v[NR]=$1} END{m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
+          printf "%s %d [%d-%d]\n", l, m, v[1], v[NR]}'
+    done | tee "$TMP/rates"
+    awk '{m[$1]=$2} END{printf "h2load calls/s B/A %.3f\n", m["b"]/m["a"]}' "$TMP/rates"
+  fi
+  exit 0
+fi
+
+resp_run() { # $1 = label, $2 = port, then the command
+  local label=$1 port=$2; shift 2
+  local out
+  out=$(taskset -c 1 redis-benchmark -p "$port" -c 16 -n "$N" -r 1000 --csv "$@" 2>/dev/null | tail -1)
+  echo "$label $out" | tee -a "$TMP/results"
 }
 
 echo "== machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
