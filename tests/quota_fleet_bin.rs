@@ -2,7 +2,8 @@
 //! `floodgate server` (its Rate Limit Quota Service), in front of one backend, all on
 //! loopback: the fleet's total stays within the server's limit while the busiest proxy
 //! gets the larger share; with the server stopped the proxies follow their
-//! `no_assignment` fallback, and take assignments again when it is back.
+//! `no_assignment` fallback, and take assignments again when it is back; a reload that keeps
+//! the policies and quota settings keeps the assignments held.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -52,6 +53,24 @@ fn server(dir: &std::path::Path, grpc: SocketAddr) -> Proc {
     Proc(child)
 }
 
+/// The config of proxy `i` of the quota fleet listening on `listen` in front of
+/// `upstream`, falling back to `no_assignment`; `extra` goes at the top level.
+fn proxy_config(
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    grpc: SocketAddr,
+    no_assignment: &str,
+    extra: &str,
+) -> String {
+    format!(
+        "listen = \"{listen}\"\nupstream = \"http://{upstream}\"\n{extra}\
+         [deny]\nretry_after_jitter = \"0s\"\n\
+         [[policy]]\nname = \"api\"\nalgorithm = \"gcra\"\nrate = \"100/s\"\nkey = \"header:x-api-key\"\n\
+         [fleet]\nstrategy = \"quota\"\nquota_server = \"http://{grpc}\"\nquota_domain = \"fleet\"\n\
+         report_interval = \"250ms\"\nno_assignment = \"{no_assignment}\"\nnodes = 3\n"
+    )
+}
+
 /// A proxy of the quota fleet in front of `upstream`, falling back to `no_assignment`.
 async fn proxy(
     dir: &std::path::Path,
@@ -64,13 +83,7 @@ async fn proxy(
     let cfg = dir.join(format!("proxy{i}.toml"));
     std::fs::write(
         &cfg,
-        format!(
-            "listen = \"{listen}\"\nupstream = \"http://{upstream}\"\n\
-             [deny]\nretry_after_jitter = \"0s\"\n\
-             [[policy]]\nname = \"api\"\nalgorithm = \"gcra\"\nrate = \"100/s\"\nkey = \"header:x-api-key\"\n\
-             [fleet]\nstrategy = \"quota\"\nquota_server = \"http://{grpc}\"\nquota_domain = \"fleet\"\n\
-             report_interval = \"250ms\"\nno_assignment = \"{no_assignment}\"\nnodes = 3\n"
-        ),
+        proxy_config(listen, upstream, grpc, no_assignment, ""),
     )
     .unwrap();
     let p = checked_proxy(&cfg);
@@ -211,4 +224,61 @@ async fn without_the_server_the_fallback_applies_and_assignments_resume_after() 
         until_status(&c, addr, 200, Duration::from_secs(10)).await,
         "assignments resume"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_quota_store_so_no_request_falls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = ok_backend().await;
+    let grpc = free_port();
+    let _server = server(dir.path(), grpc);
+    let (listen, admin) = (free_port(), free_port());
+    let cfg = dir.path().join("proxy.toml");
+    let admin_line = format!("admin = \"{admin}\"\n");
+    std::fs::write(
+        &cfg,
+        proxy_config(listen, upstream, grpc, "deny_all", &admin_line),
+    )
+    .unwrap();
+    let proxy = checked_proxy(&cfg);
+    wait_listening(listen).await;
+    let c = client();
+    assert!(
+        until_status(&c, listen, 200, Duration::from_secs(10)).await,
+        "an assignment admits"
+    );
+    // a change that keeps the policies and the quota settings, then SIGHUP
+    let changed = proxy_config(listen, upstream, grpc, "deny_all", &admin_line)
+        .replace("retry_after_jitter = \"0s\"", "retry_after_jitter = \"1s\"");
+    std::fs::write(&cfg, changed).unwrap();
+    let ok = Command::new("kill")
+        .args(["-HUP", &proxy.0.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -HUP failed");
+    let reloaded = async {
+        loop {
+            let req = hyper::Request::get(format!("http://127.0.0.1:{}/metrics", admin.port()))
+                .body(Full::default())
+                .unwrap();
+            if let Ok(r) = c.request(req).await {
+                let body = r.into_body().collect().await.unwrap().to_bytes();
+                let text = String::from_utf8_lossy(&body).into_owned();
+                if text.contains("floodgate_config_reloads_total{result=\"ok\"} 1") {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reloaded)
+        .await
+        .expect("the proxy reloaded");
+    // the first requests after the reload are decided by the assignment already held:
+    // a new store would decide its first request of the bucket by deny_all
+    for i in 0..5 {
+        assert_eq!(get(&c, listen).await, 200, "request {i} after the reload");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -259,12 +259,15 @@ impl RateLimiterBuilder {
         self
     }
 
-    /// The quota strategy's store, started (`None` without [`quota`](Self::quota)).
+    /// The quota strategy's store (`None` without [`quota`](Self::quota)): the one of
+    /// the limiter this one succeeds when it serves the same policies with the same
+    /// settings ([`QuotaStore::serves`](floodgate_engine::quota::QuotaStore::serves)),
+    /// else a new one, started.
     #[cfg(feature = "quota")]
     fn quota_store(
         &self,
         infos: &[PolicyInfo],
-    ) -> Result<Option<Arc<dyn DecisionStore>>, BuildError> {
+    ) -> Result<Option<Arc<floodgate_engine::quota::QuotaStore>>, BuildError> {
         let Some(q) = &self.quota else {
             return Ok(None);
         };
@@ -278,6 +281,14 @@ impl RateLimiterBuilder {
                 "policy {:?} limits requests in flight, and the quota strategy's store keeps no leases",
                 p.name
             )));
+        }
+        if let Some(kept) = self
+            .prev
+            .as_ref()
+            .and_then(|p| p.inner.quota.as_ref())
+            .filter(|kept| kept.serves(infos, q))
+        {
+            return Ok(Some(kept.clone()));
         }
         let store = floodgate_engine::quota::QuotaStore::start(infos, q.clone())
             .map_err(|e| BuildError::Invalid(format!("quota: {e}")))?;
@@ -424,7 +435,10 @@ impl RateLimiterBuilder {
     pub fn build(self) -> Result<RateLimiter, BuildError> {
         let infos = self.policy_infos()?;
         #[cfg(feature = "quota")]
-        let quota_store = self.quota_store(&infos)?;
+        let quota = self.quota_store(&infos)?;
+        #[cfg(feature = "quota")]
+        let quota_store: Option<Arc<dyn DecisionStore>> =
+            quota.clone().map(|q| q as Arc<dyn DecisionStore>);
         #[cfg(not(feature = "quota"))]
         let quota_store: Option<Arc<dyn DecisionStore>> = None;
         let store_name = if quota_store.is_some() {
@@ -588,6 +602,8 @@ impl RateLimiterBuilder {
                     None => RejectionLog::new(self.rejection_log),
                 },
                 record_decisions: self.record_decisions,
+                #[cfg(feature = "quota")]
+                quota,
                 no_peer_hint: self.no_peer_hint,
             }),
         })

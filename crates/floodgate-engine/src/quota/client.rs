@@ -181,6 +181,22 @@ impl QuotaStore {
         &self.inner.config
     }
 
+    /// Whether this store serves `policies` with `config` as a new one would: the same
+    /// settings, and the same policies in the same order, each with the same fallback and
+    /// nominal size. A reload that changes neither keeps the store (its buckets, their
+    /// assignments and its stream), so no bucket falls back to `no_assignment` while a
+    /// new stream waits for its first answer.
+    pub fn serves(&self, policies: &[PolicyInfo], config: &QuotaClientConfig) -> bool {
+        let i = &self.inner;
+        i.config == *config
+            && i.names.len() == policies.len()
+            && policies.iter().enumerate().all(|(n, p)| {
+                i.names[n] == p.name
+                    && i.fallbacks[n] == config.fallback.strategy(p)
+                    && i.nominal[n] == p.fields.capacity.unwrap_or(p.fields.q)
+            })
+    }
+
     /// Whether the bucket of `policy` (its index) and `key` has a live assignment.
     pub fn assigned(&self, policy: usize, key: &[u8]) -> bool {
         let now = self.inner.clock.now();

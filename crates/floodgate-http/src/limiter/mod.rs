@@ -71,6 +71,10 @@ pub(crate) struct Inner {
     /// The advice of a missing-key response to a request without a peer address, when
     /// not the Rust one ([`RateLimiterBuilder::no_peer_hint`](crate::RateLimiterBuilder::no_peer_hint)).
     pub(crate) no_peer_hint: Option<&'static str>,
+    /// The quota strategy's store (also `store`), kept by a reload that serves the same
+    /// policies with the same settings.
+    #[cfg(feature = "quota")]
+    pub(crate) quota: Option<Arc<floodgate_engine::quota::QuotaStore>>,
 }
 
 /// The shared rate-limiting engine. Cloning is cheap and every clone shares the same
