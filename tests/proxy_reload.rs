@@ -479,7 +479,7 @@ async fn a_reload_keeps_the_fleet_running_since_startup() {
     let p = Running::start(&path, listen, admin, &["--no-watch"]).await;
     assert_eq!(p.get("/kept").await, 200);
     let fleet = format!(
-        "{}\n[fleet]\nstrategy = \"local\"\nnodes = 4\n",
+        "{}\n[fleet]\nstrategy = \"local\"\nnodes = [\"{listen}\", \"127.0.0.1:1\", \"127.0.0.1:2\", \"127.0.0.1:3\"]\nself = \"{listen}\"\n",
         config(upstream, listen, admin, 2)
     );
     std::fs::write(&path, fleet).unwrap();
