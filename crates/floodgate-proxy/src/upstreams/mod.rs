@@ -19,7 +19,7 @@
 //! [`Upstreams::new`] given the previous state keeps the health of every server whose
 //! group and URL are unchanged, so that a new configuration can replace it whole.
 //!
-//! Each worker picks through its own [`Balancer`], and a request's place in its server's
+//! Each worker picks through its own `Balancer`, and a request's place in its server's
 //! in-flight count is taken on the worker thread's stripe of that count, held through
 //! the worker's own reference, so that counting writes nothing another core reads on
 //! every request (the round-robin turn is the one value the workers share). A request is
