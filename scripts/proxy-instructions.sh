@@ -5,8 +5,13 @@
 # master_process off) in front of the same backend, same limit settings as
 # scripts/bench-proxy.sh. Loopback only; bounded by -n.
 #
-#   scripts/proxy-instructions.sh [REQUESTS]   (default 3000; needs valgrind, and nginx
-#                                              for the comparison: apt-get install -y nginx)
+#   scripts/proxy-instructions.sh [REQUESTS] [SHAPE]
+#       REQUESTS  default 3000
+#       SHAPE     single (default): one upstream server, `--upstream` and `--rate` flags;
+#                 pair: two upstream servers balanced round robin, the policy, route and
+#                 group from a config file, as scripts/bench-proxy.sh runs them (nginx
+#                 with both servers in its upstream block)
+#   (needs valgrind, and nginx for the comparison: apt-get install -y nginx)
 #
 # BASE_FLOODGATE=path/to/floodgate (another build, e.g. an earlier commit's
 # target/dist/floodgate) is measured too, in the same run, beside this checkout's.
@@ -18,8 +23,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/nginx-limit-req.sh
 N=${1:-3000}
+SHAPE=${2:-single}
+case $SHAPE in single | pair) ;; *) echo "SHAPE must be single or pair, not $SHAPE" >&2; exit 1 ;; esac
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install -y valgrind)" >&2; exit 1; }
-for p in 28100 28180 28181 28182; do
+for p in 28100 28101 28180 28181 28182; do
   if ss -ltn | grep -q "127.0.0.1:$p "; then echo "port $p is busy" >&2; exit 1; fi
 done
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
@@ -32,6 +39,41 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 "$BIN/examples/bench_backend" 127.0.0.1:28100 >/dev/null 2>&1 &
 PIDS+=($!)
+if [ "$SHAPE" = pair ]; then
+  "$BIN/examples/bench_backend" 127.0.0.1:28101 >/dev/null 2>&1 &
+  PIDS+=($!)
+fi
+
+# floodgate's command line for one scenario: BINARY PORT RATE BURST
+floodgate_cmd() {
+  local bin=$1 port=$2 rate=$3 burst=$4
+  if [ "$SHAPE" = single ]; then
+    echo "$bin" proxy --listen "127.0.0.1:$port" --upstream http://127.0.0.1:28100 \
+      --rate "$rate/s" --burst "$burst" --nodelay --threads 1
+    return
+  fi
+  cat >"$TMP/floodgate-$port.toml" <<TOML
+listen = "127.0.0.1:$port"
+
+[upstreams.pair]
+servers = ["http://127.0.0.1:28100", "http://127.0.0.1:28101"]
+balance = "round-robin"
+
+[[policy]]
+name = "per-ip"
+algorithm = "leaky-queue"
+rate = "$rate/s"
+burst = $burst
+nodelay = true
+key = "ip"
+
+[[route]]
+prefix = "/"
+policies = ["per-ip"]
+upstream = "pair"
+TOML
+  echo "$bin" proxy --config "$TMP/floodgate-$port.toml" --threads 1
+}
 
 measure() { # label port command...
   local label=$1 port=$2
@@ -57,14 +99,17 @@ measure() { # label port command...
 
 # $1 = label suffix, $2 = rate (r/s), $3 = burst
 scenario() {
-  measure "floodgate proxy$1" 28180 "$BIN/floodgate" proxy --listen 127.0.0.1:28180 \
-    --upstream http://127.0.0.1:28100 --rate "$2/s" --burst "$3" --nodelay --threads 1
+  # shellcheck disable=SC2046 # the command's words, no path has a space
+  measure "floodgate proxy$1" 28180 $(floodgate_cmd "$BIN/floodgate" 28180 "$2" "$3")
   if [ -n "${BASE_FLOODGATE:-}" ]; then
-    measure "floodgate base$1" 28182 "$BASE_FLOODGATE" proxy --listen 127.0.0.1:28182 \
-      --upstream http://127.0.0.1:28100 --rate "$2/s" --burst "$3" --nodelay --threads 1
+    # shellcheck disable=SC2046
+    measure "floodgate base$1" 28182 $(floodgate_cmd "$BASE_FLOODGATE" 28182 "$2" "$3")
   fi
   if command -v nginx >/dev/null; then
     nginx_limit_req_conf "$TMP/nginx" 127.0.0.1:28181 127.0.0.1:28100 "$2" "$3" 1
+    if [ "$SHAPE" = pair ]; then
+      sed -i "s|server 127.0.0.1:28100;|server 127.0.0.1:28100; server 127.0.0.1:28101;|" "$TMP/nginx/nginx.conf"
+    fi
     measure "nginx limit_req$1" 28181 nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf"
     python3 -c "print('floodgate / nginx$1: %.2fx the instructions' % ($(cat "$TMP/floodgate proxy$1.per") / $(cat "$TMP/nginx limit_req$1.per")))"
     if [ -n "${BASE_FLOODGATE:-}" ]; then

@@ -465,3 +465,30 @@ async fn a_reload_keeps_the_store_opened_at_startup() {
     }
     assert_eq!(p.get("/kept").await, 429);
 }
+
+/// `[fleet]` is read at startup only: a reload that adds one (here `local` over four
+/// nodes, which would divide each limit by four) is named as needing a restart, and the
+/// proxy goes on enforcing the whole limit, its count kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_fleet_running_since_startup() {
+    let upstream = ok_backend().await;
+    let [listen, admin] = free_ports();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.toml");
+    std::fs::write(&path, config(upstream, listen, admin, 2)).unwrap();
+    let p = Running::start(&path, listen, admin, &["--no-watch"]).await;
+    assert_eq!(p.get("/kept").await, 200);
+    let fleet = format!(
+        "{}\n[fleet]\nstrategy = \"local\"\nnodes = [\"{listen}\", \"127.0.0.1:1\", \"127.0.0.1:2\", \"127.0.0.1:3\"]\nself = \"{listen}\"\n",
+        config(upstream, listen, admin, 2)
+    );
+    std::fs::write(&path, fleet).unwrap();
+    p.hup();
+    p.wait_log("needs_restart=fleet", Duration::from_secs(5))
+        .await;
+    // the whole capacity of 5, not a quarter of it: 4 left, then 429
+    for _ in 0..4 {
+        assert_eq!(p.get("/kept").await, 200);
+    }
+    assert_eq!(p.get("/kept").await, 429);
+}

@@ -19,7 +19,7 @@
 //! | `floodgate_upstream_errors_total` | counter | proxy: `kind` = connect (unreachable), response (closed, reset or malformed response), timeout (no response head in time) |
 //! | `floodgate_upstream_requests_total` | counter | proxy: `upstream` (group), `server` (URL), `class` = 1xx..5xx, error (no response head) |
 //! | `floodgate_upstream_up` | gauge | proxy: `upstream`, `server`: 1 taken, 0 ejected or failing its probe |
-//! | `floodgate_upstream_in_flight` | gauge | proxy: `upstream`, `server`: requests waiting for their response head |
+//! | `floodgate_upstream_in_flight` | gauge | proxy: `upstream`, `server`: requests sent whose response body has not ended |
 //! | `floodgate_upstream_ejections_total` | counter | proxy: `upstream`, `server`: ejections after consecutive failures |
 //! | `floodgate_store_events_total` | counter | `event`: the store's own counters (hybrid: `lease_admit` = checks admitted from a local lease, `round_trip` = calls to the shared counter) |
 //! | `floodgate_invalid_requests_total` | counter | proxy: `reason` a request was refused before the limiter looked (see [`INVALID_REASONS`]) |
@@ -48,7 +48,7 @@ use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 
-pub use striped::{StripedCounter, StripedHistogram};
+pub use striped::{StripedCounter, StripedGauge, StripedHistogram};
 
 use crate::store::PolicyStats;
 

@@ -37,7 +37,7 @@ use crate::h1::{encode_field, encode_request_line};
 use crate::hop_by_hop::{is_hop_by_hop, strip_hop_by_hop};
 use crate::settings::{ProxyError, ProxySettings};
 use crate::tls_connect::TlsConnector;
-use crate::upstreams::{MAX_RETRIES, RouteGroups, Upstreams};
+use crate::upstreams::{Balancer, MAX_RETRIES, RouteGroups, Upstreams};
 use floodgate_net::tls::ClientTls;
 
 /// The body of a proxied response: the upstream's, or a short error body.
@@ -119,8 +119,9 @@ struct Routing {
 
 struct ForwardInner {
     upstream: Upstream,
-    /// The groups, their servers and their health (shared by every worker).
-    upstreams: Arc<Upstreams>,
+    /// The groups, their servers and their health (shared by every worker), picked
+    /// from in this worker's turn.
+    balancer: Arc<Balancer>,
     timeout: Duration,
     /// [`ProxySettings::body_timeout`].
     body_timeout: Duration,
@@ -132,7 +133,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 impl std::fmt::Debug for Forward {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Forward")
-            .field("upstreams", &self.inner.upstreams)
+            .field("upstreams", self.inner.balancer.upstreams())
             .finish_non_exhaustive()
     }
 }
@@ -303,7 +304,7 @@ impl Pools {
         Ok(Pools {
             inner: Arc::new(ForwardInner {
                 upstream,
-                upstreams,
+                balancer: Arc::new(Balancer::new(upstreams)),
                 timeout: settings.upstream_timeout,
                 body_timeout: settings.body_timeout,
                 metrics,
@@ -321,7 +322,8 @@ impl Pools {
     ) -> Result<Forward, ProxyError> {
         let routes = self
             .inner
-            .upstreams
+            .balancer
+            .upstreams()
             .route_groups(routes)
             .map_err(|e| ProxyError::Upstream(e.to_string()))?;
         Ok(Forward {
@@ -378,7 +380,8 @@ impl Service<Request<RequestBody>> for Forward {
         // the head is prepared here, so that the future holds only what it waits with
         let settle = req.extensions().get::<SettleHandle>().cloned();
         let trailer = settle.as_ref().is_some_and(|h| h.cost_trailer().is_some());
-        let ups = &self.inner.upstreams;
+        let balancer = &self.inner.balancer;
+        let ups = balancer.upstreams();
         let routing = &self.routing;
         let route = if routing.routes.name_groups() {
             routing.limiter.route_index(&req)
@@ -398,7 +401,7 @@ impl Service<Request<RequestBody>> for Forward {
         } else {
             None
         };
-        let first = match ups.pick(g, key.as_deref(), &[]) {
+        let first = match balancer.pick(g, key.as_deref(), &[]) {
             Ok(s) => s,
             Err(down) => {
                 self.inner.metrics.upstream_error("connect");
@@ -415,7 +418,8 @@ impl Service<Request<RequestBody>> for Forward {
         let this = self.clone();
         let for_body = settle.clone();
         let exchange = async move {
-            let ups = &this.inner.upstreams;
+            let balancer = &this.inner.balancer;
+            let ups = balancer.upstreams();
             // the server the request went to last
             let mut s = first;
             // Ok(response), Ok(error), or Err(()) when no response head came within the
@@ -433,7 +437,7 @@ impl Service<Request<RequestBody>> for Forward {
                     // another server, at most MAX_RETRIES times
                     let mut tried: Vec<usize> = Vec::new();
                     let r = loop {
-                        let _in_flight = ups.start(g, s);
+                        let in_flight = balancer.start(g, s);
                         match pools[s].send_head(&head, &method, timeout).await {
                             Err(e)
                                 if e.kind() == "connect"
@@ -441,7 +445,7 @@ impl Service<Request<RequestBody>> for Forward {
                                     && tried.len() < MAX_RETRIES =>
                             {
                                 tried.push(s);
-                                match ups.pick(g, key.as_deref(), &tried) {
+                                match balancer.pick(g, key.as_deref(), &tried) {
                                     Ok(next) => {
                                         ups.record(g, s, Err(true));
                                         this.inner.metrics.upstream_error("connect");
@@ -451,7 +455,8 @@ impl Service<Request<RequestBody>> for Forward {
                                     Err(_) => break Err(e),
                                 }
                             }
-                            r => break r,
+                            // in flight until its body ends
+                            r => break r.map(|resp| resp.map(|b| b.in_flight(in_flight))),
                         }
                     };
                     match r {
@@ -460,7 +465,7 @@ impl Service<Request<RequestBody>> for Forward {
                     }
                 }
                 Route::Hyper(req) => {
-                    let _in_flight = ups.start(g, s);
+                    let in_flight = balancer.start(g, s);
                     let send = async {
                         match &this.inner.upstream {
                             Upstream::Http1(groups) => {
@@ -475,6 +480,7 @@ impl Service<Request<RequestBody>> for Forward {
                     // boxed: the direct way's state, not this one's, sizes this future
                     Box::pin(tokio::time::timeout(timeout, send))
                         .await
+                        .map(|r| r.map(|resp| resp.map(|b| b.in_flight(in_flight))))
                         .map_err(|_| ())
                 }
             };
@@ -600,7 +606,7 @@ impl Forward {
         g: usize,
         s: usize,
     ) -> Option<(Route, Option<Arc<BodyWatch>>)> {
-        let server = self.inner.upstreams.server(g, s);
+        let server = self.inner.balancer.upstreams().server(g, s);
         let authority = &server.authority;
         let (parts, body) = req.into_parts();
         let peer = parts

@@ -8,6 +8,8 @@
 use http::HeaderMap;
 use http::header::{CONNECTION, HOST, HeaderName};
 
+/// The fields [`is_hop_by_hop`] names, as `HeaderName`s (its test holds them alike).
+#[cfg(test)]
 static HOP_BY_HOP: [HeaderName; 8] = [
     HeaderName::from_static("connection"),
     HeaderName::from_static("keep-alive"),
@@ -19,7 +21,8 @@ static HOP_BY_HOP: [HeaderName; 8] = [
     HeaderName::from_static("upgrade"),
 ];
 
-/// Whether `name` (lowercase, as `HeaderName` holds it) is one of [`HOP_BY_HOP`].
+/// Whether `name` (lowercase, as `HeaderName` holds it) is one of the hop-by-hop fields
+/// this module's documentation lists.
 pub(crate) fn is_hop_by_hop(name: &str) -> bool {
     matches!(
         name,
@@ -36,9 +39,15 @@ pub(crate) fn is_hop_by_hop(name: &str) -> bool {
 
 /// Remove the hop-by-hop fields and those `Connection` names.
 pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
-    // one pass over the names first: most messages carry none, and eight removals
-    // (each hashing its name) cost more than the scan
-    if !h.keys().any(|k| is_hop_by_hop(k.as_str())) {
+    // one pass over the names first: most messages carry none, and those that do carry
+    // one or two (an upstream's `Connection: keep-alive`), so only the names present
+    // are removed (each removal hashes its name; all eight cost more than the scan)
+    let present: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| is_hop_by_hop(k.as_str()))
+        .cloned()
+        .collect();
+    if present.is_empty() {
         return;
     }
     // headers named in Connection are hop-by-hop too
@@ -48,7 +57,7 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
         .collect();
-    for n in HOP_BY_HOP.iter().chain(&named) {
+    for n in present.iter().chain(&named) {
         h.remove(n);
     }
 }
@@ -100,9 +109,18 @@ mod tests {
         h.insert("x-secret", HeaderValue::from_static("1"));
         h.insert("te", HeaderValue::from_static("trailers"));
         h.insert("x-kept", HeaderValue::from_static("yes"));
+        h.insert("upgrade", HeaderValue::from_static("h2c"));
+        h.append("connection", HeaderValue::from_static("upgrade"));
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1, "{h:?}");
         assert_eq!(h["x-kept"], "yes");
+        // an upstream's usual one
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("keep-alive"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("content-length", HeaderValue::from_static("2"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.keys().collect::<Vec<_>>(), ["content-length"]);
         // without any hop-by-hop header, nothing is touched (not even a header that a
         // Connection header would have named)
         let mut h = HeaderMap::new();

@@ -15,8 +15,10 @@
 //! upstream, the upstream groups (`[upstreams.NAME]`) and the timeouts, the connection
 //! caps, the store, the fleet, the admin settings, the access log's file and format (its
 //! file is reopened after every reload) and the worker count (a flag). A reload that
-//! changes one of them applies the rest and names them in its log line as needing a
-//! restart; one whose route names a group the running proxy does not have is refused.
+//! changes one of them applies the rest, keeps those as they run (the fleet as started,
+//! its nodes and quota too), and names them in its log line as needing a restart; one
+//! whose route names a group the running proxy does not have is refused, and so is one
+//! whose policies the running fleet cannot run.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -183,6 +185,11 @@ impl Reloader {
             return fail(e.to_string());
         }
         let restart = restart_only_changes(&self.startup, &cfg);
+        // the fleet runs as started ("fleet" is restart-only): a changed [fleet] is named
+        // in the log line as needing a restart, and the policies must suit the running one
+        if let Err(e) = cfg.keep_running_fleet(&self.startup, &self.path, &text) {
+            return fail(e.to_string());
+        }
         // the access log runs as started: its decisions keep being recorded
         cfg.log.access_log.clone_from(&self.startup.log.access_log);
         cfg.log.access_format = self.startup.log.access_format;

@@ -3,7 +3,8 @@
 //! server and moves about 1/N of the keys when a server is added, a killed server is
 //! ejected (requests keep succeeding on the others) and taken again once back and past
 //! its back-off, a failing probe takes a server out without client traffic, a route
-//! sends to the group it names, and the per server metrics show on /metrics.
+//! sends to the group it names, the per server metrics show on /metrics, and a request
+//! is in flight at its server until its response body has ended.
 
 mod common;
 
@@ -23,7 +24,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
@@ -484,6 +486,85 @@ async fn a_route_sends_to_the_upstream_it_names_and_others_to_the_default() {
     assert_eq!(
         answers(&c, p.addr, "/index.html", 4).await,
         BTreeMap::from([("web".into(), 4)])
+    );
+}
+
+/// The `floodgate_upstream_in_flight` line of `server` in group `api`.
+fn in_flight_line(metrics: &str, server: SocketAddr) -> Option<&str> {
+    let prefix =
+        format!("floodgate_upstream_in_flight{{upstream=\"api\",server=\"http://{server}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_in_flight_until_its_response_body_ends() {
+    // a server that sends the head and half the body, then the rest when told
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let (rest_tx, rest_rx) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the request head came whole");
+            got.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf:")
+            .await
+            .unwrap();
+        let _ = rest_rx.await;
+        s.write_all(b"done!").await.unwrap();
+        // the connection is kept open, as a pooled one would be
+        let _ = s.read(&mut buf).await;
+    });
+    let toml = format!(
+        "{POLICY}[upstreams.api]\nservers = [\"http://{server}\"]\n\n[[route]]\nprefix = \"/\"\npolicies = [\"p\"]\nupstream = \"api\"\n"
+    );
+    let p = proxy(&toml).await;
+    let c = client();
+    assert_eq!(
+        in_flight_line(&metrics(&c, p.admin).await, server),
+        Some("0")
+    );
+    let mut conn = TcpStream::connect(p.addr).await.unwrap();
+    conn.write_all(b"GET /stream HTTP/1.1\r\nhost: test\r\n\r\n")
+        .await
+        .unwrap();
+    // the head and the first half: the response has begun, its body not ended
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    while !got.ends_with(b"half:") {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "the response so far: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(
+        in_flight_line(&metrics(&c, p.admin).await, server),
+        Some("1")
+    );
+    rest_tx.send(()).unwrap();
+    while !got.ends_with(b"done!") {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "the response so far: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    // the body has ended: no longer in flight (the count is given back as the last
+    // frame is read, before it is written to the client)
+    assert_eq!(
+        in_flight_line(&metrics(&c, p.admin).await, server),
+        Some("0")
     );
 }
 

@@ -1,4 +1,4 @@
-//! Counters and histograms for the request path, split into per-thread stripes: each
+//! Counters, gauges and histograms for the request path, split into per-thread stripes: each
 //! thread adds to its own cache line, so the proxy's worker threads never contend on a
 //! metric (one shared atomic, or a histogram's lock, moved a cache line between cores on
 //! every request). Reading sums the stripes; it is exact once the writers are done, and
@@ -7,7 +7,7 @@
 //! Both encode as `prometheus-client`'s own counter and histogram do.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
@@ -72,6 +72,33 @@ impl EncodeMetric for StripedCounter {
 
     fn metric_type(&self) -> MetricType {
         Self::TYPE
+    }
+}
+
+/// A count that goes up and down (requests in flight): each thread adds and takes away
+/// on its own stripe, so a stripe may go below zero when a count taken on one thread is
+/// given back on another; the sum is the count.
+#[derive(Debug, Clone, Default)]
+pub struct StripedGauge {
+    stripes: Arc<[Padded<AtomicI64>; STRIPES]>,
+}
+
+impl StripedGauge {
+    /// Add one.
+    pub fn inc(&self) {
+        self.stripes[stripe()].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Take one away.
+    pub fn dec(&self) {
+        self.stripes[stripe()].0.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The count: the sum of the stripes.
+    pub fn get(&self) -> i64 {
+        self.stripes
+            .iter()
+            .fold(0i64, |t, s| t.wrapping_add(s.0.load(Ordering::Relaxed)))
     }
 }
 
@@ -230,6 +257,21 @@ mod tests {
         });
         assert_eq!(c.get(), 3000);
         assert_eq!(text("c", c), text("c", p));
+    }
+
+    #[test]
+    fn a_gauge_taken_on_one_thread_and_given_back_on_another_sums_right() {
+        let g = StripedGauge::default();
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| (0..1000).for_each(|_| g.inc()));
+            }
+        });
+        assert_eq!(g.get(), 3000);
+        std::thread::scope(|s| {
+            s.spawn(|| (0..2999).for_each(|_| g.dec()));
+        });
+        assert_eq!(g.get(), 1);
     }
 
     #[test]

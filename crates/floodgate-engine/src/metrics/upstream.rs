@@ -61,7 +61,7 @@ impl UpstreamFamilies {
         );
         registry.register(
             names::UPSTREAM_IN_FLIGHT,
-            "Proxy: requests sent to each upstream server and waiting for their response head",
+            "Proxy: requests sent to each upstream server whose response has not ended (its body read to the end, or dropped)",
             f.in_flight.clone(),
         );
         registry.register(
@@ -99,7 +99,7 @@ pub struct ServerMetrics {
     requests: [StripedCounter; 6],
     /// 1 while taken, 0 while ejected or failing its probe.
     pub up: Gauge,
-    /// Requests waiting for their response head (set by the proxy when it renders the
+    /// Requests whose response has not ended (set by the proxy when it renders the
     /// metrics, from its own count).
     pub in_flight: Gauge,
     /// Ejections.

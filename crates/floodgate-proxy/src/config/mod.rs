@@ -309,6 +309,47 @@ impl Config {
         Ok(())
     }
 
+    /// An error at the first policy the fleet cannot run: with strategy `hybrid`, a
+    /// delaying leaky-queue (leases admit at once).
+    fn check_policies_fit_fleet(&self, path: &Path, src: &str) -> Result<(), ConfigFileError> {
+        if self.fleet.strategy != Some(Strategy::Hybrid) {
+            return Ok(());
+        }
+        let unleasable = self.policies.iter().enumerate().find(|(_, p)| {
+            let p = p.get_ref();
+            p.algorithm == Kind::LeakyQueue
+                && !p.nodelay
+                && p.max_in_flight.is_none()
+                && p.adaptive.is_none()
+        });
+        match unleasable {
+            None => Ok(()),
+            Some((i, p)) => Err(ConfigFileError::at(
+                path,
+                src,
+                p.span().start,
+                "",
+                format!(
+                    "policy[{i}] {:?}: fleet strategy \"hybrid\" admits from leases at once; a delaying leaky-queue cannot be leased (set nodelay = true or algorithm = \"gcra\")",
+                    p.get_ref().name
+                ),
+            )),
+        }
+    }
+
+    /// Take the `[fleet]` of the running proxy (`running`, read at startup: the fleet
+    /// is restart-only) in place of this file's, and check this file's policies
+    /// against it (an error locates the first one it cannot run).
+    pub fn keep_running_fleet(
+        &mut self,
+        running: &Config,
+        path: &Path,
+        src: &str,
+    ) -> Result<(), ConfigFileError> {
+        self.fleet.clone_from(&running.fleet);
+        self.check_policies_fit_fleet(path, src)
+    }
+
     /// Parse `src` (read from `path`, for messages).
     pub fn parse(src: &str, path: &Path) -> Result<Config, ConfigFileError> {
         let invalid = |span: Option<std::ops::Range<usize>>, message: String| {
@@ -418,28 +459,12 @@ impl Config {
         if cfg.delay.max_waiting == Some(0) {
             return Err(invalid(None, "delay.max_waiting must be at least 1".into()));
         }
-        if let Some(strategy) = cfg.fleet.strategy {
+        if cfg.fleet.strategy.is_some() {
             cfg.fleet.fleet().map_err(|m| in_section("fleet", m))?;
             cfg.fleet
                 .check_store(&cfg.store)
                 .map_err(|e| in_section("fleet", e.to_string()))?;
-            if strategy == Strategy::Hybrid
-                && let Some((i, p)) = cfg.policies.iter().enumerate().find(|(_, p)| {
-                    let p = p.get_ref();
-                    p.algorithm == Kind::LeakyQueue
-                        && !p.nodelay
-                        && p.max_in_flight.is_none()
-                        && p.adaptive.is_none()
-                })
-            {
-                return Err(invalid(
-                    Some(p.span()),
-                    format!(
-                        "policy[{i}] {:?}: fleet strategy \"hybrid\" admits from leases at once; a delaying leaky-queue cannot be leased (set nodelay = true or algorithm = \"gcra\")",
-                        p.get_ref().name
-                    ),
-                ));
-            }
+            cfg.check_policies_fit_fleet(path, src)?;
         }
         // last: it reads the certificate files
         cfg.load_tls(path, src)?;

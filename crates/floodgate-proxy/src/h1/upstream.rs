@@ -42,6 +42,7 @@ use floodgate_net::tls::ClientTls;
 
 use crate::body::ClientBody;
 use crate::h1::response_head::HeadError;
+use crate::upstreams::InFlight;
 
 /// Why a request got no response from the upstream.
 #[derive(Debug, thiserror::Error)]
@@ -369,8 +370,12 @@ where
 /// An upstream response body. Read to its end (or dropped after it), it returns its
 /// connection to the pool it came from. On a route that settles its cost from a
 /// trailer, the layer's [`SettleOnTrailers`] settles it, and reads an abandoned body on
-/// to its trailer within the route's drain bounds.
-pub struct UpstreamBody(SettleOnTrailers<Kind>);
+/// to its trailer within the route's drain bounds. Its request is counted in flight at
+/// its server until it ends or is dropped.
+pub struct UpstreamBody {
+    body: SettleOnTrailers<Kind>,
+    in_flight: Option<InFlight>,
+}
 
 enum Kind {
     /// Read by hyper's client connection (requests with a body, HTTP/2, sticky
@@ -388,7 +393,7 @@ pub type UpstreamBodyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl std::fmt::Debug for UpstreamBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.get_ref() {
+        match self.body.get_ref() {
             Kind::Hyper { back, .. } => f
                 .debug_struct("UpstreamBody")
                 .field("pooled", &back.is_some())
@@ -409,7 +414,18 @@ impl UpstreamBody {
     }
 
     fn of(kind: Kind) -> UpstreamBody {
-        UpstreamBody(SettleOnTrailers::new(kind, None))
+        UpstreamBody {
+            body: SettleOnTrailers::new(kind, None),
+            in_flight: None,
+        }
+    }
+
+    /// Hold the request's place in its server's in-flight count until the body ends.
+    pub(crate) fn in_flight(mut self, guard: InFlight) -> UpstreamBody {
+        if !self.body.is_end_stream() {
+            self.in_flight = Some(guard);
+        }
+        self
     }
 }
 
@@ -421,15 +437,25 @@ impl http_body::Body for UpstreamBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, UpstreamBodyError>>> {
-        Pin::new(&mut self.0).poll_frame(cx)
+        let this = &mut *self;
+        let r = Pin::new(&mut this.body).poll_frame(cx);
+        if this.in_flight.is_some() {
+            match &r {
+                Poll::Pending => {}
+                Poll::Ready(Some(Ok(_))) if !this.body.is_end_stream() => {}
+                // the last frame, the end, or a failure: no longer in flight
+                Poll::Ready(_) => this.in_flight = None,
+            }
+        }
+        r
     }
 
     fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.0.size_hint()
+        self.body.size_hint()
     }
 }
 
@@ -437,7 +463,7 @@ impl UpstreamBody {
     /// Settle `handle` from this body's trailers when they come (see
     /// [`SettleOnTrailers`]: an abandoned body is read on to its trailer).
     pub(crate) fn settle_on_trailers(mut self, handle: floodgate_http::SettleHandle) -> Self {
-        self.0.settle_with(handle);
+        self.body.settle_with(handle);
         self
     }
 }

@@ -16,6 +16,7 @@ pub(super) struct Picker {
     /// Server indices in smooth weighted round-robin order (one turn of the weights);
     /// also the fallback of the hash for requests without a key.
     turn: Vec<usize>,
+    /// The next place in the turn, shared by the workers (one turn for all of them).
     next: AtomicUsize,
     /// `(point, server)`, sorted by point (hash groups only).
     ring: Vec<(u64, usize)>,
@@ -63,7 +64,7 @@ impl Picker {
         }
         match (self.balance, key) {
             (Balance::Hash, Some(k)) if !self.ring.is_empty() => self.by_hash(k, &usable),
-            (Balance::LeastRequests, _) if servers.len() > 1 => self.least(servers, &usable),
+            (Balance::LeastRequests, _) => self.least(servers, &usable),
             _ => self.round_robin(&usable),
         }
     }
@@ -89,15 +90,20 @@ impl Picker {
     /// Of two usable servers drawn at random, the one with fewer requests in flight per
     /// unit of weight (the first drawn on a tie).
     fn least(&self, servers: &[Arc<Server>], usable: &impl Fn(usize) -> bool) -> Option<usize> {
-        let candidates: Vec<usize> = (0..servers.len()).filter(|&i| usable(i)).collect();
-        match candidates.len() {
+        // counted, then the two drawn found by their places among the usable: no list
+        // is built
+        let n = (0..servers.len()).filter(|&i| usable(i)).count();
+        let nth = |k: usize| (0..servers.len()).filter(|&i| usable(i)).nth(k);
+        match n {
             0 => None,
-            1 => Some(candidates[0]),
+            1 => nth(0),
             n => {
                 let r = self.random();
                 let a = (r % n as u64) as usize;
                 let b = (a + 1 + ((r >> 32) % (n as u64 - 1)) as usize) % n;
-                let (a, b) = (candidates[a], candidates[b]);
+                let (Some(a), Some(b)) = (nth(a), nth(b)) else {
+                    return nth(0);
+                };
                 let load = |i: usize, other: usize| {
                     i128::from(servers[i].in_flight()) * i128::from(servers[other].weight)
                 };

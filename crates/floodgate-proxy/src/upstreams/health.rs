@@ -30,6 +30,15 @@ impl Health {
         !self.probe_failing() && self.until.load(Ordering::Relaxed) <= now.0
     }
 
+    /// Whether the server is taken now, `now` read only if it was ever ejected.
+    pub(super) fn available_with(&self, now: impl FnOnce() -> Nanos) -> bool {
+        if self.probe_failing() {
+            return false;
+        }
+        let until = self.until.load(Ordering::Relaxed);
+        until == 0 || until <= now().0
+    }
+
     /// Time left of the current ejection, if any.
     pub(super) fn ejected_for(&self, now: Nanos) -> Option<Duration> {
         let until = self.until.load(Ordering::Relaxed);
@@ -112,6 +121,8 @@ mod tests {
         assert!(!h.available(Nanos(9 * S)));
         assert_eq!(h.ejected_for(Nanos(4 * S)), Some(Duration::from_secs(6)));
         assert!(h.available(Nanos(10 * S)));
+        assert!(!h.available_with(|| Nanos(9 * S)));
+        assert!(h.available_with(|| Nanos(10 * S)));
         // tried again and failing at once: twice as long, then 4x, 8x, 8x
         assert_eq!(h.failure(Nanos(10 * S), 3, t), Some(2 * t));
         assert_eq!(h.failure(Nanos(30 * S), 3, t), Some(4 * t));
@@ -130,6 +141,10 @@ mod tests {
         assert_eq!(h.failure(Nanos(S / 2), 1, t), None);
         assert!(h.available(Nanos(S)));
         let off = Health::default();
+        assert!(
+            off.available_with(|| unreachable!("never ejected: no clock read")),
+            "a server never ejected is taken"
+        );
         for _ in 0..100 {
             assert_eq!(off.failure(Nanos(0), 0, t), None);
         }

@@ -18,18 +18,24 @@
 //! workers (each keeps its own connection pools, indexed as the groups' servers are);
 //! [`Upstreams::new`] given the previous state keeps the health of every server whose
 //! group and URL are unchanged, so that a new configuration can replace it whole.
+//!
+//! Each worker picks through its own `Balancer`, and a request's place in its server's
+//! in-flight count is taken on the worker thread's stripe of that count, held through
+//! the worker's own reference, so that counting writes nothing another core reads on
+//! every request (the round-robin turn is the one value the workers share). A request is
+//! in flight from the moment it is sent until its response body ends or is dropped.
 
 mod balance;
 mod health;
 pub(crate) mod probe;
 
+use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use floodgate_core::time::{Clock, MonotonicClock, Nanos};
-use floodgate_engine::metrics::Metrics;
 use floodgate_engine::metrics::upstream::{ServerMetrics, UPSTREAM_CLASSES};
+use floodgate_engine::metrics::{Metrics, StripedGauge};
 use http::Uri;
 use http::uri::Authority;
 use serde::Deserialize;
@@ -45,8 +51,8 @@ pub enum Balance {
     /// robin).
     #[default]
     RoundRobin,
-    /// Of two servers drawn at random, the one with fewer requests waiting for their
-    /// response head per unit of weight (power of two choices).
+    /// Of two servers drawn at random, the one with fewer requests in flight (sent, their
+    /// response body not yet ended) per unit of weight (power of two choices).
     LeastRequests,
     /// A consistent hash of the request's policy key (the key of the first policy of its
     /// route that counts per key, as a sticky fleet routes by): one key always reaches
@@ -150,8 +156,9 @@ pub(crate) struct Server {
     pub(crate) weight: u32,
     health: Health,
     metrics: ServerMetrics,
-    /// Requests sent and waiting for their response head.
-    in_flight: AtomicI64,
+    /// Requests sent whose response body has not ended (nor been dropped), striped per
+    /// thread.
+    in_flight: StripedGauge,
 }
 
 impl Server {
@@ -189,12 +196,12 @@ impl Server {
             weight: weight.max(1),
             health: Health::default(),
             metrics,
-            in_flight: AtomicI64::new(0),
+            in_flight: StripedGauge::default(),
         })
     }
 
     fn in_flight(&self) -> i64 {
-        self.in_flight.load(Ordering::Relaxed)
+        self.in_flight.get()
     }
 }
 
@@ -308,12 +315,58 @@ impl std::fmt::Debug for Upstreams {
     }
 }
 
+/// One worker's way to the groups' servers, shared by its requests' in-flight guards:
+/// each worker has its own, so that its reference count is written by that worker alone.
+pub(crate) struct Balancer {
+    upstreams: Arc<Upstreams>,
+}
+
+impl Balancer {
+    /// A worker's balancer over `upstreams`.
+    pub(crate) fn new(upstreams: Arc<Upstreams>) -> Balancer {
+        Balancer { upstreams }
+    }
+
+    /// The groups.
+    pub(crate) fn upstreams(&self) -> &Upstreams {
+        &self.upstreams
+    }
+
+    /// A server of group `g` for a request with policy key `key`, other than those in
+    /// `tried`, among those taken now.
+    pub(crate) fn pick(
+        &self,
+        g: usize,
+        key: Option<&[u8]>,
+        tried: &[usize],
+    ) -> Result<usize, AllDown> {
+        self.upstreams.pick(g, key, tried)
+    }
+
+    /// Count a request sent to server `s` of group `g` as in flight, until the returned
+    /// guard is dropped (the response body holds it until it ends).
+    pub(crate) fn start(self: &Arc<Self>, g: usize, s: usize) -> InFlight {
+        self.upstreams.groups[g].servers[s].in_flight.inc();
+        InFlight {
+            balancer: self.clone(),
+            group: g,
+            server: s,
+        }
+    }
+}
+
 /// A request's place in an upstream server's in-flight count, given back when dropped.
-pub(crate) struct InFlight(Arc<Server>);
+pub(crate) struct InFlight {
+    balancer: Arc<Balancer>,
+    group: usize,
+    server: usize,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.balancer.upstreams.groups[self.group].servers[self.server]
+            .in_flight
+            .dec();
     }
 }
 
@@ -439,37 +492,39 @@ impl Upstreams {
     }
 
     /// A server of group `g` for a request with policy key `key`, other than those in
-    /// `tried`, among those taken now.
-    pub(crate) fn pick(
-        &self,
-        g: usize,
-        key: Option<&[u8]>,
-        tried: &[usize],
-    ) -> Result<usize, AllDown> {
+    /// `tried`, among those taken now. The clock is read only when a server considered
+    /// was ever ejected.
+    fn pick(&self, g: usize, key: Option<&[u8]>, tried: &[usize]) -> Result<usize, AllDown> {
         let group = &self.groups[g];
-        let now = self.now();
-        let usable = |i: usize| !tried.contains(&i) && group.servers[i].health.available(now);
+        // read once, when first needed
+        let now: Cell<Option<Nanos>> = Cell::new(None);
+        let usable = |i: usize| {
+            !tried.contains(&i)
+                && group.servers[i].health.available_with(|| match now.get() {
+                    Some(t) => t,
+                    None => {
+                        let t = self.now();
+                        now.set(Some(t));
+                        t
+                    }
+                })
+        };
         group
             .picker
             .pick(&group.servers, key, usable)
-            .ok_or_else(|| AllDown {
-                group: group.spec.name.clone(),
-                retry_in: group
-                    .servers
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, s)| !tried.contains(i) && !s.health.probe_failing())
-                    .filter_map(|(_, s)| s.health.ejected_for(now))
-                    .min(),
+            .ok_or_else(|| {
+                let now = self.now();
+                AllDown {
+                    group: group.spec.name.clone(),
+                    retry_in: group
+                        .servers
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, s)| !tried.contains(i) && !s.health.probe_failing())
+                        .filter_map(|(_, s)| s.health.ejected_for(now))
+                        .min(),
+                }
             })
-    }
-
-    /// Count a request sent to server `s` of group `g` as in flight, until the
-    /// returned guard is dropped.
-    pub(crate) fn start(&self, g: usize, s: usize) -> InFlight {
-        let server = &self.groups[g].servers[s];
-        server.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(server.clone())
     }
 
     /// The server `s` of group `g`.
