@@ -440,55 +440,59 @@ async fn a_reload_sends_a_route_to_its_new_group_and_refuses_a_group_added_by_th
     );
 }
 
-/// `store` is read at startup only: a reload that moves it to Redis (here one that never
-/// answers, failing closed) is named as needing a restart, and decisions stay in process.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reload_keeps_the_store_opened_at_startup() {
+/// Start with a capacity of 5 and spend one, reload with the section `section(listen,
+/// other)` appended (a section read at startup only), and check that the log names
+/// `needs_restart=NEEDS` and the proxy goes on as before with its count kept: 4 left,
+/// then 429.
+async fn a_startup_only_section_is_kept(
+    section: impl Fn(SocketAddr, SocketAddr) -> String,
+    needs: &str,
+) {
     let upstream = ok_backend().await;
-    let [listen, admin, nowhere] = free_ports();
+    let [listen, admin, other] = free_ports();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("proxy.toml");
     std::fs::write(&path, config(upstream, listen, admin, 2)).unwrap();
     let p = Running::start(&path, listen, admin, &["--no-watch"]).await;
     assert_eq!(p.get("/kept").await, 200);
-    let moved = format!(
-        "{}\n[store]\ntype = \"redis\"\n[store.redis]\nurl = \"redis://{nowhere}\"\nconnect_timeout = \"100ms\"\nfault_policy = \"fail-closed\"\n",
-        config(upstream, listen, admin, 2)
+    let changed = format!(
+        "{}\n{}",
+        config(upstream, listen, admin, 2),
+        section(listen, other)
     );
-    std::fs::write(&path, moved).unwrap();
+    std::fs::write(&path, changed).unwrap();
     p.hup();
-    p.wait_log("needs_restart=store", Duration::from_secs(5))
+    p.wait_log(&format!("needs_restart={needs}"), Duration::from_secs(5))
         .await;
-    // in process as before, with the count kept: 4 of the 5 left, then 429
     for _ in 0..4 {
         assert_eq!(p.get("/kept").await, 200);
     }
     assert_eq!(p.get("/kept").await, 429);
 }
 
+/// `store` is read at startup only: a reload that moves it to Redis (here one that never
+/// answers, failing closed) is named as needing a restart, and decisions stay in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_store_opened_at_startup() {
+    a_startup_only_section_is_kept(
+        |_, nowhere| {
+            format!("[store]\ntype = \"redis\"\n[store.redis]\nurl = \"redis://{nowhere}\"\nconnect_timeout = \"100ms\"\nfault_policy = \"fail-closed\"\n")
+        },
+        "store",
+    )
+    .await;
+}
+
 /// `[fleet]` is read at startup only: a reload that adds one (here `local` over four
 /// nodes, which would divide each limit by four) is named as needing a restart, and the
-/// proxy goes on enforcing the whole limit, its count kept.
+/// proxy goes on enforcing the whole limit (not a quarter of it), its count kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_keeps_the_fleet_running_since_startup() {
-    let upstream = ok_backend().await;
-    let [listen, admin] = free_ports();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("proxy.toml");
-    std::fs::write(&path, config(upstream, listen, admin, 2)).unwrap();
-    let p = Running::start(&path, listen, admin, &["--no-watch"]).await;
-    assert_eq!(p.get("/kept").await, 200);
-    let fleet = format!(
-        "{}\n[fleet]\nstrategy = \"local\"\nnodes = [\"{listen}\", \"127.0.0.1:1\", \"127.0.0.1:2\", \"127.0.0.1:3\"]\nself = \"{listen}\"\n",
-        config(upstream, listen, admin, 2)
-    );
-    std::fs::write(&path, fleet).unwrap();
-    p.hup();
-    p.wait_log("needs_restart=fleet", Duration::from_secs(5))
-        .await;
-    // the whole capacity of 5, not a quarter of it: 4 left, then 429
-    for _ in 0..4 {
-        assert_eq!(p.get("/kept").await, 200);
-    }
-    assert_eq!(p.get("/kept").await, 429);
+    a_startup_only_section_is_kept(
+        |listen, _| {
+            format!("[fleet]\nstrategy = \"local\"\nnodes = [\"{listen}\", \"127.0.0.1:1\", \"127.0.0.1:2\", \"127.0.0.1:3\"]\nself = \"{listen}\"\n")
+        },
+        "fleet",
+    )
+    .await;
 }
