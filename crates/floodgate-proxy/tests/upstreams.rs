@@ -536,36 +536,34 @@ async fn a_request_is_in_flight_until_its_response_body_ends() {
         .unwrap();
     // the head and the first half: the response has begun, its body not ended
     let mut got = Vec::new();
-    let mut buf = vec![0u8; 4096];
-    while !got.ends_with(b"half:") {
-        let n = conn.read(&mut buf).await.unwrap();
-        assert!(
-            n > 0,
-            "the response so far: {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut conn, &mut got, b"half:").await;
     assert_eq!(
         in_flight_line(&metrics(&c, p.admin).await, server),
         Some("1")
     );
     rest_tx.send(()).unwrap();
-    while !got.ends_with(b"done!") {
-        let n = conn.read(&mut buf).await.unwrap();
-        assert!(
-            n > 0,
-            "the response so far: {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut conn, &mut got, b"done!").await;
     // the body has ended: no longer in flight (the count is given back as the last
     // frame is read, before it is written to the client)
     assert_eq!(
         in_flight_line(&metrics(&c, p.admin).await, server),
         Some("0")
     );
+}
+
+/// Read from `conn` onto `got` until it ends with `suffix` (the connection must not close
+/// before).
+async fn read_until(conn: &mut TcpStream, got: &mut Vec<u8>, suffix: &[u8]) {
+    let mut buf = vec![0u8; 4096];
+    while !got.ends_with(suffix) {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "the response so far: {:?}",
+            String::from_utf8_lossy(got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
 }
 
 #[test]
