@@ -344,7 +344,7 @@ impl Report {
                 } else {
                     0.0
                 },
-                retry_wait: Percentiles::of(&waits.retry_wait),
+                retry_wait: waits.retry_wait(),
             }
         });
         Report {

@@ -567,10 +567,7 @@ async fn polite_request(
             return true;
         };
         let t0 = s.elapsed();
-        summary
-            .waits
-            .retry_wait
-            .saturating_record((nanos(wait) / 1000).max(1));
+        summary.waits.record_retry_wait(nanos(wait) / 1000);
         let ok = sleep_until(s, t0 + nanos(wait), batch, tx, stop_rx).await;
         summary.waits.retry_ns += s.elapsed() - t0;
         if !ok {
