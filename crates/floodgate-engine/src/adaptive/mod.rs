@@ -91,7 +91,7 @@ pub const MAX_LIMIT: usize = 1_000_000;
 
 /// A request of a class under pressure (module docs, the queue) waits at most this many
 /// times the mean latency of the requests let through (or `queue_timeout`, if shorter).
-pub const PRESSURE_WAIT: u32 = 4;
+pub const PRESSURE_WAIT: u32 = 2;
 
 /// Samples in the exponential average of the latency that [`PRESSURE_WAIT`] multiplies
 /// (the first 10 are a plain mean).

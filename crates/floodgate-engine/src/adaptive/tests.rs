@@ -495,7 +495,7 @@ async fn a_class_under_pressure_is_served_newest_first_and_waits_are_cut_to_the_
     assert_eq!(evicted(s1).await.class, SHEDDABLE);
     // a default request finds the queue full of its own class: default under pressure
     assert!(l.acquire(DEFAULT).await.unwrap_err().queue_full);
-    // a place frees up (d1 goes away); a default request queued now waits 4 x 10 ms
+    // a place frees up (d1 goes away); a default request queued now waits PRESSURE_WAIT x 10 ms
     d1.abort();
     let _ = d1.await;
     assert_eq!(l.queued(), 2);
@@ -503,7 +503,7 @@ async fn a_class_under_pressure_is_served_newest_first_and_waits_are_cut_to_the_
     let d4 = queue_one(&l, DEFAULT).await;
     let (r, at) = d4.await.unwrap();
     assert!(!r.unwrap_err().queue_full);
-    assert_eq!(at - start, Duration::from_millis(40));
+    assert_eq!(at - start, Duration::from_millis(10) * PRESSURE_WAIT);
     // a freed permit goes to the default waiter queued last
     held.release(Outcome::Ignore);
     tokio::task::yield_now().await;
