@@ -1,6 +1,8 @@
 """The FastAPI app scripts/bench-python.sh serves under uvicorn, one limiter per run:
 
     BENCH_LIMITER = none | slowapi-memory | slowapi-redis | floodgate-memory | floodgate-redis
+                    | headers-only (a pure-Python ASGI middleware adding two fixed fields:
+                      what any middleware that adds headers costs, the floor to compare with)
     BENCH_RATE    = the limit, e.g. "10/minute" (binding) or "100000000/minute" (not binding)
     BENCH_PREFIX  = the Redis key prefix of the run (its keys are deleted by the script)
 
@@ -52,5 +54,27 @@ else:
         limiter = RequestLimiter([Policy("item", RATE, algorithm="gcra", capacity=count, key="ip")],
                                  routes=[Route("/item", policies={"item": 1})], store=store)
         app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    elif LIMITER == "headers-only":
+        FIELDS = [(b"ratelimit-policy", b'"item";q=100000000;w=60;floodgate-capacity=100000000'),
+                  (b"ratelimit", b'"item";r=100000000;t=60')]
+
+        class HeadersOnly:
+            def __init__(self, app):
+                self.app = app
+
+            async def __call__(self, scope, receive, send):
+                if scope["type"] != "http":
+                    await self.app(scope, receive, send)
+                    return
+
+                async def send_with_headers(message):
+                    if message["type"] == "http.response.start":
+                        message = {**message,
+                                   "headers": [*(message.get("headers") or ()), *FIELDS]}
+                    await send(message)
+
+                await self.app(scope, receive, send_with_headers)
+
+        app.add_middleware(HeadersOnly)
     elif LIMITER != "none":
         raise SystemExit(f"BENCH_LIMITER: unknown {LIMITER!r}")

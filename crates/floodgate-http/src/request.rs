@@ -58,7 +58,12 @@ impl RateLimiter {
                     .then(|| SettleHandle::new(self.clone(), spec, estimate, reservation));
                 (outcome, handle)
             }
-            None => (self.check(plan, req.headers()).await, None),
+            // the in-process store without leases decides at once, as the layer does: no
+            // future of the lease procedure to build and drive
+            None => match self.local_store().filter(|_| !plan.has_leases()) {
+                Some(local) => (self.check_now(local, plan, req.headers()), None),
+                None => (self.check(plan, req.headers()).await, None),
+            },
         };
         match outcome {
             Outcome::Respond(r) => RequestDecision {

@@ -1,7 +1,7 @@
 """Type stubs for floodgate's native module. Every time and duration is in seconds."""
 
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import Literal, final, overload
+from collections.abc import Awaitable, Iterable, Mapping, MutableMapping, Sequence
+from typing import Any, Literal, final, overload
 
 __version__: str
 BUILD_PROFILE: str
@@ -460,6 +460,20 @@ class RequestLimiter:
         keys: str | bytes | Mapping[str, str | bytes] | None = None,
     ) -> Awaitable[Verdict]:
         """``decide`` as an awaitable; never blocks the event loop."""
+    def decide_scope(
+        self,
+        scope: MutableMapping[str, Any],
+        keys: str | bytes | Mapping[str, str | bytes] | None = None,
+    ) -> list[tuple[bytes, bytes]] | Verdict:
+        """Decide on an ASGI HTTP scope's request (method, raw_path or path, headers,
+        client host) in one call: the header fields to add (bytes pairs) when it passes at
+        once holding nothing to release, else the Verdict to act on and finish."""
+    def decide_scope_async(
+        self,
+        scope: MutableMapping[str, Any],
+        keys: str | bytes | Mapping[str, str | bytes] | None = None,
+    ) -> Awaitable[list[tuple[bytes, bytes]] | Verdict]:
+        """``decide_scope`` as an awaitable; the scope is read before it returns."""
     @property
     @property
     def waits(self) -> bool:

@@ -66,6 +66,11 @@ def client_host(scope: Scope) -> str | None:
     return host if isinstance(host, str) and host else None
 
 
+def request_parts(scope: Scope) -> tuple[str, bytes | str, Any, str | None]:
+    """`(method, path, headers, client)` of the scope, as `decide` takes them."""
+    return scope["method"], request_path(scope), scope.get("headers") or [], client_host(scope)
+
+
 async def send_denial(verdict: Any, send: Send) -> None:
     """Sends the verdict's whole response: status, headers and body as rendered by the
     native limiter."""
@@ -98,37 +103,34 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         keys = provided_key(self.key, scope) if self.key is not None else None
-        limiter, method, path = self.limiter, scope["method"], request_path(scope)
-        headers, client = scope.get("headers") or [], client_host(scope)
+        limiter = self.limiter
+        # one native call reads the scope and decides: the fields to add (a list) when the
+        # request passes at once holding nothing, else the verdict to act on
         if self.direct:
             try:  # the common case first: no call through decide()'s recovery
-                verdict = limiter.decide(method, path, headers, client, keys)
+                decided = limiter.decide_scope(scope, keys)
             except (ValueError, TypeError):
-                verdict = decide(limiter, method, path, headers, client, keys)
+                decided = decide(limiter, *request_parts(scope), keys)
         else:
-            try:  # the arguments are read before anything is awaited: a retry is safe
-                verdict = await limiter.decide_async(method, path, headers, client, keys)
+            try:  # the scope is read before anything is awaited: a retry is safe
+                decided = await limiter.decide_scope_async(scope, keys)
             except (ValueError, TypeError):
-                verdict = await decide_async(limiter, method, path, headers, client, keys)
-        if not (verdict.allowed and not verdict.delay_s and verdict.cost_header is None):
-            await run_with_verdict(self.app, verdict, scope, receive, send)
+                decided = await decide_async(limiter, *request_parts(scope), keys)
+        if type(decided) is not list:
+            await run_with_verdict(self.app, decided, scope, receive, send)
             return
-        # admitted with no delay and no cost to settle (the rule): the verdict's fields,
-        # already bytes, added to the application's `http.response.start`
-        added = verdict.header_bytes
-        try:
-            if not added:
-                await self.app(scope, receive, send)
-                return
+        if not decided:
+            await self.app(scope, receive, send)
+            return
 
-            async def send_with_headers(message: Message) -> None:
-                if message["type"] == "http.response.start":
-                    message = {**message, "headers": [*(message.get("headers") or ()), *added]}
-                await send(message)
+        def send_with_headers(message: Message) -> Awaitable[None]:
+            # a plain function returning send's awaitable: no coroutine of its own to make
+            # and drive for each message
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*(message.get("headers") or ()), *decided]}
+            return send(message)
 
-            await self.app(scope, receive, send_with_headers)
-        finally:
-            verdict.finish()
+        await self.app(scope, receive, send_with_headers)
 
 
 async def run_with_verdict(app: ASGIApp, verdict: Any, scope: Scope, receive: Receive,

@@ -4,6 +4,7 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 /// Bytes of a `str` (UTF-8) or `bytes` object named `what`.
@@ -19,7 +20,7 @@ pub(super) fn text_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>
 
 /// Bytes of a `str` (UTF-8) or `bytes` object named `what`, borrowed where Python holds
 /// them as such.
-fn borrowed_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
+pub(super) fn borrowed_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(b.as_bytes());
     }
@@ -58,4 +59,30 @@ pub(super) fn header_map(h: &Bound<'_, PyAny>) -> PyResult<HeaderMap> {
         map.append(name, value);
     }
     Ok(map)
+}
+
+/// The name of a field as bytes, the RateLimit fields' names made once per process.
+fn name_bytes<'py>(py: Python<'py>, name: &HeaderName) -> Bound<'py, PyBytes> {
+    static POLICY: PyOnceLock<Py<PyBytes>> = PyOnceLock::new();
+    static RATELIMIT: PyOnceLock<Py<PyBytes>> = PyOnceLock::new();
+    let cached = match name.as_str() {
+        "ratelimit-policy" => &POLICY,
+        "ratelimit" => &RATELIMIT,
+        other => return PyBytes::new(py, other.as_bytes()),
+    };
+    cached
+        .get_or_init(py, || PyBytes::new(py, name.as_str().as_bytes()).unbind())
+        .bind(py)
+        .clone()
+}
+
+/// Header fields as the bytes an ASGI server sends: a list of `(name, value)` tuples,
+/// names lower case, as rendered (no decoding or encoding in between).
+pub(super) fn header_list<'py>(py: Python<'py>, h: &HeaderMap) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for (k, v) in h {
+        let pair = PyTuple::new(py, [name_bytes(py, k), PyBytes::new(py, v.as_bytes())])?;
+        list.append(pair)?;
+    }
+    Ok(list)
 }

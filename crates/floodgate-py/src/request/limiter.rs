@@ -17,7 +17,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use super::fields::{header_map, text_bytes};
+use super::fields::{borrowed_bytes, header_map, text_bytes};
+use super::scope::{ScopeVerdict, scope_request};
 use super::verdict::PyVerdict;
 use super::{PyPolicy, PyRoute};
 use crate::args::{ConfigError, config_duration, uint};
@@ -184,40 +185,49 @@ fn target(path: &[u8]) -> PyResult<http::Uri> {
             String::from_utf8_lossy(path)
         )));
     }
-    let mut out = String::with_capacity(path.len());
-    for &b in path {
-        if (0x21..0x7f).contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out.parse().map_err(|e| {
+    let invalid = |e: http::uri::InvalidUri| {
         PyValueError::new_err(format!(
             "path {:?} is not a request target: {e}",
             String::from_utf8_lossy(path)
         ))
-    })
+    };
+    let visible = |b: &u8| (0x21..0x7f).contains(b);
+    if path.iter().all(visible) {
+        // as a rule: nothing to encode
+        return http::Uri::try_from(path).map_err(invalid);
+    }
+    let mut out = String::with_capacity(path.len() + 8);
+    for b in path {
+        if visible(b) {
+            out.push(*b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out.parse().map_err(invalid)
+}
+
+/// The IP address `host` names (`"203.0.113.7"`, `"[2001:db8::1]"`).
+pub(super) fn ip_of(host: &str) -> PyResult<IpAddr> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.parse()
+        .map_err(|_| PyValueError::new_err(format!("client {host:?} is not an IP address")))
 }
 
 /// The client address: `"203.0.113.7"`, `"[2001:db8::1]"`, or ASGI's `(host, port)`.
 fn peer(client: &Bound<'_, PyAny>) -> PyResult<SocketAddr> {
-    let (host, port): (String, u16) = if let Ok(t) = client.cast::<PyTuple>() {
-        t.extract().map_err(|_| {
-            PyTypeError::new_err("client must be an address str or a (host, port) tuple")
-        })?
-    } else if let Ok(s) = client.cast::<PyString>() {
-        (s.to_str()?.to_string(), 0)
-    } else {
+    if let Ok(s) = client.cast::<PyString>() {
+        return Ok(SocketAddr::new(ip_of(s.to_str()?)?, 0));
+    }
+    let Ok(t) = client.cast::<PyTuple>() else {
         return Err(PyTypeError::new_err(
             "client must be an address str or a (host, port) tuple",
         ));
     };
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let ip: IpAddr = bare
-        .parse()
-        .map_err(|_| PyValueError::new_err(format!("client {host:?} is not an IP address")))?;
-    Ok(SocketAddr::new(ip, port))
+    let (host, port): (String, u16) = t.extract().map_err(|_| {
+        PyTypeError::new_err("client must be an address str or a (host, port) tuple")
+    })?;
+    Ok(SocketAddr::new(ip_of(&host)?, port))
 }
 
 /// The request to decide on, built from Python's parts.
@@ -228,9 +238,22 @@ fn request(
     client: Option<&Bound<'_, PyAny>>,
     keys: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Request<()>> {
+    let peer = client.filter(|c| !c.is_none()).map(peer).transpose()?;
+    build_request(method, borrowed_bytes(path, "path")?, headers, peer, keys)
+}
+
+/// The request to decide on: `method`, `path` (its query, if any, is not read), header
+/// fields as Python gives them, the peer's address and the caller's keys.
+pub(super) fn build_request(
+    method: &str,
+    path: &[u8],
+    headers: Option<&Bound<'_, PyAny>>,
+    peer: Option<SocketAddr>,
+    keys: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Request<()>> {
     let method = Method::from_bytes(method.as_bytes())
         .map_err(|_| PyValueError::new_err(format!("method {method:?} is not an HTTP method")))?;
-    let uri = target(&text_bytes(path, "path")?)?;
+    let uri = target(path)?;
     let mut req = Request::builder()
         .method(method)
         .uri(uri)
@@ -239,8 +262,8 @@ fn request(
     if let Some(h) = headers {
         *req.headers_mut() = header_map(h)?;
     }
-    if let Some(c) = client.filter(|c| !c.is_none()) {
-        req.extensions_mut().insert(PeerAddr(peer(c)?));
+    if let Some(p) = peer {
+        req.extensions_mut().insert(PeerAddr(p));
     }
     if let Some(k) = keys.filter(|k| !k.is_none()) {
         let mut provided = ProvidedKeys::default();
@@ -435,6 +458,47 @@ impl PyRequestLimiter {
         let limiter = self.limiter(py)?;
         runtime::awaitable(py, async move {
             Ok(PyVerdict::of(limiter.decide_request(&req).await).await)
+        })
+    }
+
+    /// Decide on the request of an ASGI HTTP `scope` (its `method`, `raw_path` or
+    /// `path`, `headers` and `client` host), as `decide` does with them, in one call:
+    /// returns the header fields to add, `[(name, value), ...]` as bytes, when the
+    /// request passes at once holding nothing to release (no lease, adaptive permit or
+    /// reservation), else the `Verdict` (denied, delayed, or holding something: act on
+    /// it and `finish()` it). `TypeError` for a scope of another shape, `ValueError` for
+    /// content HTTP cannot carry (a client host that is not an IP address among them).
+    #[pyo3(signature = (scope, keys=None))]
+    fn decide_scope<'py>(
+        &self,
+        py: Python<'py>,
+        scope: &Bound<'py, PyAny>,
+        keys: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let req = scope_request(scope, keys)?;
+        let limiter = self.limiter(py)?;
+        let decision = async move { ScopeVerdict::of(limiter.decide_request(&req).await).await };
+        let decided = if self.store.is_none() {
+            runtime::run_now(py, decision)?
+        } else {
+            runtime::block_on(py, decision)?
+        };
+        decided.into_pyobject(py)
+    }
+
+    /// As `decide_scope`, awaitable: never blocks the event loop. The scope is read
+    /// before this returns (a `TypeError` or `ValueError` is raised here, not awaited).
+    #[pyo3(signature = (scope, keys=None))]
+    fn decide_scope_async<'py>(
+        &self,
+        py: Python<'py>,
+        scope: &Bound<'py, PyAny>,
+        keys: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let req = scope_request(scope, keys)?;
+        let limiter = self.limiter(py)?;
+        runtime::awaitable(py, async move {
+            Ok(ScopeVerdict::of(limiter.decide_request(&req).await).await)
         })
     }
 

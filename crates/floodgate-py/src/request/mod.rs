@@ -9,6 +9,7 @@
 mod adaptive;
 mod fields;
 mod limiter;
+mod scope;
 mod verdict;
 
 use std::time::Duration;

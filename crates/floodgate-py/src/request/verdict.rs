@@ -13,9 +13,9 @@ use http::HeaderMap;
 use http_body_util::BodyExt;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 
-use super::fields::header_map;
+use super::fields::{header_list, header_map};
 use crate::errors::StoreUnavailable;
 use crate::runtime;
 
@@ -209,19 +209,8 @@ impl PyVerdict {
     /// `headers` as the bytes an ASGI server sends, `[(name, value), ...]` (names lower
     /// case): the fields as rendered, with no decoding or encoding in between.
     #[getter]
-    fn header_bytes<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-        self.headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    PyBytes::new(py, k.as_str().as_bytes()),
-                    PyBytes::new(py, v.as_bytes()),
-                )
-            })
-            .collect()
+    fn header_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        header_list(py, &self.headers)
     }
 
     /// The whole answer to send instead of calling the application,
