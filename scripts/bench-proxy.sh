@@ -28,6 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/nginx-limit-req.sh
+source scripts/lib/proxy-pair-conf.sh
 DUR=${1:-10}
 CONN=${2:-64}
 SLICES=${3:-5}
@@ -62,26 +63,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
 cat "$TMP/cert.pem" "$TMP/key.pem" >"$TMP/haproxy.pem"
 
 fg_conf() { # $1 = rate/s, $2 = burst, $3 = tls|plain
-  cat >"$TMP/floodgate.toml" <<TOML
-listen = "$FG"
-
-[upstreams.pair]
-servers = ["http://$BACKEND1", "http://$BACKEND2"]
-balance = "round-robin"
-
-[[policy]]
-name = "per-ip"
-algorithm = "leaky-queue"
-rate = "$1/s"
-burst = $2
-nodelay = true
-key = "ip"
-
-[[route]]
-prefix = "/"
-policies = ["per-ip"]
-upstream = "pair"
-TOML
+  floodgate_pair_conf "$TMP/floodgate.toml" "$FG" "$BACKEND1" "$BACKEND2" "$1" "$2"
   if [ "$3" = tls ]; then
     printf '\n[tls]\ncert_file = "%s"\nkey_file = "%s"\nmin_version = "1.3"\n' \
       "$TMP/cert.pem" "$TMP/key.pem" >>"$TMP/floodgate.toml"
@@ -89,31 +71,9 @@ TOML
 }
 
 hap_conf() { # $1 = rate/s, $2 = burst, $3 = tls|plain
-  local ssl=""
-  [ "$3" = tls ] && ssl="ssl crt $TMP/haproxy.pem ssl-min-ver TLSv1.3"
-  # sc_http_req_rate over 1 s: more than rate + burst requests in the last second are
-  # denied, the nearest a stick table comes to limit_req's burst
-  cat >"$TMP/haproxy.cfg" <<HAP
-global
-  nbthread 2
-  maxconn 8192
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
-  http-reuse always
-frontend fe
-  bind $HAP $ssl
-  stick-table type ip size 100k expire 10s store http_req_rate(1s)
-  http-request track-sc0 src
-  http-request deny deny_status 429 if { sc_http_req_rate(0) gt $(($1 + $2)) }
-  default_backend be
-backend be
-  balance roundrobin
-  server s1 $BACKEND1
-  server s2 $BACKEND2
-HAP
+  local bind=$HAP
+  [ "$3" = tls ] && bind="$HAP ssl crt $TMP/haproxy.pem ssl-min-ver TLSv1.3"
+  haproxy_pair_conf "$TMP/haproxy.cfg" "$bind" "$BACKEND1" "$BACKEND2" "$1" "$2" 2
 }
 
 ngx_conf() { # $1 = rate/s, $2 = burst, $3 = tls|plain

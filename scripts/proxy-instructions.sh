@@ -22,6 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/nginx-limit-req.sh
+source scripts/lib/proxy-pair-conf.sh
 N=${1:-3000}
 SHAPE=${2:-single}
 case $SHAPE in single | pair) ;; *) echo "SHAPE must be single or pair, not $SHAPE" >&2; exit 1 ;; esac
@@ -52,26 +53,7 @@ floodgate_cmd() {
       --rate "$rate/s" --burst "$burst" --nodelay --threads 1
     return
   fi
-  cat >"$TMP/floodgate-$port.toml" <<TOML
-listen = "127.0.0.1:$port"
-
-[upstreams.pair]
-servers = ["http://127.0.0.1:28100", "http://127.0.0.1:28101"]
-balance = "round-robin"
-
-[[policy]]
-name = "per-ip"
-algorithm = "leaky-queue"
-rate = "$rate/s"
-burst = $burst
-nodelay = true
-key = "ip"
-
-[[route]]
-prefix = "/"
-policies = ["per-ip"]
-upstream = "pair"
-TOML
+  floodgate_pair_conf "$TMP/floodgate-$port.toml" "127.0.0.1:$port" 127.0.0.1:28100 127.0.0.1:28101 "$rate" "$burst"
   echo "$bin" proxy --config "$TMP/floodgate-$port.toml" --threads 1
 }
 

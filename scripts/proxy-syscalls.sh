@@ -18,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/nginx-limit-req.sh
+source scripts/lib/proxy-pair-conf.sh
 DUR=${1:-3}
 CONN=${2:-64}
 ROUNDS=${3:-2}
@@ -46,47 +47,8 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
 
-cat >"$TMP/floodgate.toml" <<TOML
-listen = "$FG"
-
-[upstreams.pair]
-servers = ["http://$BACKEND1", "http://$BACKEND2"]
-balance = "round-robin"
-
-[[policy]]
-name = "per-ip"
-algorithm = "leaky-queue"
-rate = "100000000/s"
-burst = 100000000
-nodelay = true
-key = "ip"
-
-[[route]]
-prefix = "/"
-policies = ["per-ip"]
-upstream = "pair"
-TOML
-cat >"$TMP/haproxy.cfg" <<HAP
-global
-  nbthread 2
-  maxconn 8192
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
-  http-reuse always
-frontend fe
-  bind $HAP
-  stick-table type ip size 100k expire 10s store http_req_rate(1s)
-  http-request track-sc0 src
-  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 200000000 }
-  default_backend be
-backend be
-  balance roundrobin
-  server s1 $BACKEND1
-  server s2 $BACKEND2
-HAP
+floodgate_pair_conf "$TMP/floodgate.toml" "$FG" "$BACKEND1" "$BACKEND2" 100000000 100000000
+haproxy_pair_conf "$TMP/haproxy.cfg" "$HAP" "$BACKEND1" "$BACKEND2" 100000000 100000000 2
 
 "$BACKEND" $BACKEND1 1 2>/dev/null & PIDS+=($!); B1=$!
 "$BACKEND" $BACKEND2 1 2>/dev/null & PIDS+=($!); B2=$!
