@@ -7,6 +7,7 @@
 //! the same meaning and defaults.
 
 mod adaptive;
+mod build;
 mod fields;
 mod limiter;
 mod scope;

@@ -16,8 +16,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
+use super::build::{build_request, ip_of};
 use super::fields::{borrowed_bytes, header_list};
-use super::limiter::{build_request, ip_of};
 use super::verdict::PyVerdict;
 
 /// What `decide_scope` gives back: the fields to add (a list of `(name, value)` bytes
