@@ -43,3 +43,11 @@ def test_every_public_name_and_method_is_stubbed():
             public = {m for m in vars(obj) if not m.startswith("_")}
             assert public <= stubbed[name], f"{name}: {public - stubbed[name]} not stubbed"
             assert stubbed[name] - {"__init__", "__bool__", "__eq__", "__hash__", "__len__"} <= set(dir(obj))
+
+
+def test_no_stub_repeats_a_decorator():
+    # a repeated @property makes a type checker reject the stub
+    for node in ast.walk(stub_tree()):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = [ast.dump(d) for d in node.decorator_list]
+            assert len(names) == len(set(names)), f"{node.name}: a decorator twice"

@@ -475,7 +475,6 @@ class RequestLimiter:
     ) -> Awaitable[list[tuple[bytes, bytes]] | Verdict]:
         """``decide_scope`` as an awaitable; the scope is read before it returns."""
     @property
-    @property
     def waits(self) -> bool:
         """True on a RedisStore (await decide_async); False in process (decide never waits)."""
     def policies(self) -> list[str]: ...
