@@ -136,6 +136,19 @@ pub struct RequestInfo<'a> {
     pub client_ip: Result<IpAddr, KeyError>,
 }
 
+impl<'a> RequestInfo<'a> {
+    /// What an extractor sees of `req`, its client IP resolved as `client_ip`.
+    pub fn of<B>(req: &'a http::Request<B>, client_ip: Result<IpAddr, KeyError>) -> Self {
+        RequestInfo {
+            method: req.method(),
+            uri: req.uri(),
+            headers: req.headers(),
+            extensions: req.extensions(),
+            client_ip,
+        }
+    }
+}
+
 /// A custom key extractor. Closures `Fn(&RequestInfo) -> Result<Vec<u8>, KeyError>`
 /// implement it.
 pub trait KeyExtractor: Send + Sync + 'static {

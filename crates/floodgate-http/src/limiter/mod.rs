@@ -315,12 +315,8 @@ impl RateLimiter {
             .routes
             .iter()
             .find(|r| r.route.matches(req.method(), req.uri().path()))?;
-        let peer = (inner.peer)(req.extensions());
-        let client_ip = resolve_client_ip(peer, req.headers(), &inner.client_ip);
-        if let Ok(ip) = &client_ip
-            && !inner.allow_nets.is_empty()
-            && in_nets(*ip, &inner.allow_nets)
-        {
+        let (client_ip, allowlisted) = self.client_of(req);
+        if allowlisted {
             return None;
         }
         let per_key = |idx: &usize| {
@@ -344,13 +340,7 @@ impl RateLimiter {
             })
             .or_else(|| route.checks.first())?;
         let policy = &inner.policies[*idx];
-        let info = RequestInfo {
-            method: req.method(),
-            uri: req.uri(),
-            headers: req.headers(),
-            extensions: req.extensions(),
-            client_ip,
-        };
+        let info = RequestInfo::of(req, client_ip);
         let key = policy
             .key
             .extract(&info, &inner.client_ip, inner.max_key_len)
@@ -398,6 +388,17 @@ impl RateLimiter {
         }
     }
 
+    /// The request's client IP (its peer, or the address trusted proxies forwarded) and
+    /// whether the allowlist's networks hold it.
+    fn client_of<B>(&self, req: &Request<B>) -> (Result<std::net::IpAddr, KeyError>, bool) {
+        let inner = &*self.inner;
+        let peer = (inner.peer)(req.extensions());
+        let client_ip = resolve_client_ip(peer, req.headers(), &inner.client_ip);
+        let allowlisted = matches!(&client_ip, Ok(ip)
+            if !inner.allow_nets.is_empty() && in_nets(*ip, &inner.allow_nets));
+        (client_ip, allowlisted)
+    }
+
     pub(crate) fn prepare<B>(&self, req: &Request<B>) -> Prepared {
         let inner = &*self.inner;
         let path = req.uri().path();
@@ -410,22 +411,12 @@ impl RateLimiter {
             return Prepared::Bypass(None);
         };
         let start = std::time::Instant::now();
-        let peer = (inner.peer)(req.extensions());
-        let client_ip = resolve_client_ip(peer, req.headers(), &inner.client_ip);
-        if let Ok(ip) = &client_ip
-            && !inner.allow_nets.is_empty()
-            && in_nets(*ip, &inner.allow_nets)
-        {
+        let (client_ip, allowlisted) = self.client_of(req);
+        if allowlisted {
             inner.metrics.request(RequestOutcome::Allowlisted);
             return Prepared::Bypass(self.allowlisted());
         }
-        let info = RequestInfo {
-            method: req.method(),
-            uri: req.uri(),
-            headers: req.headers(),
-            extensions: req.extensions(),
-            client_ip,
-        };
+        let info = RequestInfo::of(req, client_ip);
         let settle = match &route.settle {
             None => None,
             Some(spec) => match spec.estimate_of(req.headers()) {
