@@ -15,6 +15,7 @@ import pytest
 
 import floodgate
 from floodgate import GCRA, RedisError, RedisTimeoutError, throttle
+from web_servers import free_port, own_redis  # noqa: F401 - own_redis is a fixture
 
 RUN = uuid.uuid4().hex
 
@@ -129,12 +130,6 @@ def test_bad_arguments(args, kwargs, exc, message):
     assert message in str(info.value)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unreachable_redis_raises_redis_error():
     port = free_port()  # nothing listens there
     with pytest.raises(RedisError) as info:
@@ -188,41 +183,22 @@ def test_the_gil_is_released_while_waiting_for_redis():
     assert errors and "does not speak Redis" in str(errors[0])
 
 
-@pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server")
-def test_paused_redis_times_out_then_recovers(tmp_path):
+def test_paused_redis_times_out_then_recovers(own_redis):
     # Our own redis-server (never the shared one): paused with SIGSTOP mid-test.
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}"
+    proc, url = own_redis
+    assert throttle("paused", 5, 1, 60, url=url, timeout_s=2.0)[0] == 0
+    os.kill(proc.pid, signal.SIGSTOP)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.02)
-        assert throttle("paused", 5, 1, 60, url=url, timeout_s=2.0)[0] == 0
-        os.kill(proc.pid, signal.SIGSTOP)
-        try:
-            t0 = time.monotonic()
-            with pytest.raises(RedisTimeoutError) as info:
-                throttle("paused", 5, 1, 60, url=url, timeout_s=0.2)
-            assert "did not answer within 200ms" in str(info.value)
-            assert time.monotonic() - t0 < 2.0
-        finally:
-            os.kill(proc.pid, signal.SIGCONT)
-        # the kept connection recovers: the next answers count both admitted calls or one
-        reply = throttle("paused", 5, 1, 60, url=url, timeout_s=5.0)
-        assert reply[0] == 0 and reply[2] in (3, 4)
+        t0 = time.monotonic()
+        with pytest.raises(RedisTimeoutError) as info:
+            throttle("paused", 5, 1, 60, url=url, timeout_s=0.2)
+        assert "did not answer within 200ms" in str(info.value)
+        assert time.monotonic() - t0 < 2.0
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        os.kill(proc.pid, signal.SIGCONT)
+    # the kept connection recovers: the next answers count both admitted calls or one
+    reply = throttle("paused", 5, 1, 60, url=url, timeout_s=5.0)
+    assert reply[0] == 0 and reply[2] in (3, 4)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from floodgate import KeyedLimiter, RedisStore, StoreUnavailable, TokenBucket
-from proxyproc import free_port
+from web_servers import own_redis  # noqa: F401 - a fixture
 
 PREFIX = f"floodgate-pytest-settle-{uuid.uuid4().hex}:"
 
@@ -96,20 +96,15 @@ def test_bad_actual_costs_on_redis_change_nothing(bad):
     assert r.settle(100).remaining == 900
 
 
-def test_a_settle_redis_cannot_answer_raises_and_stays_open(tmp_path):
-    port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--save", "",
-                               "--appendonly", "no", "--dir", str(tmp_path)],
-                              stdout=subprocess.DEVNULL)
-    try:
-        store = RedisStore(f"redis://127.0.0.1:{port}", prefix="t:", timeout_s=0.5)
-        lim = KeyedLimiter(budget(), store=store, name="down")
-        wait_until(store.reachable)
-        r = lim.reserve("k", estimate=100)
-        assert r.allowed
-    finally:
-        server.kill()
-        server.wait()
+def test_a_settle_redis_cannot_answer_raises_and_stays_open(own_redis):
+    server, url = own_redis
+    store = RedisStore(url, prefix="t:", timeout_s=0.5)
+    lim = KeyedLimiter(budget(), store=store, name="down")
+    wait_until(store.reachable)
+    r = lim.reserve("k", estimate=100)
+    assert r.allowed
+    server.kill()
+    server.wait()
     with pytest.raises(StoreUnavailable):
         r.settle(10)
     assert r.charged is None and "open" in repr(r)
