@@ -343,7 +343,11 @@ fn restart_times_from_now() {
 /// A limit of 1 with the three classes and a queue of `queue` places, each waited on at
 /// most `timeout`.
 fn one_place(queue: usize, timeout: Duration) -> PartitionedLimiter {
-    let clock = Arc::new(ManualClock::new(Nanos(1)));
+    one_place_on(Arc::new(ManualClock::new(Nanos(1))), queue, timeout)
+}
+
+/// [`one_place`] on `clock`.
+fn one_place_on(clock: Arc<ManualClock>, queue: usize, timeout: Duration) -> PartitionedLimiter {
     let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
         .unwrap()
         .with_classes(classes())
@@ -351,6 +355,23 @@ fn one_place(queue: usize, timeout: Duration) -> PartitionedLimiter {
         .with_queue(queue, timeout)
         .unwrap();
     PartitionedLimiter::new("q", spec, clock).unwrap()
+}
+
+/// [`one_place`] with waits of 10 s, after ten critical requests of 10 ms each (its mean
+/// latency: 10 ms).
+fn one_place_learnt(queue: usize) -> PartitionedLimiter {
+    let clock = Arc::new(ManualClock::new(Nanos(1)));
+    let l = one_place_on(clock.clone(), queue, Duration::from_secs(10));
+    rounds(
+        &l,
+        &clock,
+        CRITICAL,
+        1,
+        Duration::from_millis(10),
+        Outcome::Success,
+        10,
+    );
+    l
 }
 
 type Waiting = tokio::task::JoinHandle<(Result<Admitted, Refused>, tokio::time::Instant)>;
@@ -467,24 +488,8 @@ async fn eviction_keeps_every_waiters_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn a_class_under_pressure_is_served_newest_first_and_waits_are_cut_to_the_latency() {
-    let clock = Arc::new(ManualClock::new(Nanos(1)));
-    let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
-        .unwrap()
-        .with_classes(classes())
-        .unwrap()
-        .with_queue(3, Duration::from_secs(10))
-        .unwrap();
-    let l = PartitionedLimiter::new("q", spec, clock.clone()).unwrap();
     // the mean latency: 10 ms
-    rounds(
-        &l,
-        &clock,
-        CRITICAL,
-        1,
-        Duration::from_millis(10),
-        Outcome::Success,
-        10,
-    );
+    let l = one_place_learnt(3);
     let held = l.try_acquire(CRITICAL).unwrap();
     // no pressure yet: waiters with the whole queue_timeout
     let d1 = queue_one(&l, DEFAULT).await;
@@ -515,23 +520,7 @@ async fn a_class_under_pressure_is_served_newest_first_and_waits_are_cut_to_the_
 
 #[tokio::test(start_paused = true)]
 async fn the_highest_class_stays_first_come_while_it_only_queues() {
-    let clock = Arc::new(ManualClock::new(Nanos(1)));
-    let spec = AdaptiveSpec::new(AlgorithmKind::Aimd, 1, 1, 1)
-        .unwrap()
-        .with_classes(classes())
-        .unwrap()
-        .with_queue(2, Duration::from_secs(10))
-        .unwrap();
-    let l = PartitionedLimiter::new("q", spec, clock.clone()).unwrap();
-    rounds(
-        &l,
-        &clock,
-        CRITICAL,
-        1,
-        Duration::from_millis(10),
-        Outcome::Success,
-        10,
-    );
+    let l = one_place_learnt(2);
     let held = l.try_acquire(CRITICAL).unwrap();
     let c1 = queue_one(&l, CRITICAL).await;
     let d1 = queue_one(&l, DEFAULT).await;
