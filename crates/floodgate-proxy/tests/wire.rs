@@ -110,6 +110,8 @@ async fn responses_the_upstream_side_reads_are_the_ones_hyper_reads() {
         &b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"[..],
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        // a bare CR after a chunk's size is not whitespace: both refuse the body
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n8\r\r\nX-T.ello\r\n0\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc",
         b"SMTP ready\r\n\r\n",
         b"",

@@ -98,14 +98,55 @@ fn run_one(dir: &Path, target: &str, secs: u64) -> Row {
         detail: if crashed {
             format!(
                 "crash: see fuzz/artifacts/{target}; {}",
-                text.lines()
-                    .rev()
-                    .find(|l| l.contains("panicked") || l.contains("ERROR"))
-                    .unwrap_or("")
-                    .trim()
+                crash_report(&text)
             )
         } else {
             format!("{runs} inputs, no crash, fuzzer peak RSS {peak} MB")
         },
+    }
+}
+
+/// What a crashed run's output says about the crash: the panic and its message (up to
+/// eight lines, the message of the target's assertion), else libFuzzer's error line; and
+/// the crashing input in base64 as libFuzzer prints it, so that a run whose artifacts are
+/// gone (a CI machine) can still be replayed.
+fn crash_report(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let what = match lines.iter().position(|l| l.contains("panicked")) {
+        Some(i) => lines[i..]
+            .iter()
+            .take(8)
+            .take_while(|l| !l.starts_with("stack backtrace") && !l.starts_with("note:"))
+            .map(|l| l.trim_end())
+            .collect::<Vec<_>>()
+            .join("\n    "),
+        None => lines
+            .iter()
+            .rev()
+            .find(|l| l.contains("ERROR"))
+            .map_or("", |l| l.trim())
+            .to_string(),
+    };
+    match lines.iter().find(|l| l.starts_with("Base64: ")) {
+        Some(input) => format!("{what}\n    input {}", input.trim()),
+        None => what,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crash_report;
+
+    #[test]
+    fn a_crash_report_names_the_panic_its_message_and_the_input() {
+        let text = "INFO: seed\nthread '<unnamed>' (1) panicked at fuzz_targets/x.rs:27:9:\nread apart (GET):\n  proxy: 200\nstack backtrace:\n   0: x\n==1== ERROR: libFuzzer: deadly signal\nBase64: AEhU\n";
+        assert_eq!(
+            crash_report(text),
+            "thread '<unnamed>' (1) panicked at fuzz_targets/x.rs:27:9:\n    read apart (GET):\n      proxy: 200\n    input Base64: AEhU"
+        );
+        assert_eq!(
+            crash_report("==1== ERROR: libFuzzer: out-of-memory\n"),
+            "==1== ERROR: libFuzzer: out-of-memory"
+        );
     }
 }

@@ -162,8 +162,13 @@ fn parse_size(line: &[u8]) -> Result<u64, ChunkedError> {
     if digits == 0 {
         return Err(ChunkedError::BadSize);
     }
-    let rest = &line[digits..];
-    let rest = rest.trim_ascii_start();
+    // optional whitespace is spaces and tabs only (RFC 9112 BWS): `trim_ascii_start`
+    // would also take a CR, and `8\r` then read as 8 where hyper refuses the line
+    let ws = line[digits..]
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    let rest = &line[digits + ws..];
     // a bare CR or LF in the extensions: the line ends there for other readers (hyper
     // reads CR as the line's end and refuses what follows), so it is refused
     if !(rest.is_empty() || rest[0] == b';') || rest.iter().any(|&b| b == b'\n' || b == b'\r') {
@@ -213,6 +218,11 @@ mod tests {
         assert_eq!(parse_size(b"5;ext=1"), Ok(5));
         assert_eq!(parse_size(b"5;ext=\rS"), Err(ChunkedError::BadSize));
         assert_eq!(parse_size(b"5;e\nx"), Err(ChunkedError::BadSize));
+        // a bare CR right after the digits (the line `8\r\r\n`) is not whitespace
+        assert_eq!(parse_size(b"8\r"), Err(ChunkedError::BadSize));
+        assert_eq!(parse_size(b"8 \r"), Err(ChunkedError::BadSize));
+        assert_eq!(parse_size(b"8\x0c"), Err(ChunkedError::BadSize));
+        assert_eq!(parse_size(b"8 \t;ext"), Ok(8));
     }
 
     #[test]
