@@ -16,6 +16,7 @@
 #
 # A build is a wheel (unpacked into a temporary directory) or a directory holding the
 # `floodgate` package, put first on PYTHONPATH; `installed` is target/pyenv's own.
+# Servers and wrk run on CPUs of their own where there are two (scripts/lib/bench-pin.sh).
 # Needs wrk and target/pyenv with fastapi and uvicorn (bash scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,7 @@ py=$PWD/target/pyenv/bin/python
 command -v wrk >/dev/null || { echo "needs wrk: apt-get install -y wrk" >&2; exit 1; }
 "$py" -c 'import fastapi, uvicorn' 2>/dev/null \
     || { echo "needs fastapi and uvicorn in $py: bash scripts/test-python.sh installs them" >&2; exit 1; }
+source scripts/lib/bench-pin.sh
 builds=("$@")
 [ ${#builds[@]} -gt 0 ] || builds=(floodgate=installed)
 
@@ -44,7 +46,7 @@ labels=() ports=()
 serve() { # label limiter pythonpath
     local p; p=$(free_port)
     BENCH_LIMITER=$2 BENCH_RATE=100000000/minute PYTHONPATH=$3 \
-        "$py" -m uvicorn bench_python_app:app --app-dir scripts/lib --host 127.0.0.1 --port "$p" \
+        "${server[@]}" "$py" -m uvicorn bench_python_app:app --app-dir scripts/lib --host 127.0.0.1 --port "$p" \
         --workers 1 --no-access-log --log-level warning &
     pids+=($!) labels+=("$1") ports+=("$p")
 }
@@ -65,7 +67,7 @@ for i in "${!ports[@]}"; do
         curl -s -o /dev/null "http://127.0.0.1:${ports[$i]}/item" && break
         sleep 0.2
     done
-    wrk -t1 -c"$CONN" -d1s "http://127.0.0.1:${ports[$i]}/item" >/dev/null   # warm-up
+    "${load[@]}" wrk -t1 -c"$CONN" -d1s "http://127.0.0.1:${ports[$i]}/item" >/dev/null   # warm-up
 done
 
 tck=$(getconf CLK_TCK)
@@ -75,7 +77,7 @@ for r in $(seq "$ROUNDS"); do
     for i in "${!ports[@]}"; do
         stat=/proc/${pids[$i]}/stat
         c0=$(awk '{print $14 + $15}' "$stat")
-        out=$(wrk -t1 -c"$CONN" -d"${SECS}s" "http://127.0.0.1:${ports[$i]}/item")
+        out=$("${load[@]}" wrk -t1 -c"$CONN" -d"${SECS}s" "http://127.0.0.1:${ports[$i]}/item")
         c1=$(awk '{print $14 + $15}' "$stat")
         rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
         n=$(awk '/requests in/ {print $1}' <<<"$out")
@@ -100,4 +102,4 @@ for l in labels:
     print(f"{l:14s} {st.median(rps[l]):8.0f} {st.median(cpu[l]):11.1f} {diff:+12.1f}"
           f" {st.median(cpu[base]) / st.median(cpu[l]):9.3f}x")
 PY
-echo "wrk -t1 -c$CONN, $ROUNDS rounds of $SECS s per server, uvicorn 1 worker; $(date -u '+%F %H:%M UTC') $(git rev-parse --short HEAD)"
+echo "wrk -t1 -c$CONN, $ROUNDS rounds of $SECS s per server, uvicorn 1 worker; ${server[*]:-unpinned} server, ${load[*]:-unpinned} wrk; $(date -u '+%F %H:%M UTC') $(git rev-parse --short HEAD)"

@@ -9,6 +9,9 @@
 #
 #   bash scripts/bench-python.sh            # SECS=5 SLICES=3 CONN=32
 #
+# On a machine of two or more CPUs every server runs on one CPU and wrk on another
+# (scripts/lib/bench-pin.sh: SERVER_CPU, LOAD_CPU, PIN=0 for neither); Redis is not pinned.
+#
 # Needs: wrk (apt-get install -y wrk), a Redis on 127.0.0.1:6379 (keys under a prefix of
 # the run's own, deleted at the end), and the floodgate module installed in target/pyenv
 # (bash scripts/test-python.sh builds and installs the release wheel); installs fastapi,
@@ -19,6 +22,7 @@ SECS=${SECS:-5}
 SLICES=${SLICES:-3}
 CONN=${CONN:-32}
 py=target/pyenv/bin/python
+source scripts/lib/bench-pin.sh
 
 command -v wrk >/dev/null || { echo "needs wrk: apt-get install -y wrk" >&2; exit 1; }
 redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { echo "needs a Redis on 127.0.0.1:6379" >&2; exit 1; }
@@ -57,7 +61,7 @@ for c in "${configs[@]}"; do
     read -r name limiter rate <<<"$c"
     p=$(free_port)
     BENCH_LIMITER=$limiter BENCH_RATE=$rate BENCH_PREFIX="${prefix}${name//\//-}:" \
-        "$py" -m uvicorn bench_python_app:app --app-dir scripts/lib --host 127.0.0.1 --port "$p" \
+        "${server[@]}" "$py" -m uvicorn bench_python_app:app --app-dir scripts/lib --host 127.0.0.1 --port "$p" \
         --workers 1 --no-access-log --log-level warning &
     pids+=($!)
     port[$name]=$p
@@ -68,14 +72,14 @@ for c in "${configs[@]}"; do
         curl -s -o /dev/null "http://127.0.0.1:${port[$name]}/item" && break
         sleep 0.2
     done
-    wrk -t1 -c"$CONN" -d1s "http://127.0.0.1:${port[$name]}/item" >/dev/null   # warm-up
+    "${load[@]}" wrk -t1 -c"$CONN" -d1s "http://127.0.0.1:${port[$name]}/item" >/dev/null   # warm-up
 done
 
 declare -A results
 for s in $(seq "$SLICES"); do
     for c in "${configs[@]}"; do
         read -r name _ <<<"$c"
-        out=$(wrk -t1 -c"$CONN" -d"${SECS}s" "http://127.0.0.1:${port[$name]}/item")
+        out=$("${load[@]}" wrk -t1 -c"$CONN" -d"${SECS}s" "http://127.0.0.1:${port[$name]}/item")
         rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
         total=$(awk '/requests in/ {print $1}' <<<"$out")
         non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
@@ -104,4 +108,17 @@ echo "  floodgate in memory: $(ratio "${med[free/floodgate-memory]}" "${med[none
 echo "  floodgate on Redis:  $(ratio "${med[free/floodgate-redis]}" "${med[none]}")"
 echo "  slowapi in memory:   $(ratio "${med[free/slowapi-memory]}" "${med[none]}")"
 echo "  slowapi on Redis:    $(ratio "${med[free/slowapi-redis]}" "${med[none]}")"
-echo "wrk -t1 -c$CONN, $SLICES slices of $SECS s per configuration, uvicorn 1 worker; $(date -u +%F) $(git rev-parse --short HEAD)"
+# the same ratios slice by slice (each configuration's slice over the no-limiter slice of
+# the same round, a minute apart at most), median over the rounds: less moved by the
+# machine's drift from round to round than the ratio of medians
+paired() {
+    awk -v a="${results[$1]}" -v b="${results[none]}" 'BEGIN {
+        n = split(a, x, " "); split(b, y, " ");
+        for (i = 1; i <= n; i++) { split(x[i], p, ":"); split(y[i], q, ":"); r[i] = p[1] / q[1] }
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
+        printf "%.2fx (%.2fx to %.2fx)", r[int((n + 1) / 2)], r[1], r[n] }'
+}
+echo "not binding, against no limiter, slice by slice (median, least to most):"
+echo "  floodgate in memory: $(paired free/floodgate-memory)"
+echo "  floodgate on Redis:  $(paired free/floodgate-redis)"
+echo "wrk -t1 -c$CONN, $SLICES slices of $SECS s per configuration, uvicorn 1 worker; ${server[*]:-unpinned} server, ${load[*]:-unpinned} wrk; $(date -u +%F) $(git rev-parse --short HEAD)"

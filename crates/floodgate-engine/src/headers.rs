@@ -175,6 +175,11 @@ impl RateHeaders {
         }
     }
 
+    /// The fields, in the order they were added.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&HeaderName, &HeaderValue)> {
+        self.fields.iter().map(|(name, value)| (*name, value))
+    }
+
     /// The fields as a map.
     pub fn into_map(self) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -10,7 +10,9 @@ use std::time::Duration;
 use floodgate_engine::settle::Settled;
 use http::{HeaderMap, Request};
 
-use crate::limiter::{Leases, Outcome, Permits, Prepared, RateLimiter, Verdict};
+use floodgate_engine::headers::RateHeaders;
+
+use crate::limiter::{Leases, Outcome, Permits, Plan, Prepared, RateLimiter, Verdict};
 use crate::recorded::RecordedDecision;
 use crate::settle::SettleHandle;
 
@@ -33,24 +35,57 @@ impl RateLimiter {
     /// read. A route with a settle spec reserves at the estimate and returns the
     /// [`SettleHandle`] of the reservation.
     pub async fn decide_request<B>(&self, req: &Request<B>) -> RequestDecision {
-        let mut plan = match self.prepare(req) {
+        match self.decide_request_now(req) {
+            Ok(now) => now.into_decision(),
+            Err(pending) => self.decide_pending(pending, req).await,
+        }
+    }
+
+    /// Decide on `req` as [`decide_request`](Self::decide_request) does where that needs
+    /// no wait: a request no policy applies to, one answered from its keys (a missing
+    /// key, say), and every plan on the in-process store that holds no lease and reserves
+    /// nothing. Otherwise the prepared request, to finish with
+    /// [`decide_pending`](Self::decide_pending) (the request is prepared once, counted
+    /// once). The same decision as `decide_request`, without a future to build and drive.
+    pub fn decide_request_now<B>(&self, req: &Request<B>) -> Result<DecidedNow, PendingRequest> {
+        let plan = match self.prepare(req) {
             Prepared::Bypass(recorded) => {
-                return RequestDecision {
-                    verdict: pass_untouched(),
-                    settle: None,
+                return Ok(DecidedNow::Plain {
+                    headers: RateHeaders::default(),
                     recorded,
-                };
+                });
             }
             Prepared::Respond(r) => {
                 let recorded = r.extensions().get::<RecordedDecision>().cloned();
-                return RequestDecision {
+                return Ok(DecidedNow::Decided(RequestDecision {
                     verdict: Verdict::Respond(r),
                     settle: None,
                     recorded,
-                };
+                }));
             }
             Prepared::Check(plan) => plan,
         };
+        // the in-process store without leases decides at once, as the layer does
+        match self.local_store() {
+            Some(local) if plan.settle.is_none() && !plan.has_leases() => {
+                Ok(DecidedNow::of(self.check_now(local, plan, req.headers())))
+            }
+            // boxed: the plan is large, and a wait costs far more than its allocation
+            _ => Err(PendingRequest {
+                plan: Box::new(plan),
+            }),
+        }
+    }
+
+    /// Finish deciding a request [`decide_request_now`](Self::decide_request_now) left
+    /// pending: its leases, the store's round trip, the reservation of a route that
+    /// settles its cost after the response. `req` is the request that was prepared.
+    pub async fn decide_pending<B>(
+        &self,
+        pending: PendingRequest,
+        req: &Request<B>,
+    ) -> RequestDecision {
+        let mut plan = *pending.plan;
         let (outcome, settle) = match plan.settle.take() {
             Some((spec, estimate)) => {
                 let (outcome, reservation) = self.reserve(plan, req.headers()).await;
@@ -58,47 +93,85 @@ impl RateLimiter {
                     .then(|| SettleHandle::new(self.clone(), spec, estimate, reservation));
                 (outcome, handle)
             }
-            // the in-process store without leases decides at once, as the layer does: no
-            // future of the lease procedure to build and drive
-            None => match self.local_store().filter(|_| !plan.has_leases()) {
-                Some(local) => (self.check_now(local, plan, req.headers()), None),
-                None => (self.check(plan, req.headers()).await, None),
-            },
+            None => (self.check(plan, req.headers()).await, None),
         };
+        let mut decision = DecidedNow::of(outcome).into_decision();
+        decision.settle = settle;
+        decision
+    }
+}
+
+/// A request [`RateLimiter::decide_request_now`] decided without waiting.
+pub enum DecidedNow {
+    /// Passed at once holding nothing (no delay, lease, permit or reservation): the
+    /// fields to add to the response, not yet in a map.
+    Plain {
+        /// The RateLimit (and legacy) fields to add.
+        headers: RateHeaders,
+        /// The decision as an access log shows it, when recorded.
+        recorded: Option<RecordedDecision>,
+    },
+    /// Anything else: a denial, a delay, or a pass holding leases or permits.
+    Decided(RequestDecision),
+}
+
+impl DecidedNow {
+    fn of(outcome: Outcome) -> DecidedNow {
         match outcome {
-            Outcome::Respond(r) => RequestDecision {
+            Outcome::Respond(r) => DecidedNow::Decided(RequestDecision {
                 recorded: r.extensions().get::<RecordedDecision>().cloned(),
                 verdict: Verdict::Respond(r),
-                settle,
-            },
+                settle: None,
+            }),
             Outcome::Pass {
                 headers,
                 delay,
                 leases,
                 permits,
                 decided,
-            } => RequestDecision {
+            } => {
+                if delay.is_zero() && leases.is_empty() && permits.is_empty() {
+                    return DecidedNow::Plain {
+                        headers,
+                        recorded: decided,
+                    };
+                }
+                DecidedNow::Decided(RequestDecision {
+                    verdict: Verdict::Pass {
+                        headers: headers.into_map(),
+                        delay,
+                        leases,
+                        permits,
+                    },
+                    settle: None,
+                    recorded: decided,
+                })
+            }
+        }
+    }
+
+    /// As [`RateLimiter::decide_request`] gives it.
+    pub fn into_decision(self) -> RequestDecision {
+        match self {
+            DecidedNow::Plain { headers, recorded } => RequestDecision {
                 verdict: Verdict::Pass {
                     headers: headers.into_map(),
-                    delay,
-                    leases,
-                    permits,
+                    delay: Duration::ZERO,
+                    leases: Leases::new(),
+                    permits: Permits::new(),
                 },
-                settle,
-                recorded: decided,
+                settle: None,
+                recorded,
             },
+            DecidedNow::Decided(d) => d,
         }
     }
 }
 
-/// The verdict of a request no policy applies to.
-fn pass_untouched() -> Verdict {
-    Verdict::Pass {
-        headers: HeaderMap::new(),
-        delay: Duration::ZERO,
-        leases: Leases::new(),
-        permits: Permits::new(),
-    }
+/// A request prepared by [`RateLimiter::decide_request_now`] that waits on its leases, the
+/// store or a reservation: finish it with [`RateLimiter::decide_pending`].
+pub struct PendingRequest {
+    plan: Box<Plan>,
 }
 
 impl SettleHandle {

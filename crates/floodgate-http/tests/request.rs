@@ -114,3 +114,74 @@ async fn no_peer_address_gives_the_rust_advice_or_the_binding_s_own() {
         "400 Bad Request: no rate-limit key: no peer address on the request (pass client=)\n"
     );
 }
+
+/// `decide_request_now` decides at once what needs no wait, the same as `decide_request`:
+/// a plain pass gives its fields unmapped, a denial its answer; a route that reserves (to
+/// settle after the response) is left pending, and finishing it counts the request once.
+#[tokio::test]
+async fn decide_request_now_decides_what_needs_no_wait_and_leaves_the_rest_pending() {
+    use floodgate_http::DecidedNow;
+    let mut spec = Spec::new(Kind::Gcra, "10/min".parse().unwrap());
+    spec.capacity = Some(2);
+    let lim = RateLimiter::builder()
+        .policy(Policy::new("per-key", spec.clone()).key(KeySource::provided("k")))
+        .policy(Policy::new("settled", spec).key(KeySource::provided("k")))
+        .route(Route::prefix("/plain").policy("per-key", 1))
+        .route(
+            Route::prefix("/llm")
+                .policy("settled", 1)
+                .settle(SettleSpec {
+                    estimate: 1,
+                    cost_header: Some(HeaderName::from_static("x-cost")),
+                    ..SettleSpec::default()
+                }),
+        )
+        .retry_after_jitter(Duration::ZERO)
+        .record_decisions(true)
+        .build()
+        .unwrap();
+    let now = |path: &str| match lim.decide_request_now(&req(path, Some("a"))) {
+        Ok(d) => d,
+        Err(_) => panic!("{path} was left pending"),
+    };
+    let mut remaining = Vec::new();
+    for _ in 0..2 {
+        let DecidedNow::Plain { headers, recorded } = now("/plain") else {
+            panic!("a plain pass was not plain")
+        };
+        let names: Vec<_> = headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["ratelimit-policy", "ratelimit"]);
+        remaining.push(headers.iter().nth(1).unwrap().1.clone());
+        assert_eq!(recorded.unwrap().outcome, RecordedOutcome::Allowed);
+    }
+    assert_ne!(
+        remaining[0], remaining[1],
+        "the second pass was not counted"
+    );
+    let DecidedNow::Decided(d) = now("/plain") else {
+        panic!("a denial was a plain pass")
+    };
+    assert!(
+        matches!(d.verdict, Verdict::Respond(ref r) if r.status() == StatusCode::TOO_MANY_REQUESTS)
+    );
+    // no route: passes untouched, no fields
+    let DecidedNow::Plain { headers, .. } = now("/other") else {
+        panic!("an unrouted request was not plain")
+    };
+    assert_eq!(headers.iter().len(), 0);
+    // a reservation waits: pending, then decided once (1 of 2 taken, then 2 of 2)
+    for _ in 0..2 {
+        let r = req("/llm", Some("a"));
+        let Err(pending) = lim.decide_request_now(&r) else {
+            panic!("a reservation was decided at once")
+        };
+        let d = lim.decide_pending(pending, &r).await;
+        assert!(matches!(d.verdict, Verdict::Pass { .. }) && d.settle.is_some());
+        d.settle.unwrap().settle(1).await.unwrap();
+    }
+    let d = lim.decide_request(&req("/llm", Some("a"))).await;
+    assert!(
+        matches!(d.verdict, Verdict::Respond(_)),
+        "a pending request was counted twice or not at all"
+    );
+}

@@ -89,12 +89,9 @@ pub(super) fn build_request(
 ) -> PyResult<Request<()>> {
     let method = Method::from_bytes(method.as_bytes())
         .map_err(|_| PyValueError::new_err(format!("method {method:?} is not an HTTP method")))?;
-    let uri = target(path)?;
-    let mut req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let mut req = Request::new(());
+    *req.method_mut() = method;
+    *req.uri_mut() = target(path)?;
     if let Some(h) = headers {
         *req.headers_mut() = header_map(h)?;
     }

@@ -78,7 +78,10 @@ fn name_bytes<'py>(py: Python<'py>, name: &HeaderName) -> Bound<'py, PyBytes> {
 
 /// Header fields as the bytes an ASGI server sends: a list of `(name, value)` tuples,
 /// names lower case, as rendered (no decoding or encoding in between).
-pub(super) fn header_list<'py>(py: Python<'py>, h: &HeaderMap) -> PyResult<Bound<'py, PyList>> {
+pub(super) fn header_list<'py, 'h>(
+    py: Python<'py>,
+    h: impl IntoIterator<Item = (&'h HeaderName, &'h HeaderValue)>,
+) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     for (k, v) in h {
         let pair = PyTuple::new(py, [name_bytes(py, k), PyBytes::new(py, v.as_bytes())])?;

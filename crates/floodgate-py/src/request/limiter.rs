@@ -10,7 +10,7 @@ use floodgate_engine::fault::StoreFailure;
 use floodgate_engine::headers::{HeaderOptions, ResetFormat};
 use floodgate_http::key::{ClientIpConfig, ForwardedHeader, MissingKey};
 use floodgate_http::policy::{Policy, Route};
-use floodgate_http::{RateLimiter, RateLimiterBuilder};
+use floodgate_http::{DecidedNow, RateLimiter, RateLimiterBuilder};
 use http::StatusCode;
 use ipnet::IpNet;
 use pyo3::prelude::*;
@@ -368,12 +368,14 @@ impl PyRequestLimiter {
         keys: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let req = scope_request(scope, keys)?;
-        let limiter = self.limiter(py)?;
-        let decision = async move { ScopeVerdict::of(limiter.decide_request(&req).await).await };
-        let decided = if self.store.is_none() {
-            runtime::run_now(py, decision)?
-        } else {
-            runtime::block_on(py, decision)?
+        let decided = match ScopeVerdict::decide(self.limiter(py)?, req) {
+            // passed at once holding nothing: the fields, with no runtime involved
+            Ok(DecidedNow::Plain { headers, .. }) => {
+                return ScopeVerdict::Now(headers).into_pyobject(py);
+            }
+            Ok(now) => runtime::run_now(py, ScopeVerdict::of_now(now))?,
+            Err(pending) if self.store.is_none() => runtime::run_now(py, pending)?,
+            Err(pending) => runtime::block_on(py, pending)?,
         };
         decided.into_pyobject(py)
     }
@@ -388,10 +390,10 @@ impl PyRequestLimiter {
         keys: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let req = scope_request(scope, keys)?;
-        let limiter = self.limiter(py)?;
-        runtime::awaitable(py, async move {
-            Ok(ScopeVerdict::of(limiter.decide_request(&req).await).await)
-        })
+        match ScopeVerdict::decide(self.limiter(py)?, req) {
+            Ok(now) => runtime::awaitable(py, async move { Ok(ScopeVerdict::of_now(now).await) }),
+            Err(pending) => runtime::awaitable(py, async move { Ok(pending.await) }),
+        }
     }
 
     /// Whether a decision may wait on I/O: `True` on a `RedisStore` (a round trip), where
