@@ -10,9 +10,12 @@
 #   bash scripts/bench-python.sh            # SECS=5 SLICES=3 CONN=32
 #
 # On a machine of two or more CPUs every server runs on one CPU and wrk on another
-# (scripts/lib/bench-pin.sh: SERVER_CPU, LOAD_CPU, PIN=0 for neither); Redis is not pinned.
+# (scripts/lib/bench-pin.sh: SERVER_CPU, LOAD_CPU, PIN=0 for neither); the limiters on
+# Redis then use a redis-server of the run's own on wrk's CPU (a free port, nothing on
+# disk), so that the server's CPU is the server's alone, as with a Redis on another host.
+# Unpinned, they use the Redis on 127.0.0.1:6379.
 #
-# Needs: wrk (apt-get install -y wrk), a Redis on 127.0.0.1:6379 (keys under a prefix of
+# Needs: wrk (apt-get install -y wrk), redis-server (pinned) or a Redis on 127.0.0.1:6379 (unpinned: keys under a prefix of
 # the run's own, deleted at the end), and the floodgate module installed in target/pyenv
 # (bash scripts/test-python.sh builds and installs the release wheel); installs fastapi,
 # uvicorn, slowapi and limits into target/pyenv when missing.
@@ -25,7 +28,7 @@ py=target/pyenv/bin/python
 source scripts/lib/bench-pin.sh
 
 command -v wrk >/dev/null || { echo "needs wrk: apt-get install -y wrk" >&2; exit 1; }
-redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { echo "needs a Redis on 127.0.0.1:6379" >&2; exit 1; }
+[ ${#server[@]} -gt 0 ] || redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { echo "needs a Redis on 127.0.0.1:6379 (or two CPUs and redis-server)" >&2; exit 1; }
 "$py" -c 'from floodgate import RequestLimiter; from floodgate.asgi import RateLimitMiddleware' 2>/dev/null \
     || { echo "needs floodgate in $py: bash scripts/test-python.sh builds and installs it" >&2; exit 1; }
 if ! "$py" -c 'import fastapi, uvicorn, slowapi, limits, redis' 2>/dev/null; then
@@ -35,10 +38,21 @@ fi
 
 prefix="fgbench-$$-"
 pids=()
+redis_port=6379
+if [ ${#server[@]} -gt 0 ]; then
+    command -v redis-server >/dev/null || { echo "needs redis-server (or PIN=0)" >&2; exit 1; }
+    redis_port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "${load[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+        --logfile '' >/dev/null &
+    pids+=($!)
+    for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    redis-cli -h 127.0.0.1 -p 6379 --scan --pattern "${prefix}*" | xargs -r redis-cli -h 127.0.0.1 -p 6379 DEL >/dev/null
+    if [ "$redis_port" = 6379 ]; then
+        redis-cli -h 127.0.0.1 -p 6379 --scan --pattern "${prefix}*" | xargs -r redis-cli -h 127.0.0.1 -p 6379 DEL >/dev/null
+    fi
 }
 trap cleanup EXIT
 
@@ -60,7 +74,7 @@ declare -A port
 for c in "${configs[@]}"; do
     read -r name limiter rate <<<"$c"
     p=$(free_port)
-    BENCH_LIMITER=$limiter BENCH_RATE=$rate BENCH_PREFIX="${prefix}${name//\//-}:" \
+    BENCH_LIMITER=$limiter BENCH_RATE=$rate BENCH_REDIS="redis://127.0.0.1:$redis_port" BENCH_PREFIX="${prefix}${name//\//-}:" \
         "${server[@]}" "$py" -m uvicorn bench_python_app:app --app-dir scripts/lib --host 127.0.0.1 --port "$p" \
         --workers 1 --no-access-log --log-level warning &
     pids+=($!)
@@ -121,4 +135,4 @@ paired() {
 echo "not binding, against no limiter, slice by slice (median, least to most):"
 echo "  floodgate in memory: $(paired free/floodgate-memory)"
 echo "  floodgate on Redis:  $(paired free/floodgate-redis)"
-echo "wrk -t1 -c$CONN, $SLICES slices of $SECS s per configuration, uvicorn 1 worker; ${server[*]:-unpinned} server, ${load[*]:-unpinned} wrk; $(date -u +%F) $(git rev-parse --short HEAD)"
+echo "wrk -t1 -c$CONN, $SLICES slices of $SECS s per configuration, uvicorn 1 worker; ${server[*]:-unpinned} server, ${load[*]:-unpinned} wrk, Redis on port $redis_port; $(date -u +%F) $(git rev-parse --short HEAD)"

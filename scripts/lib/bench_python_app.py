@@ -1,6 +1,7 @@
 """The FastAPI app scripts/bench-python.sh serves under uvicorn, one limiter per run:
 
     BENCH_LIMITER = none | slowapi-memory | slowapi-redis | floodgate-memory | floodgate-redis
+    BENCH_REDIS   = the Redis of the *-redis limiters (default redis://127.0.0.1:6379)
                     | headers-only (a pure-Python ASGI middleware adding two fixed fields:
                       what any middleware that adds headers costs, the floor to compare with)
     BENCH_RATE    = the limit, e.g. "10/minute" (binding) or "100000000/minute" (not binding)
@@ -19,7 +20,7 @@ from fastapi import FastAPI, Request
 LIMITER = os.environ.get("BENCH_LIMITER", "none")
 RATE = os.environ.get("BENCH_RATE", "10/minute")
 PREFIX = os.environ.get("BENCH_PREFIX", "fgbench:")
-REDIS = "redis://127.0.0.1:6379"
+REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379")
 
 app = FastAPI()
 
