@@ -18,8 +18,15 @@ struct Input {
 
 fuzz_target!(|input: Input| {
     let kind = Kind::ALL[input.kind as usize % Kind::ALL.len()];
-    let Ok(rate) = Rate::from_nanos(input.count, input.period) else { return };
-    let spec = Spec { kind, rate, capacity: input.capacity, delay: DelayMode::After(input.delay % 1000) };
+    let Ok(rate) = Rate::from_nanos(input.count, input.period) else {
+        return;
+    };
+    let spec = Spec {
+        kind,
+        rate,
+        capacity: input.capacity,
+        delay: DelayMode::After(input.delay % 1000),
+    };
     let Ok(alg) = spec.build() else { return };
     let mut st = Default::default();
     for (t, cost) in input.steps.into_iter().take(256) {

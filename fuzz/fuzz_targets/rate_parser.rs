@@ -6,7 +6,9 @@ use floodgate_core::{Algorithm, Kind, Nanos, Rate, Spec};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(s) = std::str::from_utf8(data) else { return };
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
     let _ = floodgate_core::rate::parse_duration(s);
     let _ = s.parse::<Burst>();
     let kind = s.parse::<Kind>().unwrap_or(Kind::Gcra);

@@ -6,15 +6,21 @@ use floodgate_redis::ThrottleArgs;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(s) = std::str::from_utf8(data) else { return };
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
     let args: Vec<&str> = s.split(' ').collect();
     if args.len() < 3 || args.len() > 4 {
         return;
     }
-    let Ok(parsed) = ThrottleArgs::parse(args[0], args[1], args[2], args.get(3).copied()) else { return };
+    let Ok(parsed) = ThrottleArgs::parse(args[0], args[1], args[2], args.get(3).copied()) else {
+        return;
+    };
     if let Ok(gcra) = parsed.gcra() {
         let mut st = Default::default();
-        let reply = gcra.check(&mut st, Nanos(1_700_000_000_000_000_000), parsed.quantity).throttle_reply();
+        let reply = gcra
+            .check(&mut st, Nanos(1_700_000_000_000_000_000), parsed.quantity)
+            .throttle_reply();
         assert!(reply[0] == 0 || reply[0] == 1);
     }
 });

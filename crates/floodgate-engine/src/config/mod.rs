@@ -246,17 +246,22 @@ pub fn from_toml<T: DeserializeOwned>(path: &Path, src: &str) -> Result<T, Confi
 /// with the line and column of the bracket one level too deep.
 pub fn from_yaml<T: DeserializeOwned>(path: &Path, src: &str) -> Result<T, ConfigError> {
     if let Some(at) = yaml_depth::too_deep(src, MAX_YAML_FLOW_NESTING) {
-        return Err(ConfigError::at(
-            path,
-            src,
-            at,
-            "",
-            format!(
+        // placed as the YAML reader places its errors: characters, YAML's line breaks
+        let (line, column) = yaml_place(src, at);
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            line,
+            column,
+            field: String::new(),
+            message: format!(
                 "flow collections ([...] or {{...}}) nested deeper than {MAX_YAML_FLOW_NESTING} levels are refused"
             ),
-        ));
+        });
     }
-    let src_or_empty = if src.trim().is_empty() { "{}" } else { src };
+    // empty is only YAML's white space (space, tab, line breaks): `str::trim` would also
+    // take a no-break space, which YAML reads as a value
+    let blank = src.chars().all(|c| matches!(c, ' ' | '\t' | '\r' | '\n'));
+    let src_or_empty = if blank { "{}" } else { src };
     let de = serde_norway::Deserializer::from_str(src_or_empty);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = field_path(e.path());
@@ -286,6 +291,34 @@ pub fn from_yaml<T: DeserializeOwned>(path: &Path, src: &str) -> Result<T, Confi
             message,
         }
     })
+}
+
+/// Whether the value of the YAML text `src` is a list (a sequence, tagged or not): read
+/// as YAML, not by its first line, so that an anchor, a comment ended by a bare CR or
+/// any other layout of one list is a list. False for a text that does not read, or whose
+/// flow collections nest deeper than [`MAX_YAML_FLOW_NESTING`] (which
+/// [`from_yaml`] refuses before reading).
+pub fn yaml_is_list(src: &str) -> bool {
+    use serde_norway::Value;
+    fn list(v: &Value) -> bool {
+        match v {
+            Value::Sequence(_) => true,
+            Value::Tagged(t) => list(&t.value),
+            _ => false,
+        }
+    }
+    yaml_depth::too_deep(src, MAX_YAML_FLOW_NESTING).is_none()
+        && serde_norway::from_str::<Value>(src).is_ok_and(|v| list(&v))
+}
+
+/// The line and column of byte offset `at` in `src` as YAML counts them (see
+/// [`yaml_end`]).
+fn yaml_place(src: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(src.len());
+    while !src.is_char_boundary(at) {
+        at -= 1;
+    }
+    yaml_end(&src[..at])
 }
 
 /// The line and column just past the last character of `src`, counted as YAML counts

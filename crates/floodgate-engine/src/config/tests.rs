@@ -453,3 +453,39 @@ async fn opening_the_store_in_process_and_on_a_redis_that_does_not_answer() {
     };
     assert!(bad.open(None, "test").await.is_err());
 }
+
+#[test]
+fn a_yaml_file_of_white_space_is_empty_and_one_of_a_no_break_space_is_not() {
+    // YAML's white space only: the defaults, as an empty file
+    let y: Shared = from_yaml(Path::new("f.yaml"), " \n\t\r\n").unwrap();
+    assert_eq!(y, from_yaml(Path::new("f.yaml"), "").unwrap());
+    // a no-break space is a value to YAML (a string where the file's mapping belongs):
+    // refused as the YAML reader reads it, with or without the document's end marker
+    for src in ["\u{a0}\n", "\u{a0}\n...\n"] {
+        let e = from_yaml::<Shared>(Path::new("f.yaml"), src).unwrap_err();
+        assert!(
+            e.to_string().contains("invalid type: string"),
+            "{src:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_too_deep_yaml_file_is_placed_in_characters_as_the_yaml_reader_places() {
+    // 66 brackets after a two-character line of 6 bytes and a bare CR: line 2, and the
+    // 65th bracket is the 65th character of its line
+    let src = format!("é✓\r{}\n", "[".repeat(66));
+    let e = from_yaml::<Shared>(Path::new("f.yaml"), &src).unwrap_err();
+    assert!(
+        e.to_string().starts_with("f.yaml:2:65: flow collections"),
+        "{e}"
+    );
+    // in a flow: the first bracket at column 4, a quoted scalar of two three-byte
+    // characters, the 65th level at column 74 (byte 78)
+    let src = format!("a: [\"✓✓\", {}\n", "[".repeat(70));
+    let e = from_yaml::<Shared>(Path::new("f.yaml"), &src).unwrap_err();
+    assert!(
+        e.to_string().starts_with("f.yaml:1:74: flow collections"),
+        "{e}"
+    );
+}

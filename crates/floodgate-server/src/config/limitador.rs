@@ -85,13 +85,10 @@ impl Condition {
     }
 }
 
-/// Whether `text` is a Limitador limits file: its first YAML content, after comments and
-/// a `---` marker, is a list item.
+/// Whether `text` is a Limitador limits file: its YAML value is a list (of limits), where
+/// floodgate's own file is a mapping.
 pub fn detect(text: &str) -> bool {
-    text.lines()
-        .map(str::trim_start)
-        .find(|l| !l.is_empty() && !l.starts_with('#') && l.trim_end() != "---")
-        .is_some_and(|l| l == "-" || l.starts_with("- ") || l.starts_with('['))
+    floodgate_engine::config::yaml_is_list(text)
 }
 
 /// A condition or variable of one descriptor entry: descriptor position and key.
@@ -469,12 +466,22 @@ mod tests {
     }
 
     #[test]
-    fn detection_reads_the_first_content_line() {
+    fn detection_reads_the_yaml_value() {
         assert!(detect("---\n- namespace: a\n"));
         assert!(detect("# limits\n\n-\n  namespace: a\n"));
         assert!(detect("[]\n"));
         assert!(!detect("domain: a\n"));
         assert!(!detect("---\ndomains: []\n"));
         assert!(!detect(""));
+        // a bare CR ends a comment line, as in YAML: the list after it is the content
+        assert!(detect("    # limits\r\r[]\n"));
+        assert!(detect("# limits\r\n- namespace: a\r\n"));
+        // an anchor on the list is still the list
+        assert!(detect("&limits []\n"));
+        assert!(detect("--- &limits\n- namespace: a\n"));
+        // a no-break space before a list is content, not indentation
+        assert!(!detect("\u{a0}- namespace: a\n"));
+        // too deep to read: not read as a list (from_yaml refuses it with its place)
+        assert!(!detect(&"[".repeat(100)));
     }
 }
