@@ -15,8 +15,9 @@
 # disk), so that the server's CPU is the server's alone, as with a Redis on another host.
 # Unpinned, they use the Redis on 127.0.0.1:6379.
 #
-# Needs: wrk (apt-get install -y wrk), redis-server (pinned) or a Redis on 127.0.0.1:6379 (unpinned: keys under a prefix of
-# the run's own, deleted at the end), and the floodgate module installed in target/pyenv
+# Needs: wrk (apt-get install -y wrk), redis-server (pinned) or a Redis on 127.0.0.1:6379
+# (unpinned: keys under a prefix of the run's own, deleted at the end), and the floodgate
+# module installed in target/pyenv
 # (bash scripts/test-python.sh builds and installs the release wheel); installs fastapi,
 # uvicorn, slowapi and limits into target/pyenv when missing.
 set -euo pipefail
@@ -39,14 +40,6 @@ fi
 prefix="fgbench-$$-"
 pids=()
 redis_port=6379
-if [ ${#server[@]} -gt 0 ]; then
-    command -v redis-server >/dev/null || { echo "needs redis-server (or PIN=0)" >&2; exit 1; }
-    redis_port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    "${load[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-        --logfile '' >/dev/null &
-    pids+=($!)
-    for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-fi
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
@@ -57,6 +50,14 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+if [ ${#server[@]} -gt 0 ]; then
+    command -v redis-server >/dev/null || { echo "needs redis-server (or PIN=0)" >&2; exit 1; }
+    redis_port=$(free_port)
+    "${load[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+        --logfile '' >/dev/null &
+    pids+=($!)
+    for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
 
 # name limiter rate
 configs=(

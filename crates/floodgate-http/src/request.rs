@@ -3,14 +3,15 @@
 //! runs before it calls its service (keys, policies, leases, the verdict with its headers
 //! or denial, the reservation of a route that settles its cost after the response, the
 //! decision an access log records) and leaves the holding of a delayed request and the
-//! call to the caller.
+//! call to the caller. [`RateLimiter::decide_request_now`] decides the same without a
+//! future where nothing waits (the in-process store, no lease, no reservation), and
+//! hands back the prepared request otherwise ([`RateLimiter::decide_pending`]).
 
 use std::time::Duration;
 
+use floodgate_engine::headers::RateHeaders;
 use floodgate_engine::settle::Settled;
 use http::{HeaderMap, Request};
-
-use floodgate_engine::headers::RateHeaders;
 
 use crate::limiter::{Leases, Outcome, Permits, Plan, Prepared, RateLimiter, Verdict};
 use crate::recorded::RecordedDecision;

@@ -4,7 +4,8 @@
 //!
 //! One call per request instead of reading the scope in Python, deciding, then reading
 //! the verdict's fields one by one and releasing it: the decision itself is
-//! floodgate-http's `decide_request`, as for `decide`.
+//! floodgate-http's, as for `decide` (`decide_request_now`, then `decide_pending` where
+//! the request waits on the store or its leases: together, `decide_request`).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
