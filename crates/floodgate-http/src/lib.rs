@@ -36,5 +36,5 @@ pub use limiter::{RateLimiter, Verdict};
 pub use policy::{InFlightSpec, Policy, PolicyInfo, Route};
 pub use recorded::{RecordedDecision, RecordedOutcome};
 pub use rejection_log::RejectionLogConfig;
-pub use request::{DecidedNow, PendingRequest, RequestDecision};
+pub use request::{DecidedRequest, PendingRequest, RequestDecision};
 pub use settle::{SettleHandle, SettleOnTrailers, SettleSpec};

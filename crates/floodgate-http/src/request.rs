@@ -38,7 +38,7 @@ impl RateLimiter {
     pub async fn decide_request<B>(&self, req: &Request<B>) -> RequestDecision {
         match self.decide_request_now(req) {
             Ok(now) => now.into_decision(),
-            Err(pending) => self.decide_pending(pending, req).await,
+            Err(pending) => self.decide_pending(pending, req).await.into_decision(),
         }
     }
 
@@ -48,17 +48,20 @@ impl RateLimiter {
     /// nothing. Otherwise the prepared request, to finish with
     /// [`decide_pending`](Self::decide_pending) (the request is prepared once, counted
     /// once). The same decision as `decide_request`, without a future to build and drive.
-    pub fn decide_request_now<B>(&self, req: &Request<B>) -> Result<DecidedNow, PendingRequest> {
+    pub fn decide_request_now<B>(
+        &self,
+        req: &Request<B>,
+    ) -> Result<DecidedRequest, PendingRequest> {
         let plan = match self.prepare(req) {
             Prepared::Bypass(recorded) => {
-                return Ok(DecidedNow::Plain {
+                return Ok(DecidedRequest::Plain {
                     headers: RateHeaders::default(),
                     recorded,
                 });
             }
             Prepared::Respond(r) => {
                 let recorded = r.extensions().get::<RecordedDecision>().cloned();
-                return Ok(DecidedNow::Decided(RequestDecision {
+                return Ok(DecidedRequest::Decided(RequestDecision {
                     verdict: Verdict::Respond(r),
                     settle: None,
                     recorded,
@@ -68,9 +71,9 @@ impl RateLimiter {
         };
         // the in-process store without leases decides at once, as the layer does
         match self.local_store() {
-            Some(local) if plan.settle.is_none() && !plan.has_leases() => {
-                Ok(DecidedNow::of(self.check_now(local, plan, req.headers())))
-            }
+            Some(local) if plan.settle.is_none() && !plan.has_leases() => Ok(DecidedRequest::of(
+                self.check_now(local, plan, req.headers()),
+            )),
             // boxed: the plan is large, and a wait costs far more than its allocation
             _ => Err(PendingRequest {
                 plan: Box::new(plan),
@@ -80,12 +83,13 @@ impl RateLimiter {
 
     /// Finish deciding a request [`decide_request_now`](Self::decide_request_now) left
     /// pending: its leases, the store's round trip, the reservation of a route that
-    /// settles its cost after the response. `req` is the request that was prepared.
+    /// settles its cost after the response. `req` is the request that was prepared. A
+    /// pass holding nothing (no reservation among them) is plain, as at once.
     pub async fn decide_pending<B>(
         &self,
         pending: PendingRequest,
         req: &Request<B>,
-    ) -> RequestDecision {
+    ) -> DecidedRequest {
         let mut plan = *pending.plan;
         let (outcome, settle) = match plan.settle.take() {
             Some((spec, estimate)) => {
@@ -96,16 +100,22 @@ impl RateLimiter {
             }
             None => (self.check(plan, req.headers()).await, None),
         };
-        let mut decision = DecidedNow::of(outcome).into_decision();
-        decision.settle = settle;
-        decision
+        match settle {
+            None => DecidedRequest::of(outcome),
+            Some(handle) => {
+                let mut decision = DecidedRequest::of(outcome).into_decision();
+                decision.settle = Some(handle);
+                DecidedRequest::Decided(decision)
+            }
+        }
     }
 }
 
-/// A request [`RateLimiter::decide_request_now`] decided without waiting.
-pub enum DecidedNow {
-    /// Passed at once holding nothing (no delay, lease, permit or reservation): the
-    /// fields to add to the response, not yet in a map.
+/// A request decided, at once ([`RateLimiter::decide_request_now`]) or after its wait
+/// ([`RateLimiter::decide_pending`]).
+pub enum DecidedRequest {
+    /// Passed holding nothing (no delay, lease, permit or reservation): the fields to
+    /// add to the response, not yet in a map.
     Plain {
         /// The RateLimit (and legacy) fields to add.
         headers: RateHeaders,
@@ -116,10 +126,10 @@ pub enum DecidedNow {
     Decided(RequestDecision),
 }
 
-impl DecidedNow {
-    fn of(outcome: Outcome) -> DecidedNow {
+impl DecidedRequest {
+    fn of(outcome: Outcome) -> DecidedRequest {
         match outcome {
-            Outcome::Respond(r) => DecidedNow::Decided(RequestDecision {
+            Outcome::Respond(r) => DecidedRequest::Decided(RequestDecision {
                 recorded: r.extensions().get::<RecordedDecision>().cloned(),
                 verdict: Verdict::Respond(r),
                 settle: None,
@@ -132,12 +142,12 @@ impl DecidedNow {
                 decided,
             } => {
                 if delay.is_zero() && leases.is_empty() && permits.is_empty() {
-                    return DecidedNow::Plain {
+                    return DecidedRequest::Plain {
                         headers,
                         recorded: decided,
                     };
                 }
-                DecidedNow::Decided(RequestDecision {
+                DecidedRequest::Decided(RequestDecision {
                     verdict: Verdict::Pass {
                         headers: headers.into_map(),
                         delay,
@@ -154,7 +164,7 @@ impl DecidedNow {
     /// As [`RateLimiter::decide_request`] gives it.
     pub fn into_decision(self) -> RequestDecision {
         match self {
-            DecidedNow::Plain { headers, recorded } => RequestDecision {
+            DecidedRequest::Plain { headers, recorded } => RequestDecision {
                 verdict: Verdict::Pass {
                     headers: headers.into_map(),
                     delay: Duration::ZERO,
@@ -164,7 +174,7 @@ impl DecidedNow {
                 settle: None,
                 recorded,
             },
-            DecidedNow::Decided(d) => d,
+            DecidedRequest::Decided(d) => d,
         }
     }
 }

@@ -120,7 +120,7 @@ async fn no_peer_address_gives_the_rust_advice_or_the_binding_s_own() {
 /// settle after the response) is left pending, and finishing it counts the request once.
 #[tokio::test]
 async fn decide_request_now_decides_what_needs_no_wait_and_leaves_the_rest_pending() {
-    use floodgate_http::DecidedNow;
+    use floodgate_http::DecidedRequest;
     let mut spec = Spec::new(Kind::Gcra, "10/min".parse().unwrap());
     spec.capacity = Some(2);
     let lim = RateLimiter::builder()
@@ -146,7 +146,7 @@ async fn decide_request_now_decides_what_needs_no_wait_and_leaves_the_rest_pendi
     };
     let mut remaining = Vec::new();
     for _ in 0..2 {
-        let DecidedNow::Plain { headers, recorded } = now("/plain") else {
+        let DecidedRequest::Plain { headers, recorded } = now("/plain") else {
             panic!("a plain pass was not plain")
         };
         let names: Vec<_> = headers.iter().map(|(n, _)| n.as_str()).collect();
@@ -158,14 +158,14 @@ async fn decide_request_now_decides_what_needs_no_wait_and_leaves_the_rest_pendi
         remaining[0], remaining[1],
         "the second pass was not counted"
     );
-    let DecidedNow::Decided(d) = now("/plain") else {
+    let DecidedRequest::Decided(d) = now("/plain") else {
         panic!("a denial was a plain pass")
     };
     assert!(
         matches!(d.verdict, Verdict::Respond(ref r) if r.status() == StatusCode::TOO_MANY_REQUESTS)
     );
     // no route: passes untouched, no fields
-    let DecidedNow::Plain { headers, .. } = now("/other") else {
+    let DecidedRequest::Plain { headers, .. } = now("/other") else {
         panic!("an unrouted request was not plain")
     };
     assert_eq!(headers.iter().len(), 0);
@@ -175,7 +175,7 @@ async fn decide_request_now_decides_what_needs_no_wait_and_leaves_the_rest_pendi
         let Err(pending) = lim.decide_request_now(&r) else {
             panic!("a reservation was decided at once")
         };
-        let d = lim.decide_pending(pending, &r).await;
+        let d = lim.decide_pending(pending, &r).await.into_decision();
         assert!(matches!(d.verdict, Verdict::Pass { .. }) && d.settle.is_some());
         d.settle.unwrap().settle(1).await.unwrap();
     }

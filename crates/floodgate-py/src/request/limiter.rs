@@ -10,7 +10,7 @@ use floodgate_engine::fault::StoreFailure;
 use floodgate_engine::headers::{HeaderOptions, ResetFormat};
 use floodgate_http::key::{ClientIpConfig, ForwardedHeader, MissingKey};
 use floodgate_http::policy::{Policy, Route};
-use floodgate_http::{DecidedNow, RateLimiter, RateLimiterBuilder};
+use floodgate_http::{DecidedRequest, RateLimiter, RateLimiterBuilder};
 use http::StatusCode;
 use ipnet::IpNet;
 use pyo3::prelude::*;
@@ -370,10 +370,10 @@ impl PyRequestLimiter {
         let req = scope_request(scope, keys)?;
         let decided = match ScopeVerdict::decide(self.limiter(py)?, req) {
             // passed at once holding nothing: the fields, with no runtime involved
-            Ok(DecidedNow::Plain { headers, .. }) => {
-                return ScopeVerdict::Now(headers).into_pyobject(py);
+            Ok(DecidedRequest::Plain { headers, .. }) => {
+                return ScopeVerdict::Pass(headers).into_pyobject(py);
             }
-            Ok(now) => runtime::run_now(py, ScopeVerdict::of_now(now))?,
+            Ok(now) => runtime::run_now(py, ScopeVerdict::of(now))?,
             Err(pending) if self.store.is_none() => runtime::run_now(py, pending)?,
             Err(pending) => runtime::block_on(py, pending)?,
         };
@@ -391,7 +391,7 @@ impl PyRequestLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let req = scope_request(scope, keys)?;
         match ScopeVerdict::decide(self.limiter(py)?, req) {
-            Ok(now) => runtime::awaitable(py, async move { Ok(ScopeVerdict::of_now(now).await) }),
+            Ok(now) => runtime::awaitable(py, async move { Ok(ScopeVerdict::of(now).await) }),
             Err(pending) => runtime::awaitable(py, async move { Ok(pending.await) }),
         }
     }

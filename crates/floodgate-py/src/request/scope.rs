@@ -10,9 +10,8 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 
-use floodgate_http::request::RequestDecision;
-use floodgate_http::{DecidedNow, RateHeaders, RateLimiter, Verdict};
-use http::{HeaderMap, Request};
+use floodgate_http::{DecidedRequest, RateHeaders, RateLimiter};
+use http::Request;
 use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -26,10 +25,8 @@ use super::verdict::PyVerdict;
 /// pairs) for a request that passes at once and holds nothing (no lease, no adaptive
 /// permit, no reservation), else the `Verdict` to act on and finish.
 pub enum ScopeVerdict {
-    /// Passed at once, nothing held, decided without a wait: the fields to add.
-    Now(RateHeaders),
-    /// Passed at once, nothing held, after a wait (the store's round trip): the fields.
-    Pass(HeaderMap),
+    /// Passed at once, nothing held: the fields to add.
+    Pass(RateHeaders),
     /// Anything else: denied, delayed, holding leases, permits or a reservation.
     Verdict(PyVerdict),
 }
@@ -39,28 +36,17 @@ pub type Pending = Pin<Box<dyn Future<Output = ScopeVerdict> + Send + 'static>>;
 
 impl ScopeVerdict {
     /// The answer for `d`.
-    pub async fn of(d: RequestDecision) -> ScopeVerdict {
-        let plain = d.settle.is_none()
-            && matches!(&d.verdict, Verdict::Pass { delay, leases, permits, .. }
-                if delay.is_zero() && leases.is_empty() && permits.is_empty());
-        match d.verdict {
-            Verdict::Pass { headers, .. } if plain => ScopeVerdict::Pass(headers),
-            _ => ScopeVerdict::Verdict(PyVerdict::of(d).await),
-        }
-    }
-
-    /// The answer for a decision made without a wait.
-    pub async fn of_now(d: DecidedNow) -> ScopeVerdict {
+    pub async fn of(d: DecidedRequest) -> ScopeVerdict {
         match d {
-            DecidedNow::Plain { headers, .. } => ScopeVerdict::Now(headers),
-            DecidedNow::Decided(d) => ScopeVerdict::of(d).await,
+            DecidedRequest::Plain { headers, .. } => ScopeVerdict::Pass(headers),
+            DecidedRequest::Decided(d) => ScopeVerdict::Verdict(PyVerdict::of(d).await),
         }
     }
 
     /// Decide on `req` with `limiter`: at once where no wait is needed (no future, no
     /// runtime: the in-process store), else the returned future decides (boxed: it is
     /// large, and only a request that waits on the store or its leases makes one).
-    pub fn decide(limiter: RateLimiter, req: Request<()>) -> Result<DecidedNow, Pending> {
+    pub fn decide(limiter: RateLimiter, req: Request<()>) -> Result<DecidedRequest, Pending> {
         match limiter.decide_request_now(&req) {
             Ok(now) => Ok(now),
             Err(pending) => Err(Box::pin(async move {
@@ -77,8 +63,7 @@ impl<'py> IntoPyObject<'py> for ScopeVerdict {
 
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         match self {
-            ScopeVerdict::Now(headers) => Ok(header_list(py, headers.iter())?.into_any()),
-            ScopeVerdict::Pass(headers) => Ok(header_list(py, &headers)?.into_any()),
+            ScopeVerdict::Pass(headers) => Ok(header_list(py, headers.iter())?.into_any()),
             ScopeVerdict::Verdict(v) => Ok(Bound::new(py, v)?.into_any()),
         }
     }
