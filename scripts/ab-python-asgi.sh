@@ -16,7 +16,7 @@
 #
 # A build is a wheel (unpacked into a temporary directory) or a directory holding the
 # `floodgate` package, put first on PYTHONPATH; `installed` is target/pyenv's own.
-# Servers and wrk run on CPUs of their own where there are two (scripts/lib/bench-pin.sh).
+# Servers and wrk run on CPUs of their own where there are two (scripts/lib/python-bench.sh).
 # Needs wrk and target/pyenv with fastapi and uvicorn (bash scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +27,7 @@ py=$PWD/target/pyenv/bin/python
 command -v wrk >/dev/null || { echo "needs wrk: apt-get install -y wrk" >&2; exit 1; }
 "$py" -c 'import fastapi, uvicorn' 2>/dev/null \
     || { echo "needs fastapi and uvicorn in $py: bash scripts/test-python.sh installs them" >&2; exit 1; }
-source scripts/lib/bench-pin.sh
+source scripts/lib/python-bench.sh
 builds=("$@")
 [ ${#builds[@]} -gt 0 ] || builds=(floodgate=installed)
 
@@ -63,11 +63,7 @@ for b in "${builds[@]}"; do
     serve "$label" floodgate-memory "$dir"
 done
 for i in "${!ports[@]}"; do
-    for _ in $(seq 100); do
-        curl -s -o /dev/null "http://127.0.0.1:${ports[$i]}/item" && break
-        sleep 0.2
-    done
-    "${load[@]}" wrk -t1 -c"$CONN" -d1s "http://127.0.0.1:${ports[$i]}/item" >/dev/null   # warm-up
+    warm_up "${ports[$i]}"
 done
 
 tck=$(getconf CLK_TCK)

@@ -10,7 +10,7 @@
 #   bash scripts/bench-python.sh            # SECS=5 SLICES=3 CONN=32
 #
 # On a machine of two or more CPUs every server runs on one CPU and wrk on another
-# (scripts/lib/bench-pin.sh: SERVER_CPU, LOAD_CPU, PIN=0 for neither); the limiters on
+# (scripts/lib/python-bench.sh: SERVER_CPU, LOAD_CPU, PIN=0 for neither); the limiters on
 # Redis then use a redis-server of the run's own on wrk's CPU (a free port, nothing on
 # disk), so that the server's CPU is the server's alone, as with a Redis on another host.
 # Unpinned, they use the Redis on 127.0.0.1:6379.
@@ -26,7 +26,7 @@ SECS=${SECS:-5}
 SLICES=${SLICES:-3}
 CONN=${CONN:-32}
 py=target/pyenv/bin/python
-source scripts/lib/bench-pin.sh
+source scripts/lib/python-bench.sh
 
 command -v wrk >/dev/null || { echo "needs wrk: apt-get install -y wrk" >&2; exit 1; }
 [ ${#server[@]} -gt 0 ] || redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { echo "needs a Redis on 127.0.0.1:6379 (or two CPUs and redis-server)" >&2; exit 1; }
@@ -83,11 +83,7 @@ for c in "${configs[@]}"; do
 done
 for c in "${configs[@]}"; do
     read -r name _ <<<"$c"
-    for _ in $(seq 100); do
-        curl -s -o /dev/null "http://127.0.0.1:${port[$name]}/item" && break
-        sleep 0.2
-    done
-    "${load[@]}" wrk -t1 -c"$CONN" -d1s "http://127.0.0.1:${port[$name]}/item" >/dev/null   # warm-up
+    warm_up "${port[$name]}"
 done
 
 declare -A results
